@@ -1,0 +1,141 @@
+"""What every GP model here shares: hyperparameter sites, eager input checks, and prediction of y.
+
+Hyperparameter sites are named ``"kernel.<name>"`` and ``"likelihood.<name>"`` after the keys of
+``Kernel.parameters()`` / ``Likelihood.parameters()`` (e.g. ``"kernel.lengthscale"``,
+``"kernel.k0.variance"``, ``"likelihood.variance"``). Each one is, by default, a positive ``numpyro.param``
+(a point estimate, type-II maximum likelihood). Naming it in ``priors`` makes it a ``numpyro.sample`` site with
+that prior; the guide then holds a point mass at the positive param ``"<site>_map"`` (MAP estimation under SVI,
+a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.kernels import Kernel
+from ppl_sparsegp.likelihoods import Likelihood
+
+Array = Any
+
+
+def _is_concrete(*arrays: Array) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays if a is not None)
+
+
+@dataclass(eq=False)
+class GPModel:
+    """Base class: a kernel, a likelihood, and how their hyperparameters are treated.
+
+    Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``predict_f(params, X_new, ...)``.
+    """
+
+    kernel: Kernel
+    likelihood: Likelihood
+    priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
+    fixed: Collection[str] = ()
+
+    def __post_init__(self) -> None:
+        names = set(self.hyperparameter_sites())
+        for arg, given in (("priors", set(self.priors)), ("fixed", set(self.fixed))):
+            unknown = given - names
+            if unknown:
+                raise ValueError(
+                    f"{arg} names unknown hyperparameter sites {sorted(unknown)}; "
+                    f"expected some of {sorted(names)}"
+                )
+        both = set(self.priors) & set(self.fixed)
+        if both:
+            raise ValueError(f"sites {sorted(both)} are in both `priors` and `fixed`; choose one")
+
+    def hyperparameter_sites(self) -> dict[str, Any]:
+        """Site name -> initial value for every kernel and likelihood hyperparameter."""
+        sites = {f"kernel.{k}": v for k, v in self.kernel.parameters().items()}
+        sites.update({f"likelihood.{k}": v for k, v in self.likelihood.parameters().items()})
+        return sites
+
+    def _hyper_model(self) -> tuple[Kernel, Likelihood]:
+        """Model side: register every hyperparameter site and rebuild kernel and likelihood from them."""
+        values: dict[str, Array] = {}
+        for site, init in self.hyperparameter_sites().items():
+            if site in self.fixed:
+                values[site] = jnp.asarray(init)
+            elif site in self.priors:
+                values[site] = numpyro.sample(site, self.priors[site])
+            else:
+                values[site] = numpyro.param(
+                    site, jnp.asarray(init), constraint=constraints.positive
+                )
+        return self._rebuild(values)
+
+    def _hyper_guide(self) -> None:
+        """Guide side: a point mass at ``"<site>_map"`` for each hyperparameter that has a prior."""
+        for site, init in self.hyperparameter_sites().items():
+            if site in self.priors:
+                value = numpyro.param(
+                    f"{site}_map", jnp.asarray(init), constraint=constraints.positive
+                )
+                event_dim = len(self.priors[site].event_shape)
+                numpyro.sample(site, dist.Delta(value, event_dim=event_dim))
+
+    def _rebuild(self, values: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
+        k = {s.removeprefix("kernel."): v for s, v in values.items() if s.startswith("kernel.")}
+        lik = {
+            s.removeprefix("likelihood."): v
+            for s, v in values.items()
+            if s.startswith("likelihood.")
+        }
+        return self.kernel.with_parameters(k), self.likelihood.with_parameters(lik)
+
+    def fitted(self, params: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
+        """Kernel and likelihood at fitted values: ``params[site]``, else ``params[site + '_map']``, else init."""
+        values = {}
+        for site, init in self.hyperparameter_sites().items():
+            values[site] = params.get(site, params.get(f"{site}_map", jnp.asarray(init)))
+        return self._rebuild(values)
+
+    @staticmethod
+    def check_data(X: Array, y: Array | None) -> None:
+        """Eager input checks (skipped while jax traces, so they run once, before compilation)."""
+        if _is_concrete(X, y):
+            validation.check_inputs(X, y)
+
+    def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
+        raise NotImplementedError
+
+    def predict_y(
+        self, params: Mapping[str, Array], X_new: Array, **data: Array
+    ) -> tuple[Array, Array]:
+        """Predictive mean and variance of y at ``X_new`` [S, D] -> ([S] or [S, P], same)."""
+        _, likelihood = self.fitted(params)
+        mean, var = self.predict_f(params, X_new, **data)
+        return likelihood.predict_mean_and_var(mean, var)
+
+    def predict_log_density(
+        self, params: Mapping[str, Array], X_new: Array, y_new: Array, **data: Array
+    ) -> Array:
+        """log p(y_new | data) per test point and output: [S] or [S, P] (thesis eq 4.28, no log inside)."""
+        _, likelihood = self.fitted(params)
+        mean, var = self.predict_f(params, X_new, **data)
+        return likelihood.log_predictive_density(jnp.asarray(y_new), mean, var)
+
+
+def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Array, Array]:
+    """[P, S] core layout -> [S] (one output) or [S, P]; full covariances [P, S, S] -> [S, S] or kept."""
+    if var.ndim == 3:
+        return (mean[0], var[0]) if single_output else (mean.T, var)
+    return (mean[0], var[0]) if single_output else (mean.T, var.T)
+
+
+def to_numpy_params(params: Mapping[str, Array]) -> dict[str, np.ndarray]:
+    """Fitted parameters as numpy arrays (for saving)."""
+    return {k: np.asarray(v) for k, v in params.items()}

@@ -1,0 +1,74 @@
+"""Exact GP regression (thesis eqs 1.24, 6.1-6.8): the oracle every sparse model is tested against.
+
+Generative model::
+
+    f ~ GP(0, k_θ),   y_n | f ~ N(f(x_n), σ²)      =>   y ~ N(0, K_XX + σ² I)
+
+Site names: the hyperparameter sites of :mod:`models._base` (``kernel.*``, ``likelihood.variance``) and the
+observed site ``"y"``. The guide holds only MAP point masses for hyperparameters with priors, so SVI on
+(model, guide) is type-II maximum likelihood (or MAP). Cost O(N³).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+
+from ppl_sparsegp import conditionals, ops
+from ppl_sparsegp.likelihoods import Gaussian
+
+from ._base import GPModel, as_output_columns
+
+Array = Any
+
+
+@dataclass(eq=False)
+class GPR(GPModel):
+    """Exact GP regression with a Gaussian likelihood; y [N] or [N, P] (independent columns, shared θ)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.likelihood, Gaussian):
+            raise ValueError(
+                f"likelihood: GPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}"
+            )
+        super().__post_init__()
+
+    def model(self, X: Array, y: Array) -> None:
+        self.check_data(X, y)
+        kernel, likelihood = self._hyper_model()
+        N = X.shape[0]
+        K = kernel(X) + likelihood.variance * jnp.eye(N, dtype=X.dtype)
+        L = ops.cholesky(K)
+        Y = y[:, None] if y.ndim == 1 else y
+        numpyro.sample("y", dist.MultivariateNormal(scale_tril=L).expand([Y.shape[1]]), obs=Y.T)
+
+    def guide(self, X: Array, y: Array) -> None:
+        self._hyper_guide()
+
+    def log_marginal_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """log p(y | θ) at fitted hyperparameters (scalar, summed over output columns)."""
+        kernel, likelihood = self.fitted(params)
+        return conditionals.gaussian_log_marginal(kernel(X), y, likelihood.variance)
+
+    def predict_f(
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        X: Array,
+        y: Array,
+        full_cov: bool = False,
+    ) -> tuple[Array, Array]:
+        """Posterior of f at X_new [S, D] given training data X [N, D], y [N] or [N, P]."""
+        kernel, likelihood = self.fitted(params)
+        Kss = kernel(X_new) if full_cov else kernel.diag(X_new)
+        mean, var = conditionals.gaussian_posterior(
+            kernel(X), kernel(X_new, X), Kss, y, likelihood.variance, full_cov=full_cov
+        )
+        var = jnp.broadcast_to(var, (mean.shape[0], *var.shape))
+        return as_output_columns(mean, var, y.ndim == 1)

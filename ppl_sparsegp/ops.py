@@ -1,0 +1,306 @@
+"""Backend shim: the few array functions the Python array API lacks, for jax.numpy, torch and numpy.
+
+Everything numerical in ``kernels``, ``conditionals`` and ``likelihoods`` is written against the array API
+(``array_api_compat``) plus the functions here, so one implementation serves NumPyro (jax) and Pyro (torch).
+
+The jitter policy lives here and nowhere else (ARCHITECTURE: "one place for each decision"):
+
+* :func:`cholesky` adds a *relative* jitter ``JITTER[dtype] * mean(diag(A))`` to the diagonal;
+* if that factorisation fails (non-finite entries), the jitter is multiplied by 10 up to ``MAX_ESCALATIONS``
+  times, with a :class:`JitterWarning` naming the jitter that worked;
+* if every level fails, :class:`CholeskyError` is raised (eagerly), or -- inside a compiled jax function, where
+  raising is impossible -- the factor is NaN, a warning is printed from the device callback, and the fit loop
+  (``infer.svi``) turns the resulting non-finite loss into a :class:`CholeskyError`. A failed factorisation never
+  passes silently.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from functools import lru_cache
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+Array = Any
+
+JITTER: dict[str, float] = {"float64": 1e-8, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+"""Relative diagonal jitter, by dtype name, added before every Cholesky factorisation."""
+
+MAX_ESCALATIONS = 5
+"""How many times :func:`cholesky` multiplies the jitter by 10 before giving up."""
+
+
+class CholeskyError(FloatingPointError):
+    """A Cholesky factorisation failed even after the jitter was escalated."""
+
+
+class JitterWarning(RuntimeWarning):
+    """The base jitter was not enough and a larger one was used."""
+
+
+def namespace(*arrays: Array):
+    """The array-API namespace of ``arrays`` (``jax.numpy``, a torch wrapper or a numpy wrapper)."""
+    return array_api_compat.array_namespace(*arrays)
+
+
+def is_jax(x: Array) -> bool:
+    return array_api_compat.is_jax_array(x)
+
+
+def is_torch(x: Array) -> bool:
+    return array_api_compat.is_torch_array(x)
+
+
+def dtype_name(x: Array) -> str:
+    """``'float64'``, ``'float32'``... for any backend's array."""
+    return str(x.dtype).replace("torch.", "")
+
+
+def base_jitter(x: Array) -> float:
+    """The relative jitter for the dtype of ``x`` (see :data:`JITTER`)."""
+    return JITTER.get(dtype_name(x), 1e-6)
+
+
+def _eye_like(A: Array) -> Array:
+    xp = namespace(A)
+    return xp.eye(A.shape[-1], dtype=A.dtype, device=array_api_compat.device(A))
+
+
+def _scale(A: Array) -> Array:
+    """Mean of the diagonal of ``A`` [..., n, n] -> [..., 1, 1], the unit of the relative jitter."""
+    xp = namespace(A)
+    diag = xp.linalg.diagonal(A)
+    return xp.mean(diag, axis=-1)[..., None, None]
+
+
+def _jitter_level(j0: float, A: Array, k):
+    """Relative jitter of escalation step ``k`` (0: the requested ``j0``; then ×10 from at least the base)."""
+    if isinstance(k, int) and k == 0:
+        return j0
+    return max(j0, base_jitter(A)) * 10.0**k
+
+
+def _jitter_message(level: float) -> str:
+    return f"Cholesky needed a relative jitter of {level:.1e} (escalated from the base jitter)."
+
+
+def _failure_message(level: float) -> str:
+    return (
+        f"Cholesky factorisation failed even with a relative jitter of {level:.1e}; "
+        "the matrix is not positive definite (check for duplicated inducing inputs, a tiny "
+        "lengthscale or kernel variance, or non-finite inputs)."
+    )
+
+
+def cholesky(A: Array, jitter: float | None = None) -> Array:
+    """Lower Cholesky factor of ``A + j * mean(diag A) * I`` with the escalating jitter policy.
+
+    Args:
+        A: symmetric positive (semi-)definite matrices, shape [..., n, n].
+        jitter: base relative jitter; defaults to :data:`JITTER` for the dtype of ``A``.
+
+    Returns:
+        L with ``L @ L.T ~= A``, shape [..., n, n], lower triangular.
+    """
+    j0 = base_jitter(A) if jitter is None else float(jitter)
+    if is_jax(A):
+        return _cholesky_jax(A, j0)
+    return _cholesky_eager(A, j0)
+
+
+def _cholesky_eager(A: Array, j0: float) -> Array:
+    eye, scale = _eye_like(A), _scale(A)
+    for k in range(MAX_ESCALATIONS + 1):
+        level = _jitter_level(j0, A, k)
+        L = _raw_cholesky(A + level * scale * eye)
+        if L is not None:
+            if k > 0:
+                warnings.warn(_jitter_message(level), JitterWarning, stacklevel=3)
+            return L
+    raise CholeskyError(_failure_message(level))
+
+
+def _raw_cholesky(A: Array) -> Array | None:
+    """Cholesky of a torch or numpy array, or None when it fails."""
+    if is_torch(A):
+        import torch
+
+        L, info = torch.linalg.cholesky_ex(A)
+        return None if bool(torch.any(info != 0)) else L
+    try:
+        L = np.linalg.cholesky(A)
+    except np.linalg.LinAlgError:
+        return None
+    return L if np.all(np.isfinite(L)) else None
+
+
+def _cholesky_jax(A: Array, j0: float) -> Array:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    eye, scale = _eye_like(A), _scale(A)
+    L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
+    ok0 = jnp.all(jnp.isfinite(L0))
+
+    def escalate() -> Array:
+        # Find the jitter level on a gradient-free copy, then factorise differentiably once.
+        A_const, scale_const = lax.stop_gradient(A), lax.stop_gradient(scale)
+
+        def not_done(state):
+            k, ok = state
+            return jnp.logical_and(jnp.logical_not(ok), k < MAX_ESCALATIONS)
+
+        def try_next(state):
+            k, _ = state
+            level = _jitter_level(j0, A, k + 1)
+            Lk = jnp.linalg.cholesky(A_const + level * scale_const * eye)
+            return k + 1, jnp.all(jnp.isfinite(Lk))
+
+        k, ok = lax.while_loop(not_done, try_next, (jnp.asarray(0), jnp.asarray(False)))
+        level = _jitter_level(j0, A, k)
+        jax.debug.callback(_warn_from_device, level, ok)
+        return jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
+
+    L = lax.cond(ok0, lambda: L0, escalate)
+    if not isinstance(L, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(L))):
+        raise CholeskyError(_failure_message(_jitter_level(j0, A, MAX_ESCALATIONS)))
+    return L
+
+
+def _warn_from_device(level, ok) -> None:
+    level = float(level)
+    if bool(ok):
+        warnings.warn(_jitter_message(level), JitterWarning, stacklevel=2)
+    else:
+        warnings.warn(_failure_message(level), JitterWarning, stacklevel=2)
+
+
+def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:
+    """Solve ``L X = B`` (or ``L^T X = B`` when ``transpose``) for triangular ``L``.
+
+    Args:
+        L: [..., n, n] triangular (lower when ``lower``).
+        B: [..., n, k] right-hand sides (batch dims broadcast against ``L``).
+
+    Returns:
+        X, shape [..., n, k].
+    """
+    if is_jax(L):
+        from jax.scipy.linalg import solve_triangular as jsolve
+
+        return jsolve(L, B, lower=lower, trans=1 if transpose else 0)
+    if is_torch(L):
+        import torch
+
+        T = L.mT if transpose else L
+        return torch.linalg.solve_triangular(T, B, upper=(lower == transpose))
+    import scipy.linalg
+
+    if L.ndim == 2 and B.ndim == 2:
+        return scipy.linalg.solve_triangular(L, B, lower=lower, trans=1 if transpose else 0)
+    Lb, Bb = np.broadcast_arrays(L[..., :, :1], B[..., :, :1])
+    out_shape = Lb.shape[:-2] + B.shape[-2:]
+    Lf = np.broadcast_to(L, Lb.shape[:-2] + L.shape[-2:]).reshape(-1, *L.shape[-2:])
+    Bf = np.broadcast_to(B, out_shape).reshape(-1, *B.shape[-2:])
+    X = [
+        scipy.linalg.solve_triangular(a, b, lower=lower, trans=1 if transpose else 0)
+        for a, b in zip(Lf, Bf, strict=True)
+    ]
+    return np.stack(X).reshape(out_shape)
+
+
+def cho_solve(L: Array, B: Array) -> Array:
+    """Solve ``(L L^T) X = B`` given the lower factor ``L`` [..., n, n]; ``B`` [..., n, k]."""
+    return solve_triangular(L, solve_triangular(L, B, lower=True), lower=True, transpose=True)
+
+
+def logdet_from_cholesky(L: Array) -> Array:
+    """``log det(L L^T) = 2 sum log diag L``; L [..., n, n] -> [...]."""
+    xp = namespace(L)
+    return 2.0 * xp.sum(xp.log(xp.abs(xp.linalg.diagonal(L))), axis=-1)
+
+
+def _special(x: Array):
+    if is_jax(x):
+        import jax.scipy.special as s
+
+        return s
+    if is_torch(x):
+        import torch
+
+        return torch.special
+    import scipy.special as s
+
+    return s
+
+
+def normal_cdf(x: Array) -> Array:
+    """Standard normal CDF Phi(x), elementwise."""
+    return _special(x).ndtr(x)
+
+
+def normal_logcdf(x: Array) -> Array:
+    """log Phi(x), elementwise and accurate in the far left tail."""
+    return _special(x).log_ndtr(x)
+
+
+def gammaln(x: Array) -> Array:
+    """log Gamma(x), elementwise."""
+    if is_torch(x):
+        import torch
+
+        return torch.lgamma(x)
+    return _special(x).gammaln(x)
+
+
+def logsumexp(x: Array, axis: int) -> Array:
+    """log sum exp along ``axis``, stable."""
+    if is_torch(x):
+        import torch
+
+        return torch.logsumexp(x, dim=axis)
+    return _special(x).logsumexp(x, axis=axis)
+
+
+def log_sigmoid(x: Array) -> Array:
+    """log(1 / (1 + exp(-x))), stable for large |x|."""
+    xp = namespace(x)
+    return -(xp.maximum(-x, 0.0 * x) + xp.log1p(xp.exp(-xp.abs(x))))
+
+
+def matrix_transpose(A: Array) -> Array:
+    """Swap the last two axes of ``A`` [..., n, m] -> [..., m, n]."""
+    return namespace(A).matrix_transpose(A)
+
+
+@lru_cache(maxsize=32)
+def _hermgauss(order: int) -> tuple[np.ndarray, np.ndarray]:
+    x, w = np.polynomial.hermite.hermgauss(order)
+    return x, w
+
+
+def gauss_hermite(order: int, like: Array) -> tuple[Array, Array]:
+    """Nodes and weights for ``E_{N(f | mu, var)}[g(f)] ~= sum_i w_i g(mu + sqrt(var) * t_i)``.
+
+    The physicists' Hermite rule is rescaled to the standard normal: ``t = sqrt(2) x``, ``w = w_H / sqrt(pi)``,
+    so the weights sum to 1.
+
+    Args:
+        order: number of nodes (>= 1).
+        like: an array whose backend, dtype and device the nodes take.
+
+    Returns:
+        (t, w), each of shape [order].
+    """
+    if int(order) < 1:
+        raise ValueError(f"quadrature order must be a positive integer, got {order!r}")
+    x, w = _hermgauss(int(order))
+    xp = namespace(like)
+    dev = array_api_compat.device(like)
+    t = xp.asarray(x * math.sqrt(2.0), dtype=like.dtype, device=dev)
+    wt = xp.asarray(w / math.sqrt(math.pi), dtype=like.dtype, device=dev)
+    return t, wt
