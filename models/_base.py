@@ -50,8 +50,7 @@ class GPModel:
             unknown = given - names
             if unknown:
                 raise ValueError(
-                    f"{arg} names unknown hyperparameter sites {sorted(unknown)}; "
-                    f"expected some of {sorted(names)}"
+                    f"{arg} names unknown hyperparameter sites {sorted(unknown)}; expected some of {sorted(names)}"
                 )
         both = set(self.priors) & set(self.fixed)
         if both:
@@ -72,28 +71,20 @@ class GPModel:
             elif site in self.priors:
                 values[site] = numpyro.sample(site, self.priors[site])
             else:
-                values[site] = numpyro.param(
-                    site, jnp.asarray(init), constraint=constraints.positive
-                )
+                values[site] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
         return self._rebuild(values)
 
     def _hyper_guide(self) -> None:
         """Guide side: a point mass at ``"<site>_map"`` for each hyperparameter that has a prior."""
         for site, init in self.hyperparameter_sites().items():
             if site in self.priors:
-                value = numpyro.param(
-                    f"{site}_map", jnp.asarray(init), constraint=constraints.positive
-                )
+                value = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=constraints.positive)
                 event_dim = len(self.priors[site].event_shape)
                 numpyro.sample(site, dist.Delta(value, event_dim=event_dim))
 
     def _rebuild(self, values: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
         k = {s.removeprefix("kernel."): v for s, v in values.items() if s.startswith("kernel.")}
-        lik = {
-            s.removeprefix("likelihood."): v
-            for s, v in values.items()
-            if s.startswith("likelihood.")
-        }
+        lik = {s.removeprefix("likelihood."): v for s, v in values.items() if s.startswith("likelihood.")}
         return self.kernel.with_parameters(k), self.likelihood.with_parameters(lik)
 
     def fitted(self, params: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
@@ -112,17 +103,13 @@ class GPModel:
     def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
         raise NotImplementedError
 
-    def predict_y(
-        self, params: Mapping[str, Array], X_new: Array, **data: Array
-    ) -> tuple[Array, Array]:
+    def predict_y(self, params: Mapping[str, Array], X_new: Array, **data: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of y at ``X_new`` [S, D] -> ([S] or [S, P], same)."""
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, **data)
         return likelihood.predict_mean_and_var(mean, var)
 
-    def predict_log_density(
-        self, params: Mapping[str, Array], X_new: Array, y_new: Array, **data: Array
-    ) -> Array:
+    def predict_log_density(self, params: Mapping[str, Array], X_new: Array, y_new: Array, **data: Array) -> Array:
         """log p(y_new | data) per test point and output: [S] or [S, P] (thesis eq 4.28, no log inside)."""
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, **data)

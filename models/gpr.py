@@ -33,9 +33,7 @@ class GPR(GPModel):
 
     def __post_init__(self) -> None:
         if not isinstance(self.likelihood, Gaussian):
-            raise ValueError(
-                f"likelihood: GPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}"
-            )
+            raise ValueError(f"likelihood: GPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
         super().__post_init__()
 
     def model(self, X: Array, y: Array) -> None:

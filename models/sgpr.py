@@ -33,9 +33,7 @@ class SGPR(GPModel):
 
     def __post_init__(self) -> None:
         if not isinstance(self.likelihood, Gaussian):
-            raise ValueError(
-                f"likelihood: SGPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}"
-            )
+            raise ValueError(f"likelihood: SGPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
         if self.Z is None or jnp.ndim(self.Z) != 2:
             raise ValueError("Z: expected inducing inputs of shape [M, D]")
         super().__post_init__()
@@ -47,9 +45,7 @@ class SGPR(GPModel):
         self.check_data(X, y)
         kernel, likelihood = self._hyper_model()
         Z = self.inducing_inputs()
-        bound = conditionals.sgpr_elbo(
-            kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance
-        )
+        bound = conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
         numpyro.factor("collapsed_bound", bound)
 
     def guide(self, X: Array, y: Array) -> None:
@@ -59,9 +55,7 @@ class SGPR(GPModel):
         """The collapsed bound at fitted values (scalar)."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
-        return conditionals.sgpr_elbo(
-            kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance
-        )
+        return conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
 
     def optimal_qu(
         self, params: Mapping[str, Array], X: Array, y: Array, *, whiten: bool = True
@@ -69,9 +63,7 @@ class SGPR(GPModel):
         """q*(u) at fitted values: (q_mu [P, M], q_sqrt [P, M, M]), whitened or not."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
-        return conditionals.sgpr_optimal_qu(
-            kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten
-        )
+        return conditionals.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
 
     def predict_f(
         self,

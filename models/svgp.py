@@ -79,9 +79,7 @@ class SVGP(GPModel):
         if self.data_term not in ("analytic", "sampled"):
             raise ValueError(f"data_term: expected 'analytic' or 'sampled', got {self.data_term!r}")
         if self.batch_size is not None and self.num_data is not None:
-            raise ValueError(
-                "batch_size and num_data: give one (plate subsampling or external minibatches)"
-            )
+            raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
         super().__post_init__()
 
     @property
@@ -97,9 +95,7 @@ class SVGP(GPModel):
         dtype = jnp.asarray(self.Z).dtype
         loc = numpyro.param("u_loc", jnp.zeros((P, M), dtype=dtype))
         if self.q_diag:
-            scale = numpyro.param(
-                "u_scale", jnp.ones((P, M), dtype=dtype), constraint=constraints.positive
-            )
+            scale = numpyro.param("u_scale", jnp.ones((P, M), dtype=dtype), constraint=constraints.positive)
         else:
             eye = jnp.broadcast_to(jnp.eye(M, dtype=dtype), (P, M, M))
             scale = numpyro.param("u_scale_tril", eye, constraint=constraints.lower_cholesky)
@@ -108,9 +104,7 @@ class SVGP(GPModel):
     def _check_outputs(self, y: Array) -> None:
         P = 1 if y.ndim == 1 else y.shape[1]
         if P != self.num_latent:
-            raise ValueError(
-                f"y: expected {self.num_latent} output column(s) (num_latent), got {P}"
-            )
+            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent), got {P}")
 
     def model(self, X: Array, y: Array) -> None:
         self.check_data(X, y)
@@ -120,9 +114,7 @@ class SVGP(GPModel):
         Lmm = ops.cholesky(kernel(Z))
         u = numpyro.sample(
             "u",
-            InducingPrior(
-                self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype
-            ),
+            InducingPrior(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype),
         )
         if self.data_term == "analytic":
             q_mu, q_sqrt = self.variational_parameters()
@@ -130,9 +122,7 @@ class SVGP(GPModel):
             q_mu, q_sqrt = u, None
         with self._data_plate(X.shape[0]) as idx:
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
-            mean, var = conditionals.conditional(
-                kernel(Z, Xb), Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten
-            )
+            mean, var = conditionals.conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
             Yb = yb[None, :] if yb.ndim == 1 else yb.T
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
@@ -158,9 +148,7 @@ class SVGP(GPModel):
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)
         Lmm = ops.cholesky(kernel(Z))
-        mean, var = conditionals.conditional(
-            kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten
-        )
+        mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten)
         Y = y[None, :] if y.ndim == 1 else y.T
         data = jnp.sum(likelihood.variational_expectation(Y, mean, var))
         return data - conditionals.kl_qu_pu(q_mu, q_sqrt, None if self.whiten else Lmm)

@@ -206,11 +206,7 @@ def gaussian_log_marginal(K: Array, y: Array, noise_variance: Array) -> Array:
     N, P = Y.shape
     L = ops.cholesky(K + noise_variance * xp.eye(N, dtype=K.dtype))
     alpha = ops.solve_triangular(L, Y, lower=True)
-    return (
-        -0.5 * xp.sum(alpha * alpha)
-        - 0.5 * P * ops.logdet_from_cholesky(L)
-        - 0.5 * N * P * math.log(2.0 * math.pi)
-    )
+    return -0.5 * xp.sum(alpha * alpha) - 0.5 * P * ops.logdet_from_cholesky(L) - 0.5 * N * P * math.log(2.0 * math.pi)
 
 
 def gaussian_posterior(

@@ -42,8 +42,14 @@ class JitterWarning(RuntimeWarning):
 
 
 def namespace(*arrays: Array):
-    """The array-API namespace of ``arrays`` (``jax.numpy``, a torch wrapper or a numpy wrapper)."""
-    return array_api_compat.array_namespace(*arrays)
+    """The array-API namespace of ``arrays`` (``jax.numpy``, a torch wrapper or a numpy wrapper).
+
+    numpy arrays mixed with jax or torch arrays take the other backend's namespace (jax and torch
+    accept numpy operands), so fixed numpy inputs combine with traced or sampled values.
+    """
+    present = [a for a in arrays if a is not None]
+    backend = [a for a in present if not isinstance(a, np.ndarray | np.generic)]
+    return array_api_compat.array_namespace(*(backend or present))
 
 
 def is_jax(x: Array) -> bool:
@@ -224,11 +230,24 @@ def logdet_from_cholesky(L: Array) -> Array:
     return 2.0 * xp.sum(xp.log(xp.abs(xp.linalg.diagonal(L))), axis=-1)
 
 
+@lru_cache(maxsize=1)
+def _jax_special():
+    """jax.scipy.special's functions used here, each compiled as one unit: called eagerly, a composite such as
+    ``log_ndtr`` would otherwise dispatch (and compile) dozens of primitive operations one by one."""
+    from types import SimpleNamespace
+
+    import jax
+    import jax.scipy.special as s
+
+    names = ("ndtr", "log_ndtr", "gammaln", "logsumexp")
+    jitted = {n: jax.jit(getattr(s, n)) for n in names if n != "logsumexp"}
+    jitted["logsumexp"] = jax.jit(s.logsumexp, static_argnames="axis")
+    return SimpleNamespace(**jitted)
+
+
 def _special(x: Array):
     if is_jax(x):
-        import jax.scipy.special as s
-
-        return s
+        return _jax_special()
     if is_torch(x):
         import torch
 

@@ -193,9 +193,7 @@ def fit_svi(
             mean_loss = float(np.mean(chunk_losses))
             bar.update(length)
             bar.set_postfix(loss=f"{mean_loss:.4g}")
-            if checkpoint is not None and (
-                since_checkpoint >= checkpoint_every or done >= num_steps
-            ):
+            if checkpoint is not None and (since_checkpoint >= checkpoint_every or done >= num_steps):
                 save_checkpoint(checkpoint, state, done, np.concatenate(history))
                 since_checkpoint = 0
             if callback is not None and callback(done, chunk_losses, svi.get_params(state)):
@@ -225,9 +223,7 @@ def fit_svi(
     )
 
 
-def save_checkpoint(
-    path: str | os.PathLike, state: SVIState, step: int, losses: np.ndarray
-) -> None:
+def save_checkpoint(path: str | os.PathLike, state: SVIState, step: int, losses: np.ndarray) -> None:
     """Write ``state``, ``step`` and ``losses`` to ``path`` (.npz) atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -259,7 +255,6 @@ def load_checkpoint(path: str | os.PathLike, like: SVIState) -> tuple[SVIState, 
                 "delete it or choose another path"
             )
         restored = [
-            jax.numpy.asarray(data[f"leaf_{i}"], dtype=jax.numpy.asarray(leaf).dtype)
-            for i, leaf in enumerate(leaves)
+            jax.numpy.asarray(data[f"leaf_{i}"], dtype=jax.numpy.asarray(leaf).dtype) for i, leaf in enumerate(leaves)
         ]
         return jax.tree_util.tree_unflatten(treedef, restored), int(data["step"]), data["losses"]

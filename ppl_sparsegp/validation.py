@@ -1,0 +1,180 @@
+"""Eager input checks shared by the models, the SVI engine and the CLI.
+
+Every check raises :class:`ValueError` whose message names the offending argument and says what was expected,
+so a user sees ``X must be 2-D [N, D] ...`` instead of a shape error from deep inside a compiled kernel.
+
+The checks work on numpy, jax and torch arrays alike (through ``array_api_compat``) and return their inputs
+unchanged: no copy, no conversion to another backend. They are meant to run *before* jax compiles anything.
+If a value is nevertheless a jax tracer (the check was called inside ``jit``), only its static properties
+(shape, dtype) can be checked; the value checks (finiteness, positivity) are then skipped, because a tracer has
+no values to inspect.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Collection
+from typing import Any
+
+import array_api_compat
+import numpy as np
+
+Array = Any
+
+_Y_LAYOUTS = {1: "1-D [N]", 2: "2-D [N, P]"}
+
+
+def _is_tracer(x: Any) -> bool:
+    """True for an abstract jax value (inside ``jit``/``grad``), whose entries cannot be read."""
+    if not array_api_compat.is_jax_array(x):
+        return False
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def _require_array(name: str, x: Any) -> None:
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        raise ValueError(
+            f"{name} must be an array (numpy, jax or torch), got {type(x).__name__}; wrap it with numpy.asarray({name})"
+        )
+
+
+def _shape(x: Array) -> tuple[int, ...]:
+    return tuple(int(s) for s in x.shape)
+
+
+def _all_finite(x: Array) -> bool:
+    xp = array_api_compat.array_namespace(x)
+    return bool(xp.all(xp.isfinite(x)))
+
+
+def _is_real_numeric(x: Array) -> bool:
+    xp = array_api_compat.array_namespace(x)
+    return bool(xp.isdtype(x.dtype, ("real floating", "integral")))
+
+
+def check_inputs(
+    X: Array,
+    y: Array | None = None,
+    *,
+    x_name: str = "X",
+    y_name: str = "y",
+    y_ndim: tuple[int, ...] = (1, 2),
+) -> tuple[Array, Array | None]:
+    """Check training inputs ``X`` [N, D] and, if given, targets ``y`` [N] or [N, P].
+
+    Requirements: ``X`` is a 2-D array of finite floating-point numbers with N >= 1 rows and D >= 1 columns;
+    ``y`` (if not ``None``) is a real-valued array of finite numbers whose number of dimensions is in ``y_ndim``
+    and whose first dimension is N. Integer ``y`` is accepted (class labels).
+
+    Args:
+        X: inputs [N, D], numpy/jax/torch.
+        y: targets [N] or [N, P], or ``None`` for unsupervised use.
+        x_name, y_name: the argument names used in error messages.
+        y_ndim: the allowed numbers of dimensions of ``y``, e.g. ``(1,)`` for class labels.
+
+    Returns:
+        ``(X, y)``, the very objects passed in.
+
+    Raises:
+        ValueError: naming the argument and what was expected.
+    """
+    _require_array(x_name, X)
+    shape = _shape(X)
+    if len(shape) == 1:
+        raise ValueError(
+            f"{x_name} must be 2-D [N, D], got a 1-D array of shape {shape}; "
+            f"for one input dimension use {x_name}[:, None]"
+        )
+    if len(shape) != 2:
+        raise ValueError(f"{x_name} must be 2-D [N, D], got shape {shape}")
+    if shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"{x_name} must have N >= 1 rows and D >= 1 columns, got shape {shape}")
+    xp = array_api_compat.array_namespace(X)
+    if not xp.isdtype(X.dtype, "real floating"):
+        raise ValueError(
+            f"{x_name} must hold floating-point numbers, got dtype {X.dtype}; convert it, e.g. {x_name}.astype(float)"
+        )
+    if not _is_tracer(X) and not _all_finite(X):
+        raise ValueError(f"{x_name} must be finite, but it contains NaN or infinite entries")
+    if y is None:
+        return X, y
+
+    _require_array(y_name, y)
+    y_shape = _shape(y)
+    if len(y_shape) not in y_ndim:
+        allowed = " or ".join(_Y_LAYOUTS.get(k, f"{k}-D") for k in y_ndim)
+        raise ValueError(f"{y_name} must be {allowed}, got shape {y_shape}")
+    if y_shape[0] != shape[0]:
+        raise ValueError(
+            f"{y_name} must have as many rows as {x_name}: len({x_name}) = {shape[0]} but len({y_name}) = {y_shape[0]}"
+        )
+    if not _is_real_numeric(y):
+        raise ValueError(f"{y_name} must hold real numbers, got dtype {y.dtype}")
+    if not _is_tracer(y) and not _all_finite(y):
+        raise ValueError(f"{y_name} must be finite, but it contains NaN or infinite entries")
+    return X, y
+
+
+def check_positive(name: str, value: Any) -> Any:
+    """Check that ``value`` (a number or an array of any shape) is finite and strictly positive everywhere.
+
+    Returns ``value`` unchanged. Raises ``ValueError`` naming ``name`` otherwise.
+    """
+    if isinstance(value, bool) or not (
+        isinstance(value, numbers.Real) or (hasattr(value, "shape") and hasattr(value, "dtype"))
+    ):
+        raise ValueError(f"{name} must be a positive number or array, got {value!r}")
+    if isinstance(value, numbers.Real):
+        ok = np.isfinite(value) and value > 0
+    elif _is_tracer(value):
+        return value
+    else:
+        if not _is_real_numeric(value):
+            raise ValueError(f"{name} must hold real numbers, got dtype {value.dtype}")
+        xp = array_api_compat.array_namespace(value)
+        ok = bool(xp.all(xp.isfinite(value))) and bool(xp.all(value > 0))
+    if not ok:
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return value
+
+
+def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
+    """Check a number of inducing points ``M`` chosen from ``N`` data points: an integer with 1 <= M <= N.
+
+    Returns ``M`` as a Python ``int``.
+    """
+    if isinstance(M, bool) or not isinstance(M, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {M!r}")
+    if not 1 <= M <= N:
+        raise ValueError(
+            f"{name} must satisfy 1 <= {name} <= N = {N} (inducing points are initialised from the "
+            f"training inputs), got {int(M)}"
+        )
+    return int(M)
+
+
+def check_choice(name: str, value: Any, choices: Collection[Any]) -> Any:
+    """Check that ``value`` is one of ``choices``; returns ``value``."""
+    if value not in choices:
+        options = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {options}; got {value!r}")
+    return value
+
+
+def check_same_dim(Z: Array, X: Array, *, z_name: str = "Z", x_name: str = "X") -> tuple[Array, Array]:
+    """Check inducing inputs ``Z`` [M, D] against inputs ``X`` [N, D]: both 2-D with the same D.
+
+    Returns ``(Z, X)`` unchanged.
+    """
+    for name, arr in ((z_name, Z), (x_name, X)):
+        _require_array(name, arr)
+        if len(_shape(arr)) != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {_shape(arr)}")
+    if Z.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"{z_name} must have the same number of columns as {x_name}: {z_name} has shape "
+            f"{_shape(Z)} (D = {Z.shape[1]}) but {x_name} has shape {_shape(X)} (D = {X.shape[1]})"
+        )
+    return Z, X

@@ -1,0 +1,126 @@
+"""The sparse GP algebra against oracles: exact GP regression, Monte Carlo, and both backends."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from ppl_sparsegp import conditionals, kernels, ops
+
+
+def _problem(rng, N=30, M=7, D=2, P=2):
+    X = rng.uniform(-2, 2, (N, D))
+    Z = rng.uniform(-2, 2, (M, D))
+    y = np.sin(X @ np.array([1.0, -0.5])[:D])[:, None] + 0.1 * rng.standard_normal((N, P))
+    k = kernels.RBF(variance=1.3, lengthscale=np.array([0.8, 1.4])[:D])
+    q_mu = rng.standard_normal((P, M))
+    q_sqrt = np.tril(rng.standard_normal((P, M, M))) * 0.3 + np.eye(M) * 0.5
+    return X, Z, y, k, q_mu, q_sqrt
+
+
+def test_sgpr_with_z_equal_x_is_exact(rng):
+    X, _, y, k, _, _ = _problem(rng)
+    for Y in (y[:, 0], y):
+        exact = conditionals.gaussian_log_marginal(k(X), Y, 0.05)
+        bound = conditionals.sgpr_elbo(k(X, X), k(X), k.diag(X), Y, 0.05)
+        np.testing.assert_allclose(bound, exact, rtol=1e-6)
+
+
+def test_sgpr_bound_is_below_exact_and_gap_shrinks_with_m(rng):
+    X, _, y, k, _, _ = _problem(rng, N=40)
+    exact = conditionals.gaussian_log_marginal(k(X), y[:, 0], 0.05)
+    gaps = [exact - conditionals.sgpr_elbo(k(X[:m], X), k(X[:m]), k.diag(X), y[:, 0], 0.05) for m in (3, 10, 25)]
+    assert all(g > 0 for g in gaps) and gaps[0] > gaps[1] > gaps[2]
+
+
+def test_optimal_qu_predicts_like_exact_gp_when_z_is_x(rng):
+    X, _, y, k, _, _ = _problem(rng)
+    Xs = rng.uniform(-2, 2, (9, 2))
+    q_mu, q_sqrt = conditionals.sgpr_optimal_qu(k(X, X), k(X), y, 0.05, whiten=True)
+    mean, var = conditionals.conditional(k(X, Xs), ops.cholesky(k(X)), k.diag(Xs), q_mu, q_sqrt)
+    mean_e, var_e = conditionals.gaussian_posterior(k(X), k(Xs, X), k.diag(Xs), y, 0.05)
+    # Z = X makes Kmm as ill-conditioned as K_XX: the relative jitter 1e-8 of ops.JITTER shows at ~1e-6.
+    np.testing.assert_allclose(mean, mean_e, atol=1e-5)
+    np.testing.assert_allclose(var, np.broadcast_to(var_e, var.shape), atol=1e-5)
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_conditional_matches_dense_gaussian_algebra(rng, whiten):
+    X, Z, _, k, q_mu, q_sqrt = _problem(rng)
+    Lmm = np.linalg.cholesky(k(Z) + 1e-10 * np.eye(len(Z)))
+    mean, cov = conditionals.conditional(k(Z, X), Lmm, k(X), q_mu, q_sqrt, whiten=whiten, full_cov=True)
+    _, var = conditionals.conditional(k(Z, X), Lmm, k.diag(X), q_mu, q_sqrt, whiten=whiten)
+    S = q_sqrt @ np.swapaxes(q_sqrt, -1, -2)
+    if whiten:  # u = Lmm v: E[u] = Lmm m, Cov[u] = Lmm S Lmm^T
+        m_u, S_u = q_mu @ Lmm.T, Lmm @ S @ Lmm.T
+    else:
+        m_u, S_u = q_mu, S
+    Kinv = np.linalg.inv(Lmm @ Lmm.T)
+    B = Kinv @ k(Z, X)
+    np.testing.assert_allclose(mean, m_u @ B, atol=1e-8)
+    dense = k(X) - k(X, Z) @ Kinv @ k(Z, X) + np.swapaxes(B, -1, -2) @ S_u @ B
+    np.testing.assert_allclose(cov, dense, atol=1e-8)
+    np.testing.assert_allclose(var, np.diagonal(dense, axis1=-2, axis2=-1), atol=1e-8)
+
+
+def test_diagonal_q_equals_full_q_with_diagonal_root(rng):
+    X, Z, _, k, q_mu, _ = _problem(rng)
+    s = rng.uniform(0.2, 1.0, q_mu.shape)
+    Lmm = ops.cholesky(k(Z))
+    full = conditionals.conditional(k(Z, X), Lmm, k.diag(X), q_mu, np.stack([np.diag(r) for r in s]))
+    diag = conditionals.conditional(k(Z, X), Lmm, k.diag(X), q_mu, s)
+    np.testing.assert_allclose(diag, full, atol=1e-12)
+    kl_full = conditionals.kl_qu_pu(q_mu, np.stack([np.diag(r) for r in s]), Lmm)
+    np.testing.assert_allclose(conditionals.kl_qu_pu(q_mu, s, Lmm), kl_full, rtol=1e-12)
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_kl_against_monte_carlo(rng, whiten):
+    _, Z, _, k, q_mu, q_sqrt = _problem(rng, M=4, P=1)
+    Kmm = k(Z) + 1e-6 * np.eye(4)
+    Lmm = np.linalg.cholesky(Kmm)
+    kl = conditionals.kl_qu_pu(q_mu, q_sqrt, None if whiten else Lmm)
+    S = q_sqrt[0] @ q_sqrt[0].T
+    from scipy.stats import multivariate_normal as mvn
+
+    draws = rng.multivariate_normal(q_mu[0], S, size=400_000)
+    prior_cov = np.eye(4) if whiten else Kmm
+    log_ratio = mvn(q_mu[0], S).logpdf(draws) - mvn(np.zeros(4), prior_cov).logpdf(draws)
+    se = log_ratio.std() / np.sqrt(len(draws))
+    assert abs(float(kl) - log_ratio.mean()) < 4 * se
+
+
+def test_whitened_and_unwhitened_kl_agree_for_equivalent_q(rng):
+    _, Z, _, k, q_mu, q_sqrt = _problem(rng)
+    Lmm = ops.cholesky(k(Z))
+    kl_white = conditionals.kl_qu_pu(q_mu, q_sqrt, None)
+    kl_u = conditionals.kl_qu_pu(q_mu @ Lmm.T, Lmm @ q_sqrt, Lmm)
+    np.testing.assert_allclose(kl_u, kl_white, rtol=1e-8)
+
+
+def test_same_numbers_on_jax_torch_numpy(rng):
+    X, Z, y, k, q_mu, q_sqrt = _problem(rng)
+    arrays = dict(X=X, Z=Z, y=y, q_mu=q_mu, q_sqrt=q_sqrt)
+
+    def run(conv):
+        a = {n: conv(v) for n, v in arrays.items()}
+        kern = k.with_parameters({n: conv(np.asarray(v)) for n, v in k.parameters().items()})
+        Lmm = ops.cholesky(kern(a["Z"]))
+        Kmn = kern(a["Z"], a["X"])
+        return [
+            *conditionals.conditional(Kmn, Lmm, kern.diag(a["X"]), a["q_mu"], a["q_sqrt"]),
+            *conditionals.conditional(Kmn, Lmm, kern(a["X"]), a["q_mu"], a["q_sqrt"], whiten=False, full_cov=True),
+            conditionals.kl_qu_pu(a["q_mu"], a["q_sqrt"], Lmm),
+            conditionals.kl_qu_pu(a["q_mu"], a["q_sqrt"]),
+            conditionals.sgpr_elbo(Kmn, kern(a["Z"]), kern.diag(a["X"]), a["y"], conv(np.asarray(0.1))),
+            *conditionals.sgpr_optimal_qu(Kmn, kern(a["Z"]), a["y"], conv(np.asarray(0.1)), whiten=False),
+            conditionals.gaussian_log_marginal(kern(a["X"]), a["y"], conv(np.asarray(0.1))),
+            *conditionals.gaussian_posterior(
+                kern(a["X"]), kern(a["Z"], a["X"]), kern.diag(a["Z"]), a["y"], conv(np.asarray(0.1))
+            ),
+        ]
+
+    ref = run(np.asarray)
+    for conv, back in ((jnp.asarray, np.asarray), (torch.as_tensor, lambda t: t.numpy())):
+        for r, o in zip(ref, run(conv), strict=True):
+            np.testing.assert_allclose(back(o), r, rtol=1e-9, atol=1e-10)
