@@ -147,10 +147,9 @@ def fit_svi(
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
 
+    state = svi.init(_as_key(key), *args, init_params=init_params, **kwargs)
     if init_state is not None:
         state = init_state
-    else:
-        state = svi.init(_as_key(key), *args, init_params=init_params, **kwargs)
     done, losses = 0, np.zeros(0)
     if checkpoint is not None and Path(checkpoint).exists():
         state, done, losses = load_checkpoint(checkpoint, state)

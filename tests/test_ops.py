@@ -1,0 +1,97 @@
+"""The backend shim: the jitter policy, the Cholesky derivatives, triangular solves and quadrature nodes."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from ppl_sparsegp import ops
+
+
+def _spd(rng, n=6):
+    A = rng.standard_normal((n, n))
+    return A @ A.T + np.eye(n)
+
+
+@pytest.mark.parametrize("conv", [np.asarray, jnp.asarray, torch.as_tensor])
+def test_cholesky_reconstructs_with_the_relative_jitter(rng, conv):
+    A = _spd(rng)
+    L = np.asarray(ops.cholesky(conv(A)))
+    expected = A + ops.JITTER["float64"] * np.mean(np.diag(A)) * np.eye(6)
+    np.testing.assert_allclose(L @ L.T, expected, rtol=1e-12, atol=1e-12)
+    assert np.allclose(L, np.tril(L))
+
+
+@pytest.mark.parametrize("conv", [np.asarray, jnp.asarray, torch.as_tensor])
+def test_singular_matrix_escalates_jitter_with_a_warning(conv):
+    A = np.ones((4, 4)) - 1e-4 * np.eye(4)  # indefinite by far less than the escalated jitter
+    with pytest.warns(ops.JitterWarning, match="relative jitter"):
+        L = np.asarray(ops.cholesky(conv(A)))
+    assert np.all(np.isfinite(L))
+
+
+@pytest.mark.parametrize("conv", [np.asarray, jnp.asarray, torch.as_tensor])
+def test_hopeless_matrix_raises_cholesky_error(conv):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.JitterWarning)
+        with pytest.raises(ops.CholeskyError, match="not positive definite"):
+            ops.cholesky(conv(-np.eye(3)))
+
+
+def test_compiled_failure_is_nan_and_warns_never_silent():
+    with pytest.warns(ops.JitterWarning, match="failed"):
+        L = jax.jit(ops.cholesky)(-jnp.eye(3))
+        L.block_until_ready()
+    assert np.all(np.isnan(np.asarray(L)[np.tril_indices(3)]))
+
+
+def test_cholesky_derivatives_equal_jax_cholesky_to_second_order(rng):
+    A = jnp.asarray(_spd(rng))
+
+    def ours(A):
+        return jnp.sum(ops.cholesky(A, jitter=0.0) ** 3)
+
+    def reference(A):
+        return jnp.sum(jnp.linalg.cholesky(A) ** 3)
+
+    np.testing.assert_allclose(jax.grad(ours)(A), jax.grad(reference)(A), atol=1e-12)
+    np.testing.assert_allclose(jax.hessian(ours)(A), jax.hessian(reference)(A), atol=1e-10)
+
+
+def test_gradient_through_escalated_jitter_is_finite():
+    def f(a):
+        return jnp.sum(ops.cholesky(a * jnp.ones((4, 4))))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ops.JitterWarning)
+        g = jax.jit(jax.grad(f))(2.0)
+    assert np.isfinite(float(g))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_solve_triangular_on_all_backends(rng, transpose):
+    L = np.linalg.cholesky(_spd(rng))
+    B = rng.standard_normal((2, 6, 3))
+    expected = np.linalg.solve(L.T if transpose else L, B)
+    for conv in (np.asarray, jnp.asarray, torch.as_tensor):
+        X = ops.solve_triangular(conv(L), conv(B), lower=True, transpose=transpose)
+        np.testing.assert_allclose(np.asarray(X), expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        np.asarray(ops.cho_solve(jnp.asarray(L), jnp.asarray(B[0]))), np.linalg.solve(L @ L.T, B[0])
+    )
+
+
+def test_gauss_hermite_integrates_normal_moments_exactly():
+    t, w = ops.gauss_hermite(10, jnp.zeros(1))
+    for power, moment in ((0, 1.0), (2, 1.0), (4, 3.0), (6, 15.0), (3, 0.0)):
+        np.testing.assert_allclose(float(jnp.sum(w * t**power)), moment, atol=1e-12)
+    with pytest.raises(ValueError, match="order"):
+        ops.gauss_hermite(0, jnp.zeros(1))
+
+
+def test_namespace_prefers_the_non_numpy_backend():
+    assert ops.namespace(np.ones(2), jnp.ones(2)).__name__ == "jax.numpy"
+    assert "torch" in ops.namespace(np.ones(2), torch.ones(2)).__name__

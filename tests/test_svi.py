@@ -1,0 +1,139 @@
+"""The SVI fit loop: convergence, checkpoint/resume, early stopping, callbacks, errors, float32."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+import pytest
+from ppl_sparsegp.models.svgp import SVGP
+
+from ppl_sparsegp import kernels, likelihoods
+from ppl_sparsegp.infer.svi import EarlyStopping, NonFiniteLossError, fit_svi
+
+
+def _normal_model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def _normal_guide(y):
+    loc = numpyro.param("loc", 0.0)
+    scale = numpyro.param("scale", 1.0, constraint=dist.constraints.positive)
+    numpyro.sample("mu", dist.Normal(loc, scale))
+
+
+def test_fit_reaches_the_conjugate_posterior(rng):
+    y = jnp.asarray(rng.normal(3.0, 1.0, 50))
+    schedule = optax.exponential_decay(0.05, transition_steps=1000, decay_rate=0.2)
+    res = fit_svi(_normal_model, _normal_guide, y, optimizer=optax.adam(schedule), num_steps=3000, progress=False)
+    post_var = 1.0 / (1.0 / 100.0 + 50.0)
+    np.testing.assert_allclose(res.params["loc"], post_var * float(y.sum()), atol=0.02)
+    np.testing.assert_allclose(res.params["scale"], np.sqrt(post_var), rtol=0.15)
+    assert res.losses.shape == (3000,) and res.steps_per_second > 0 and res.compile_seconds > 0
+
+
+def _svgp_problem(rng, dtype=np.float64):
+    X = rng.uniform(-3, 3, (200, 1)).astype(dtype)
+    y = (np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(200)).astype(dtype)
+    gp = SVGP(
+        kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(1, dtype)),
+        likelihood=likelihoods.Gaussian(0.1),
+        Z=X[::20].copy(),
+        batch_size=50,
+    )
+    return gp, X, y
+
+
+def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path):
+    gp, X, y = _svgp_problem(rng)
+    kw = dict(optimizer=optax.adam(0.01), key=3, progress=False, steps_per_dispatch=50)
+    full = fit_svi(gp.model, gp.guide, X, y, num_steps=300, **kw)
+    ckpt = tmp_path / "run.npz"
+
+    def kill_after_200(step, losses, params):
+        if step == 200:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fit_svi(
+            gp.model,
+            gp.guide,
+            X,
+            y,
+            num_steps=300,
+            checkpoint=ckpt,
+            checkpoint_every=1000,
+            callback=kill_after_200,
+            **kw,
+        )
+    resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **kw)
+    np.testing.assert_array_equal(resumed.losses, full.losses)
+    for name in full.params:
+        np.testing.assert_array_equal(resumed.params[name], full.params[name])
+
+
+def test_checkpoint_from_another_model_is_refused(rng, tmp_path):
+    gp, X, y = _svgp_problem(rng)
+    ckpt = tmp_path / "run.npz"
+    fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=10, checkpoint=ckpt, progress=False)
+    with pytest.raises(ValueError, match="checkpoint"):
+        fit_svi(_normal_model, _normal_guide, jnp.ones(3), optimizer=optax.adam(0.01), num_steps=10, checkpoint=ckpt)
+
+
+def test_early_stopping_and_callback_stop_the_run(rng):
+    y = jnp.asarray(rng.normal(3.0, 1.0, 50))
+    common = dict(optimizer=optax.adam(0.1), num_steps=20000, progress=False, steps_per_dispatch=100)
+    res = fit_svi(_normal_model, _normal_guide, y, early_stopping=EarlyStopping(patience=500, min_delta=1e-3), **common)
+    assert res.stopped_early and len(res.losses) < 20000
+    res = fit_svi(_normal_model, _normal_guide, y, callback=lambda step, l, p: step >= 300, **common)
+    assert res.stopped_early and len(res.losses) == 300
+
+
+def test_continuing_from_a_state_equals_one_long_run(rng):
+    y = jnp.asarray(rng.normal(3.0, 1.0, 50))
+    kw = dict(optimizer=optax.adam(0.05), progress=False, steps_per_dispatch=100)
+    one = fit_svi(_normal_model, _normal_guide, y, num_steps=400, **kw)
+    first = fit_svi(_normal_model, _normal_guide, y, num_steps=200, **kw)
+    second = fit_svi(_normal_model, _normal_guide, y, num_steps=200, init_state=first.state, **kw)
+    np.testing.assert_allclose(np.concatenate([first.losses, second.losses]), one.losses, rtol=1e-12)
+
+
+def test_non_finite_loss_raises_with_last_finite_params():
+    def model(y):
+        s = numpyro.param("s", 1.0)
+        numpyro.factor("f", -jnp.log(s) * y)  # log of a negative number once s crosses 0
+
+    def guide(y):
+        pass
+
+    with pytest.raises(NonFiniteLossError, match="non-finite") as info:
+        fit_svi(model, guide, 1.0, optimizer=optax.sgd(0.3), num_steps=100, progress=False, steps_per_dispatch=10)
+    assert np.isfinite(info.value.params["s"]) and info.value.step < 100
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_steps=0), "num_steps"),
+        (dict(num_steps=10, steps_per_dispatch=-1), "steps_per_dispatch"),
+        (dict(num_steps=10, optimizer="adam"), "optimizer"),
+        (dict(num_steps=10, early_stopping=5), "early_stopping"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, match):
+    kwargs = {"optimizer": optax.adam(0.1), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        fit_svi(_normal_model, _normal_guide, jnp.ones(3), progress=False, **kwargs)
+
+
+def test_float32_svgp_training_has_no_nan(rng):
+    with jax.enable_x64(False):
+        gp, X, y = _svgp_problem(rng, np.float32)
+        res = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=1500, progress=False)
+        assert res.params["u_loc"].dtype == jnp.float32
+        assert np.all(np.isfinite(res.losses)) and res.losses[-100:].mean() < res.losses[:100].mean()
+        mean, var = gp.predict_y(res.params, X)
+        assert np.all(np.isfinite(np.asarray(var))) and float(jnp.sqrt(jnp.mean((mean - y) ** 2))) < 0.2
