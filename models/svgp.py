@@ -18,8 +18,9 @@ closed form (registered in :mod:`ppl_sparsegp.distributions`). The data term dep
   E_{p(f_n|u)}[log p(y_n|f_n)] (eq 5.26) -- an unbiased estimate of the same ELBO, and the density that
   SGPMC samples with HMC.
 
-Minibatches: ``batch_size=B`` subsamples the data plate, which scales the data term by N/B; the KL is outside
-the plate and counted once. Alternatively pass minibatches yourself and set ``num_data`` to the full N.
+Minibatches: ``batch_size=B`` subsamples the data plate (B indices drawn uniformly with replacement), which
+scales the data term by N/B; the KL is outside the plate and counted once. Alternatively pass minibatches
+yourself and set ``num_data`` to the full N.
 
 Site names: hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, D]; latent ``"u"`` [P, M];
 plate ``"data"``; factor ``"y"`` [B]; guide params ``"u_loc"`` [P, M] and ``"u_scale_tril"`` [P, M, M]
@@ -33,8 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
 import numpyro
+from numpyro import handlers
 from numpyro.distributions import constraints
 
 from ppl_sparsegp import conditionals, ops
@@ -130,7 +133,13 @@ class SVGP(GPModel):
     def _data_plate(self, n: int):
         """The ``"data"`` plate; yields the subsample indices, or None when all n points are used."""
         if self.batch_size is not None and self.batch_size < n:
-            with numpyro.plate("data", n, subsample_size=self.batch_size) as idx:
+            # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
+            # batch); an outer handler that substitutes the "data" plate still takes precedence.
+            draw = jax.random.randint(numpyro.prng_key(), (self.batch_size,), 0, n)
+            with (
+                handlers.substitute(data={"data": draw}),
+                numpyro.plate("data", n, subsample_size=self.batch_size) as idx,
+            ):
                 yield idx
         else:
             scale = 1.0 if self.num_data is None else self.num_data / n
