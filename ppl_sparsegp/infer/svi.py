@@ -31,6 +31,8 @@ from numpyro.infer.svi import SVIState
 from numpyro.optim import _NumPyroOptim, optax_to_numpyro
 from tqdm.auto import tqdm
 
+from ppl_sparsegp import ops
+
 Array = Any
 
 
@@ -117,6 +119,7 @@ def fit_svi(
     checkpoint_every: int = 1000,
     init_params: dict[str, Array] | None = None,
     init_state: SVIState | None = None,
+    blas_threads: int | None = ops.BLAS_THREADS,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -136,6 +139,7 @@ def fit_svi(
         checkpoint_every: steps between checkpoint writes (rounded up to whole chunks).
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
+        blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.ops.blas_threads`; None: no limit).
 
     Returns:
         An :class:`SVIResult`.
@@ -166,6 +170,7 @@ def fit_svi(
     best, since_best, stopped = math.inf, 0, False
     since_checkpoint = 0
     bar = tqdm(total=num_steps, initial=done, disable=not progress, desc="SVI", leave=False)
+    limits = ops.blas_threads(blas_threads)
     try:
         while done < num_steps:
             length = min(steps_per_dispatch, num_steps - done)
@@ -211,6 +216,7 @@ def fit_svi(
             save_checkpoint(checkpoint, state, done, np.concatenate(history))
         raise
     finally:
+        limits.restore_original_limits()
         bar.close()
     return SVIResult(
         params=svi.get_params(state),
