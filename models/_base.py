@@ -94,11 +94,16 @@ class GPModel:
             values[site] = params.get(site, params.get(f"{site}_map", jnp.asarray(init)))
         return self._rebuild(values)
 
-    @staticmethod
-    def check_data(X: Array, y: Array | None) -> None:
-        """Eager input checks (skipped while jax traces, so they run once, before compilation)."""
+    def check_data(self, X: Array, y: Array | None = None) -> None:
+        """Eager input checks of the data (and of Z against X); ``fit_svi`` calls this before compiling.
+
+        Skipped for traced values, whose entries are unknown; shape checks still apply.
+        """
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
+        Z = getattr(self, "Z", None)
+        if Z is not None and _is_concrete(X):
+            validation.check_same_dim(Z, X)
 
     def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
         raise NotImplementedError

@@ -16,7 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp import conditionals, ops
+from ppl_sparsegp import conditionals, ops, validation
 from ppl_sparsegp.likelihoods import Gaussian
 
 from ._base import GPModel, as_output_columns
@@ -34,8 +34,9 @@ class SGPR(GPModel):
     def __post_init__(self) -> None:
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError(f"likelihood: SGPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
-        if self.Z is None or jnp.ndim(self.Z) != 2:
-            raise ValueError("Z: expected inducing inputs of shape [M, D]")
+        if self.Z is None:
+            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+        validation.check_inputs(self.Z, x_name="Z")
         super().__post_init__()
 
     def inducing_inputs(self) -> Array:

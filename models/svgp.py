@@ -40,7 +40,7 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from ppl_sparsegp import conditionals, ops
+from ppl_sparsegp import conditionals, ops, validation
 from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
 
 from ._base import GPModel, as_output_columns
@@ -73,8 +73,9 @@ class SVGP(GPModel):
     data_term: Literal["analytic", "sampled"] = "analytic"
 
     def __post_init__(self) -> None:
-        if self.Z is None or jnp.ndim(self.Z) != 2:
-            raise ValueError("Z: expected inducing inputs of shape [M, D]")
+        if self.Z is None:
+            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+        validation.check_inputs(self.Z, x_name="Z")
         for name in ("num_latent", "batch_size", "num_data"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):

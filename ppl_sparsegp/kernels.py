@@ -158,8 +158,8 @@ def _check_hyperparameter(owner: str, name: str, value: Any, max_ndim: int) -> A
     if concrete.ndim > max_ndim:
         shape = "a scalar" if max_ndim == 0 else "a scalar or a vector [D]"
         raise ValueError(f"{owner}.{name} must be {shape}, got shape {concrete.shape}")
-    if not np.all(concrete > 0):
-        raise ValueError(f"{owner}.{name} must be positive, got {value!r}")
+    if not np.all(np.isfinite(concrete) & (concrete > 0)):
+        raise ValueError(f"{owner}.{name} must be positive and finite, got {value!r}")
     return value
 
 

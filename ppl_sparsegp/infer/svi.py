@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ def fit_svi(
     """Fit ``guide`` to ``model`` by stochastic variational inference.
 
     Args:
-        model, guide: NumPyro programs called as ``model(*args, **kwargs)``.
+        model, guide: NumPyro programs called as ``model(*args, **kwargs)``. When ``model`` is a method of an
+            object with ``check_data(*args, **kwargs)`` (every ``ppl_sparsegp.models`` class), that check runs
+            first, eagerly, so bad input fails before any compilation.
         *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments.
         optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``) or a ``numpyro.optim``.
         num_steps: number of SVI steps (or the total, counting steps already in a resumed checkpoint).
@@ -151,7 +154,11 @@ def fit_svi(
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
 
-    state = svi.init(_as_key(key), *args, init_params=init_params, **kwargs)
+    check_data = getattr(getattr(model, "__self__", None), "check_data", None)
+    if check_data is not None:  # the model is a method of a ppl_sparsegp model: validate before compiling
+        check_data(*args, **kwargs)
+    # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
+    state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
     done, losses = 0, np.zeros(0)

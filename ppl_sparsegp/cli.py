@@ -1,0 +1,682 @@
+"""The ``ppl-sparsegp`` command line: fit GPR, SGPR or SVGP to a dataset, evaluate it, and write the results.
+
+Usage::
+
+    ppl-sparsegp fit {svgp,sgpr,gpr} [--data diabetes] [--split 0] [--inducing 128] [--steps 2000] ... [--out DIR]
+
+``ppl-sparsegp fit --help`` lists every option with its default. One run:
+
+1. checks every option and then the dataset (sizes, task, ``M <= N``) -- all before anything is compiled;
+   a problem is a ``ValueError`` naming the option, printed as one line ``error: ...`` with exit code 2;
+2. loads the dataset (:func:`ppl_sparsegp.data.load_dataset`) and standardises X (and y for regression) with
+   training statistics (:func:`ppl_sparsegp.data.standardize`);
+3. builds the model (ARD kernel with variance and lengthscales from the options, initial noise variance 0.1 in
+   standardised units, inducing inputs by k-means, random subset or greedy variance selection);
+4. fits it with :func:`ppl_sparsegp.infer.svi.fit_svi` and Adam (optax), checkpointing the SVI state to
+   ``OUT/checkpoint.npz``; re-running the same command resumes from that checkpoint (delete it to start again);
+5. predicts on the test set (the training set when the dataset has no test targets, e.g. ``snelson``) and
+   computes metrics in original units: RMSE, MAE and NLPD for regression; accuracy, NLL, ECE and AUC for binary
+   classification;
+6. writes ``OUT/params.npz`` (fitted parameters in standardised units, plus the standardisation statistics),
+   ``OUT/fit.png`` (loss trace and a picture of the fit) and, last, ``OUT/results.json``, each atomically
+   (:mod:`ppl_sparsegp.results`): a failure part-way leaves the previous files intact.
+
+Exit codes: 0 success; 2 bad options or data (argparse's own errors included); 1 a run-time failure that is not
+the user's input (missing data files, a failed Cholesky, a non-finite loss, a full disk), also as one line;
+130 interrupted (Ctrl-C), after ``fit_svi`` has saved the checkpoint that a re-run resumes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import math
+import platform
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import matplotlib
+import numpy as np
+import numpyro
+import optax
+
+from ppl_sparsegp import data, kernels, likelihoods, metrics, results, validation
+from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
+from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models._base import GPModel, to_numpy_params
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
+
+METHODS = ("svgp", "sgpr", "gpr")
+INITIALISERS = ("kmeans", "random", "greedy")
+DTYPES = ("float64", "float32")
+GPR_MAX_N = 5000
+"""Largest training set ``gpr`` accepts: its cost is O(N^3) time and O(N^2) memory per step."""
+LIKELIHOODS_BY_TASK = {"regression": ("gaussian", "studentt"), "binary": ("bernoulli", "probit", "logit")}
+DEFAULTS = {
+    "data": "diabetes",
+    "split": 0,
+    "inducing": 128,
+    "init": "kmeans",
+    "steps": 2000,
+    "lr": 0.01,
+    "kernel": "rbf",
+    "kernel_variance": 1.0,
+    "lengthscale": 1.0,
+    "noise_variance": 0.1,
+    "whiten": True,
+    "q_diag": False,
+    "seed": 0,
+    "dtype": "float64",
+    "checkpoint_every": 500,
+}
+_SVGP_ONLY = ("batch_size", "likelihood", "whiten", "q_diag")
+_SPARSE_ONLY = ("inducing", "init")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Command-line syntax
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``ppl-sparsegp`` (one sub-command, ``fit``).
+
+    Options that apply to some methods only default to ``None`` here, so that :func:`resolve_options` can tell
+    an option the user gave (an error for the wrong method) from one left out (the documented default).
+    """
+    parser = argparse.ArgumentParser(
+        prog="ppl-sparsegp", description="Sparse Gaussian processes as NumPyro programs, from the command line."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fit = commands.add_parser(
+        "fit",
+        help="fit a GP to a dataset, evaluate it on the test set and write the results",
+        description="Fit a GP (svgp, sgpr or gpr) by SVI with Adam; write results.json, params.npz and fit.png "
+        "to --out. Data are standardised with training statistics; metrics are in original units. Re-running the "
+        "same command resumes from OUT/checkpoint.npz.",
+    )
+    fit.add_argument("method", choices=METHODS, help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact)")
+
+    d = DEFAULTS
+    group = fit.add_argument_group("data")
+    group.add_argument(
+        "--data",
+        default=d["data"],
+        metavar="NAME",
+        help="dataset for ppl_sparsegp.data.load_dataset, e.g. diabetes, breast_cancer, kin8nm, wilson/elevators, "
+        f"raetsch/banana, snelson, bsgp/boston (default: {d['data']}, bundled with scikit-learn)",
+    )
+    group.add_argument(
+        "--split", type=int, default=d["split"], help=f"split index or seed of the dataset (default: {d['split']})"
+    )
+
+    group = fit.add_argument_group("model")
+    group.add_argument(
+        "--kernel",
+        default=d["kernel"],
+        metavar="NAME",
+        help="ARD kernel: rbf, matern12, matern32, matern52, linear, periodic, or a '+'-joined sum such as "
+        f"rbf+linear (default: {d['kernel']})",
+    )
+    group.add_argument(
+        "--kernel-variance",
+        type=float,
+        default=d["kernel_variance"],
+        metavar="V",
+        help=f"initial kernel variance(s), > 0, standardised units (default: {d['kernel_variance']})",
+    )
+    group.add_argument(
+        "--lengthscale",
+        type=float,
+        default=d["lengthscale"],
+        metavar="L",
+        help=f"initial value of every ARD lengthscale, > 0, standardised units (default: {d['lengthscale']})",
+    )
+    group.add_argument(
+        "--noise-variance",
+        type=float,
+        default=None,
+        metavar="V",
+        help="initial noise variance, > 0, standardised units; for studentt the squared scale; not for "
+        f"bernoulli (default: {d['noise_variance']})",
+    )
+    group.add_argument(
+        "--likelihood",
+        default=None,
+        metavar="NAME",
+        help="svgp only: gaussian or studentt for regression data, bernoulli (= probit), probit or logit for "
+        "binary data (default: gaussian for regression, probit for binary)",
+    )
+    group.add_argument(
+        "--inducing",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"number of inducing points, 1 <= M <= N; svgp and sgpr only (default: {d['inducing']})",
+    )
+    group.add_argument(
+        "--init",
+        choices=INITIALISERS,
+        default=None,
+        help=f"how inducing inputs are initialised from the training inputs; svgp and sgpr only (default: {d['init']})",
+    )
+    group.add_argument(
+        "--whiten",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="svgp only: parameterise q(u) in whitened coordinates v = L^-1 u (default: --whiten)",
+    )
+    group.add_argument(
+        "--q-diag",
+        action="store_true",
+        default=None,
+        help="svgp only: mean-field (diagonal) q(u) (default: full lower-triangular covariance)",
+    )
+
+    group = fit.add_argument_group("optimisation")
+    group.add_argument(
+        "--steps",
+        type=int,
+        default=d["steps"],
+        help=f"SVI steps in all, those of a resumed checkpoint included (default: {d['steps']})",
+    )
+    group.add_argument("--lr", type=float, default=d["lr"], help=f"Adam learning rate (default: {d['lr']})")
+    group.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="svgp only: minibatch size; B >= N means full batch (default: full batch)",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=d["seed"],
+        help=f"seed of the SVI key and the inducing initialisation (default: {d['seed']})",
+    )
+    group.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default=d["dtype"],
+        help=f"floating-point precision; float64 enables jax_enable_x64 (default: {d['dtype']})",
+    )
+    group.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=d["checkpoint_every"],
+        metavar="STEPS",
+        help=f"steps between checkpoints to OUT/checkpoint.npz (default: {d['checkpoint_every']})",
+    )
+
+    group = fit.add_argument_group("output")
+    group.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="output folder (default: runs/<method>-<data>-<split>)"
+    )
+    group.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
+    group.add_argument(
+        "--quiet", action="store_true", help="print nothing on success, progress bar included (default: off)"
+    )
+    return parser
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checks and defaults (all before any data are loaded or anything is compiled)
+
+
+def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Check the parsed options and fill in the method-dependent defaults.
+
+    Returns:
+        The options as a plain dict (``likelihood`` and ``noise_variance`` stay ``None`` where they depend on
+        the dataset; :func:`run_fit` settles them once the dataset is loaded).
+
+    Raises:
+        ValueError: naming the offending option and what was expected.
+    """
+    opts = {k: v for k, v in vars(args).items() if k != "command"}
+    method = opts["method"]
+    for name in _SVGP_ONLY if method != "svgp" else ():
+        if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
+            flag = "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
+            raise ValueError(f"{flag} applies to svgp only, not {method}")
+    for name in _SPARSE_ONLY if method == "gpr" else ():
+        if opts[name] is not None:
+            raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr); gpr uses no inducing points")
+    if method != "gpr":
+        opts["inducing"] = DEFAULTS["inducing"] if opts["inducing"] is None else opts["inducing"]
+        opts["init"] = opts["init"] or DEFAULTS["init"]
+    if method == "svgp":
+        opts["whiten"] = DEFAULTS["whiten"] if opts["whiten"] is None else opts["whiten"]
+        opts["q_diag"] = DEFAULTS["q_diag"] if opts["q_diag"] is None else opts["q_diag"]
+
+    for name in ("steps", "checkpoint_every", "inducing", "batch_size"):
+        value = opts[name]
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
+    if opts["seed"] < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {opts['seed']}")
+    for name in ("lr", "kernel_variance", "lengthscale", "noise_variance"):
+        if opts[name] is not None:
+            validation.check_positive(f"--{name.replace('_', '-')}", opts[name])
+
+    try:
+        kernels.kernel_from_name(opts["kernel"], 1)
+    except ValueError as err:
+        raise ValueError(f"--kernel: {err}") from None
+    if opts["likelihood"] is not None:
+        try:
+            likelihoods.likelihood_from_name(opts["likelihood"])
+        except ValueError as err:
+            raise ValueError(f"--likelihood: {err}") from None
+        opts["likelihood"] = opts["likelihood"].lower()
+    if opts["out"] is None:
+        opts["out"] = Path("runs") / f"{method}-{opts['data'].replace('/', '_')}-{opts['split']}"
+    return opts
+
+
+def _load(name: str, split: int) -> Dataset:
+    try:
+        return data.load_dataset(name, split)
+    except ValueError as err:
+        raise ValueError(f"--data {name!r} (--split {split}): {err}") from None
+
+
+def _check_dataset(opts: dict[str, Any], ds: Dataset) -> None:
+    """Checks that need the dataset: its task against method and likelihood, N against gpr and --inducing."""
+    method, n = opts["method"], ds.X_train.shape[0]
+    if ds.task not in LIKELIHOODS_BY_TASK:
+        raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; fit supports regression and binary classification")
+    if method != "svgp" and ds.task != "regression":
+        raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; {method} needs regression data (use svgp)")
+    if opts["likelihood"] is not None and opts["likelihood"] not in LIKELIHOODS_BY_TASK[ds.task]:
+        raise ValueError(
+            f"--likelihood {opts['likelihood']!r} does not fit {ds.task} data ({ds.name}); "
+            f"choose one of {', '.join(LIKELIHOODS_BY_TASK[ds.task])}"
+        )
+    if opts["noise_variance"] is not None and ds.task == "binary":
+        raise ValueError(f"--noise-variance: the Bernoulli likelihood of {ds.task} data ({ds.name}) has no noise")
+    if method == "gpr" and n > GPR_MAX_N:
+        raise ValueError(
+            f"--data: gpr is exact, O(N^3) time and O(N^2) memory, and {ds.name} has N = {n} > {GPR_MAX_N} "
+            "training points; use sgpr or svgp"
+        )
+    if opts["inducing"] is not None:
+        validation.check_inducing_count(opts["inducing"], n, name="--inducing")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Building the model
+
+
+def _kernel(name: str, input_dim: int, variance: float, lengthscale: float, dtype: np.dtype) -> kernels.Kernel:
+    """The ARD kernel ``name`` with every variance and lengthscale set to the given values, as ``dtype`` arrays."""
+    kernel = kernels.kernel_from_name(name, input_dim, ard=True)
+    fills = {"variance": variance, "lengthscale": lengthscale}
+    values = {}
+    for key, value in kernel.parameters().items():
+        shape = np.shape(value)
+        fill = fills.get(key.rsplit(".", 1)[-1])
+        values[key] = np.asarray(value, dtype=dtype) if fill is None else np.full(shape, fill, dtype=dtype)
+    return kernel.with_parameters(values)
+
+
+def _settle_likelihood(opts: dict[str, Any], task: str) -> dict[str, Any]:
+    """``opts`` with the dataset-dependent defaults of ``likelihood`` and ``noise_variance`` filled in."""
+    name = opts["likelihood"] or ("gaussian" if task == "regression" else "probit")
+    noise = opts["noise_variance"]
+    if task == "regression" and noise is None:
+        noise = DEFAULTS["noise_variance"]
+    return {**opts, "likelihood": name, "noise_variance": noise}
+
+
+def _likelihood(opts: dict[str, Any], dtype: np.dtype) -> likelihoods.Likelihood:
+    name, noise = opts["likelihood"], opts["noise_variance"]
+    if name == "gaussian":
+        return likelihoods.Gaussian(variance=np.asarray(noise, dtype=dtype))
+    if name == "studentt":
+        return likelihoods.StudentT(scale=np.asarray(math.sqrt(noise), dtype=dtype))
+    return likelihoods.likelihood_from_name(name)
+
+
+def _inducing_inputs(opts: dict[str, Any], X: np.ndarray, kernel: kernels.Kernel) -> np.ndarray:
+    M, seed = opts["inducing"], opts["seed"]
+    if opts["init"] == "kmeans":
+        return initialise.kmeans(X, M, seed=seed)
+    if opts["init"] == "random":
+        return initialise.random_subset(X, M, seed=seed)
+    return initialise.greedy_variance(X, M, kernel, seed=seed)
+
+
+def build_model(opts: dict[str, Any], ds: Dataset) -> GPModel:
+    """The GP of ``opts["method"]`` for the (standardised) dataset ``ds``, at its initial values.
+
+    ``opts`` are options from :func:`resolve_options` with the likelihood settled for the dataset's task.
+    """
+    dtype = np.dtype(opts["dtype"])
+    X = ds.X_train.astype(dtype)
+    kernel = _kernel(opts["kernel"], X.shape[1], opts["kernel_variance"], opts["lengthscale"], dtype)
+    likelihood = _likelihood(opts, dtype)
+    if opts["method"] == "gpr":
+        return GPR(kernel=kernel, likelihood=likelihood)
+    Z = _inducing_inputs(opts, X, kernel).astype(dtype)
+    if opts["method"] == "sgpr":
+        return SGPR(kernel=kernel, likelihood=likelihood, Z=Z)
+    batch = opts["batch_size"]
+    return SVGP(
+        kernel=kernel,
+        likelihood=likelihood,
+        Z=Z,
+        num_latent=ds.num_outputs,
+        whiten=opts["whiten"],
+        q_diag=opts["q_diag"],
+        batch_size=batch if batch is not None and batch < X.shape[0] else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Evaluation and the picture
+
+
+def compiled_predictor(gp: GPModel) -> Callable[..., tuple[Any, Any, Any]]:
+    """One compiled ``predict(params, X, y, X_new, y_new) -> (mean, var, log_density)`` of y at ``X_new``.
+
+    ``X`` [N, D], ``y`` [N] or [N, P] are the (standardised) training data that gpr and sgpr predict from;
+    ``X_new`` [S, D]; ``y_new`` like ``y`` with S rows. Outputs are in standardised units, each [S] or [S, P].
+    Compiling the prediction as one program is much cheaper than running it op by op, which compiles every
+    operation on its own.
+    """
+
+    def predict(params, X, y, X_new, y_new):
+        mean, var = gp.predict_y(params, X_new, X=X, y=y)
+        return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
+
+    return jax.jit(predict)
+
+
+def evaluate(
+    predicted: tuple[np.ndarray, np.ndarray, np.ndarray], y_eval: np.ndarray, scaler: Standardizer, task: str
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Metrics in original units from predictions of :func:`compiled_predictor` at the evaluation points.
+
+    Args:
+        predicted: (mean, var, log density) of y in standardised units, each [S] or [S, P].
+        y_eval: targets in original units, [S] or [S, P] (class labels [S] for binary data).
+        scaler: the training standardisation, to map predictions back.
+        task: "regression" or "binary".
+
+    Returns:
+        (metrics, mean, variance), the moments of y in original units; for binary data the mean is p(y = 1).
+    """
+    mean, var, log_p = (np.asarray(a) for a in predicted)
+    if task == "binary":
+        scores = {
+            "accuracy": metrics.accuracy(y_eval, mean),
+            "nll": metrics.binary_nll(y_eval, mean),
+            "ece": metrics.expected_calibration_error(y_eval, mean),
+            "auc": metrics.roc_auc(y_eval, mean),
+        }
+        return scores, mean, var
+    mean, var = scaler.inverse_mean(mean), scaler.inverse_var(var)
+    scores = {
+        "rmse": metrics.rmse(y_eval, mean),
+        "mae": metrics.mae(y_eval, mean),
+        "nlpd": float(-np.mean(scaler.log_density_to_original(log_p))),
+        "rmse_of_training_mean": metrics.rmse(y_eval, np.broadcast_to(scaler.y_mean, y_eval.shape)),
+    }
+    return scores, mean, var
+
+
+def plot_fit(
+    losses: np.ndarray,
+    task: str,
+    evaluated_on: str,
+    y_eval: np.ndarray,
+    mean: np.ndarray,
+    var: np.ndarray,
+    curve: dict[str, np.ndarray] | None = None,
+) -> matplotlib.figure.Figure:
+    """Loss trace (left) and the fit (right).
+
+    The right panel is, for 1-D regression (``curve`` given: grid ``x`` [G], ``mean`` and ``var`` [G], training
+    ``X``/``y``, inducing inputs ``Z`` [M] or absent), the predictive mean +- 2 sd with data and inducing points;
+    for other regression, predicted vs observed at the evaluation points (error bars 2 sd); for binary data, a
+    reliability diagram (observed frequency of class 1 against predicted probability, 10 bins).
+    """
+    fig, (ax_loss, ax_fit) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax_loss.plot(np.arange(1, len(losses) + 1), losses, lw=0.8)
+    ax_loss.set(xlabel="step", ylabel="loss (negative ELBO, standardised units)", title="training loss")
+    if len(losses) and np.all(losses > 0):
+        ax_loss.set_yscale("log")
+    if curve is not None:
+        sd = np.sqrt(curve["var"])
+        ax_fit.fill_between(curve["x"], curve["mean"] - 2 * sd, curve["mean"] + 2 * sd, alpha=0.25, label="±2 sd")
+        ax_fit.plot(curve["x"], curve["mean"], lw=1.5, label="predictive mean")
+        ax_fit.plot(curve["X"], curve["y"], "k.", ms=3, alpha=0.6, label="training data")
+        if "Z" in curve:
+            ax_fit.plot(curve["Z"], np.full(len(curve["Z"]), ax_fit.get_ylim()[0]), "r|", ms=12, label="Z")
+        ax_fit.set(xlabel="x", ylabel="y", title="predictive distribution")
+        ax_fit.legend(loc="best", fontsize=8)
+    elif task == "regression":
+        ax_fit.errorbar(y_eval.ravel(), mean.ravel(), yerr=2 * np.sqrt(var.ravel()), fmt=".", ms=3, lw=0.5, alpha=0.6)
+        lo, hi = float(min(y_eval.min(), mean.min())), float(max(y_eval.max(), mean.max()))
+        ax_fit.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax_fit.set(xlabel="observed y", ylabel="predicted mean ± 2 sd", title=f"{evaluated_on} set")
+    else:
+        edges = np.linspace(0.0, 1.0, 11)
+        which = np.digitize(mean, edges[1:-1])  # bin 0..9
+        filled = [b for b in range(10) if np.any(which == b)]
+        predicted = [mean[which == b].mean() for b in filled]
+        observed = [y_eval[which == b].mean() for b in filled]
+        ax_fit.plot([0, 1], [0, 1], "k--", lw=0.8)
+        ax_fit.plot(predicted, observed, "o-")
+        ax_fit.set(xlabel="predicted p(y = 1)", ylabel="observed frequency", title=f"reliability, {evaluated_on} set")
+    fig.tight_layout()
+    return fig
+
+
+def _curve_1d(
+    predict: Callable[..., tuple[Any, Any, Any]],
+    params: dict[str, Any],
+    train: tuple[np.ndarray, np.ndarray],
+    ds: Dataset,
+    scaler: Standardizer,
+) -> dict[str, np.ndarray] | None:
+    """Grid predictions for the 1-D picture (original units), or None when the picture does not apply."""
+    if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
+        return None
+    lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
+    pad = 0.1 * (hi - lo)
+    x = np.linspace(lo - pad, hi + pad, 400)
+    X, y = train
+    X_grid = scaler.transform_x(x[:, None]).astype(X.dtype)
+    mean, var, _ = predict(params, X, y, X_grid, np.zeros(len(x), dtype=X.dtype))
+    curve = {
+        "x": x,
+        "mean": scaler.inverse_mean(np.asarray(mean)),
+        "var": scaler.inverse_var(np.asarray(var)),
+        "X": ds.X_train[:, 0],
+        "y": ds.y_train,
+    }
+    if "Z" in params:
+        curve["Z"] = np.asarray(params["Z"])[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
+    return curve
+
+
+# --------------------------------------------------------------------------------------------------------
+# The run
+
+
+def _checkpoint_step(path: Path) -> int:
+    """The step stored in an existing checkpoint (0 when there is none)."""
+    if not path.exists():
+        return 0
+    try:
+        with np.load(path) as ckpt:
+            return int(ckpt["step"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise ValueError(f"--out: {path} is not a readable checkpoint ({err}); delete it to start afresh") from None
+
+
+def _versions() -> dict[str, str]:
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "numpyro": numpyro.__version__,
+        "optax": optax.__version__,
+        "numpy": np.__version__,
+        "ppl_sparsegp": importlib.metadata.version("ppl-sparsegp"),
+    }
+
+
+def run_fit(opts: dict[str, Any], argv: Sequence[str] = ()) -> dict[str, Any]:
+    """Run ``fit`` with options from :func:`resolve_options`; writes the output files and returns results.json.
+
+    The whole run happens inside ``jax.enable_x64(dtype == "float64")``, so 64-bit mode is set before any jax
+    array is created and a caller's own setting is restored afterwards (``float32`` is genuine 32-bit even in a
+    process that enabled x64).
+
+    Raises:
+        ValueError: a problem with the options or the dataset, raised before anything is compiled.
+    """
+    with jax.enable_x64(opts["dtype"] == "float64"):
+        return _run(opts, argv)
+
+
+def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
+    dtype = np.dtype(opts["dtype"])
+    ds = _load(opts["data"], opts["split"])
+    _check_dataset(opts, ds)
+    opts = _settle_likelihood(opts, ds.task)
+    std, scaler = data.standardize(ds)
+    out = Path(opts["out"])
+    checkpoint = out / "checkpoint.npz"
+    resumed_from = _checkpoint_step(checkpoint)
+
+    gp = build_model(opts, std)
+    X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
+    t0 = time.perf_counter()
+    fit = fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(opts["lr"]),
+        num_steps=opts["steps"],
+        progress=not (opts["no_progress"] or opts["quiet"]),
+        checkpoint=checkpoint,
+        checkpoint_every=opts["checkpoint_every"],
+        key=opts["seed"],
+    )
+    train_seconds = time.perf_counter() - t0
+
+    has_test = ds.y_test is not None
+    evaluated_on = "test" if has_test else "train"
+    X_eval = (std.X_test if has_test else std.X_train).astype(dtype)
+    y_eval = ds.y_test if has_test else ds.y_train
+    y_eval_std = (std.y_test if has_test else std.y_train).astype(dtype)
+    predict = compiled_predictor(gp)
+    scores, mean, var = evaluate(predict(fit.params, X, y, X_eval, y_eval_std), y_eval, scaler, ds.task)
+
+    params = to_numpy_params(fit.params)
+    params.update({f"standardizer.{k}": np.asarray(v) for k, v in vars(scaler).items()})
+    results.write_npz(out / "params.npz", params)
+    curve = _curve_1d(predict, fit.params, (X, y), ds, scaler)
+    figure = plot_fit(fit.losses, ds.task, evaluated_on, y_eval, mean, var, curve)
+    try:
+        results.write_figure(out / "fit.png", figure)
+    finally:
+        plt.close(figure)
+
+    record = {
+        "method": opts["method"],
+        "data": ds.name,
+        "split": opts["split"],
+        "task": ds.task,
+        "n_train": int(ds.X_train.shape[0]),
+        "n_eval": int(X_eval.shape[0]),
+        "input_dim": int(ds.X_train.shape[1]),
+        "num_outputs": ds.num_outputs,
+        "evaluated_on": evaluated_on,
+        "metrics": scores,
+        "options": opts,
+        "argv": list(argv),
+        "steps": int(len(fit.losses)),
+        "steps_this_run": int(len(fit.losses)) - resumed_from,
+        "resumed_from_step": resumed_from,
+        "final_loss": float(fit.losses[-1]),
+        "stopped_early": fit.stopped_early,
+        "train_seconds": train_seconds,
+        "compile_seconds": fit.compile_seconds,
+        "run_seconds": fit.run_seconds,
+        "steps_per_second": fit.steps_per_second,
+        "backend": jax.default_backend(),
+        "versions": _versions(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": checkpoint.name},
+    }
+    if not has_test:
+        record["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
+    results.write_json(out / "results.json", record)
+    return record
+
+
+def _summary(record: dict[str, Any], out: Path) -> str:
+    m, o = record["metrics"], record["options"]
+    size = f"N = {record['n_train']}, D = {record['input_dim']}" + (
+        f", M = {o['inducing']}" if o.get("inducing") else ""
+    )
+    resumed = f", resumed from step {record['resumed_from_step']}" if record["resumed_from_step"] else ""
+    lines = [
+        f"{record['method']} on {record['data']} (split {record['split']}; {size})",
+        f"  {record['steps_this_run']} steps in {record['run_seconds']:.1f} s "
+        f"(+ {record['compile_seconds']:.1f} s compiling{resumed}); final loss {record['final_loss']:.4g}",
+    ]
+    where = record["evaluated_on"]
+    if record["task"] == "regression":
+        lines.append(
+            f"  {where} RMSE {m['rmse']:.4g}  MAE {m['mae']:.4g}  NLPD {m['nlpd']:.4g}  (original units; "
+            f"predicting the training mean gives RMSE {m['rmse_of_training_mean']:.4g})"
+        )
+    else:
+        lines.append(
+            f"  {where} accuracy {m['accuracy']:.4f}  NLL {m['nll']:.4f}  ECE {m['ece']:.4f}  AUC {m['auc']:.4f}"
+        )
+    lines.append(f"  wrote {out / 'results.json'}, params.npz, fit.png")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``ppl-sparsegp``; returns the exit code (0 success, 1 run-time failure, 2 bad input, 130
+    interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        opts = resolve_options(args)
+        record = run_fit(opts, argv)
+    except ValueError as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except (OSError, FloatingPointError, DataIntegrityError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        checkpoint = Path(opts["out"]) / "checkpoint.npz"
+        print(f"interrupted; run the same command again to resume from {checkpoint}", file=sys.stderr)
+        return 130
+    if not opts["quiet"]:
+        print(_summary(record, Path(opts["out"])))
+    return 0

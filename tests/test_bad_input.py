@@ -1,0 +1,305 @@
+"""Bad input is refused early and clearly, and a failed run never corrupts earlier results.
+
+* Python API (models + ``fit_svi``, initialisers, constructors, loaders): a ``ValueError`` naming the argument,
+  raised before anything is compiled -- ``jax.jit`` is replaced by a trap that fails the test if reached.
+* Command line: exit code 2 with a one-line ``error: ...`` naming the option (argparse's own message for
+  syntax errors), again before any compilation, and without creating the output folder.
+* Atomic writes: a write that fails part-way leaves the previous file intact and no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+
+import jax
+import numpy as np
+import optax
+import pytest
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
+
+from ppl_sparsegp import cli, data, kernels, likelihoods, results
+from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.svi import fit_svi
+
+
+@pytest.fixture
+def no_compilation(monkeypatch):
+    """Replace ``jax.jit`` by a trap: anything raised under this fixture was raised before compilation."""
+
+    def trap(*args, **kwargs):
+        raise AssertionError("jax.jit was reached before the bad input was rejected")
+
+    monkeypatch.setattr(jax, "jit", trap)
+
+
+def _xy(rng, N=30, D=2):
+    X = rng.uniform(-2.0, 2.0, (N, D))
+    return X, np.sin(X[:, 0]) + 0.1 * rng.standard_normal(N)
+
+
+def _model(method: str, X: np.ndarray):
+    kernel, lik = kernels.RBF(1.0, np.ones(X.shape[1])), likelihoods.Gaussian(0.1)
+    if method == "gpr":
+        return GPR(kernel=kernel, likelihood=lik)
+    cls = SVGP if method == "svgp" else SGPR
+    return cls(kernel=kernel, likelihood=lik, Z=X[:5].copy())
+
+
+def _fit(gp, X, y, **kwargs):
+    return fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=5, progress=False, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Python API
+
+
+def _nan_at(A, index):
+    A = A.copy()
+    A[index] = np.nan
+    return A
+
+
+BAD_DATA = {
+    "nan in X": (lambda X, y: (_nan_at(X, (3, 1)), y), "X must be finite"),
+    "inf in X": (lambda X, y: (np.where(X > 1.5, np.inf, X), y), "X must be finite"),
+    "nan in y": (lambda X, y: (X, _nan_at(y, 7)), "y must be finite"),
+    "-inf in y": (lambda X, y: (X, np.where(y > 0.5, -np.inf, y)), "y must be finite"),
+    "y shorter than X": (lambda X, y: (X, y[:-1]), r"len\(X\) = 30 but len\(y\) = 29"),
+    "X longer than y": (lambda X, y: (np.vstack([X, X[:2]]), y), r"len\(X\) = 32 but len\(y\) = 30"),
+    "X 1-D": (lambda X, y: (X[:, 0], y), r"X must be 2-D \[N, D\], got a 1-D array"),
+    "X 3-D": (lambda X, y: (X[:, :, None], y), r"X must be 2-D \[N, D\], got shape \(30, 2, 1\)"),
+    "y 3-D": (lambda X, y: (X, y[:, None, None]), r"y must be 1-D \[N\] or 2-D \[N, P\], got shape \(30, 1, 1\)"),
+    "integer X": (lambda X, y: (X.astype(np.int64), y), "X must hold floating-point numbers"),
+}
+
+
+@pytest.mark.parametrize("method", ["svgp", "sgpr", "gpr"])
+@pytest.mark.parametrize("case", sorted(BAD_DATA))
+def test_bad_data_is_rejected_before_compilation(rng, method, case, no_compilation):
+    X, y = _xy(rng)
+    gp = _model(method, X)
+    corrupt, message = BAD_DATA[case]
+    with pytest.raises(ValueError, match=message):
+        _fit(gp, *corrupt(X, y))
+
+
+def test_the_compilation_trap_fires_on_good_data(rng, no_compilation):
+    """The trap is not vacuous: with valid data, fit_svi does reach jax.jit."""
+    X, y = _xy(rng)
+    with pytest.raises(AssertionError, match="jax.jit was reached"):
+        _fit(_model("gpr", X), X, y)
+
+
+@pytest.mark.parametrize(
+    "site, value, message",
+    [
+        ("kernel.lengthscale", np.array([1.0, -1.0]), "RBF.lengthscale must be positive"),
+        ("kernel.variance", np.array(0.0), "RBF.variance must be positive"),
+        ("likelihood.variance", np.array(-0.1), "variance must be positive and finite"),
+    ],
+)
+def test_non_positive_initial_values_are_rejected_before_compilation(rng, site, value, message, no_compilation):
+    X, y = _xy(rng)
+    with pytest.raises(ValueError, match=message):
+        _fit(_model("sgpr", X), X, y, init_params={site: value})
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: kernels.RBF(variance=0.0), "RBF.variance must be positive"),
+        (lambda: kernels.RBF(lengthscale=[1.0, -2.0]), "RBF.lengthscale must be positive"),
+        (lambda: kernels.Matern52(lengthscale=np.nan), "Matern52.lengthscale must be positive"),
+        (lambda: kernels.Linear(variance=-1.0), "Linear.variance must be positive"),
+        (lambda: likelihoods.Gaussian(variance=0.0), "variance must be positive and finite"),
+        (lambda: likelihoods.Gaussian(variance=np.inf), "variance must be positive and finite"),
+        (lambda: likelihoods.StudentT(scale=-0.3), "scale must be positive and finite"),
+    ],
+)
+def test_non_positive_hyperparameters_are_rejected_by_constructors(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("M", [0, 31, 100])
+@pytest.mark.parametrize("init", ["random", "kmeans", "greedy"])
+def test_more_inducing_points_than_data_is_an_error(rng, init, M):
+    X, _ = _xy(rng)
+    make = {
+        "random": lambda: initialise.random_subset(X, M),
+        "kmeans": lambda: initialise.kmeans(X, M),
+        "greedy": lambda: initialise.greedy_variance(X, M, kernels.RBF(1.0, np.ones(2))),
+    }[init]
+    with pytest.raises(ValueError, match=rf"1 <= num_inducing <= N = 30 .*got {M}"):
+        make()
+
+
+@pytest.mark.parametrize("name", ["no-such-data", "uci/no-such-data", "embedded/kin8nm"])
+def test_unknown_dataset_names(name):
+    with pytest.raises(ValueError, match=f"unknown dataset '{name}'; known: .*embedded/diabetes"):
+        data.load_dataset(name)
+
+
+@pytest.mark.parametrize("name, bad", [("rbff", "rbff"), ("rbf+cosine", "cosine")])
+def test_unknown_kernel_names(name, bad):
+    with pytest.raises(ValueError, match=re.escape(f"unknown kernel '{bad}' in '{name}'; valid names are [")):
+        kernels.kernel_from_name(name, 3)
+
+
+def test_unknown_likelihood_name():
+    with pytest.raises(ValueError, match="unknown likelihood 'gauss'; valid names: gaussian, bernoulli"):
+        likelihoods.likelihood_from_name("gauss")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def _cli(tmp_path, capsys, *args: str) -> tuple[int, str]:
+    code = cli.main(["fit", *args, "--out", str(tmp_path / "out"), "--no-progress", "--quiet"])
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return code, captured.err
+
+
+CLI_ERRORS = [
+    (("svgp", "--inducing", "1000"), "error: --inducing must satisfy 1 <= --inducing <= N = 353"),
+    (("sgpr", "--inducing", "0"), "error: --inducing must be a positive integer, got 0"),
+    (("svgp", "--lengthscale", "-1"), "error: --lengthscale must be finite and > 0, got -1.0"),
+    (("svgp", "--lengthscale", "nan"), "error: --lengthscale must be finite and > 0, got nan"),
+    (("gpr", "--kernel-variance", "0"), "error: --kernel-variance must be finite and > 0, got 0.0"),
+    (("sgpr", "--noise-variance", "-0.5"), "error: --noise-variance must be finite and > 0, got -0.5"),
+    (("svgp", "--lr", "inf"), "error: --lr must be finite and > 0, got inf"),
+    (("svgp", "--steps", "0"), "error: --steps must be a positive integer, got 0"),
+    (("svgp", "--batch-size", "-8"), "error: --batch-size must be a positive integer, got -8"),
+    (("svgp", "--checkpoint-every", "0"), "error: --checkpoint-every must be a positive integer, got 0"),
+    (("svgp", "--seed", "-3"), "error: --seed must be a non-negative integer, got -3"),
+    (("svgp", "--data", "no-such-data"), "error: --data 'no-such-data' (--split 0): unknown dataset 'no-such-data'"),
+    (("svgp", "--split", "-1"), "error: --data 'diabetes' (--split -1): split must be a non-negative integer"),
+    (("svgp", "--kernel", "rbff"), "error: --kernel: unknown kernel 'rbff' in 'rbff'"),
+    (("svgp", "--likelihood", "gauss"), "error: --likelihood: unknown likelihood 'gauss'"),
+    (
+        ("svgp", "--likelihood", "bernoulli"),
+        "error: --likelihood 'bernoulli' does not fit regression data (embedded/diabetes); "
+        "choose one of gaussian, studentt",
+    ),
+    (("svgp", "--likelihood", "poisson"), "error: --likelihood 'poisson' does not fit regression data"),
+    (
+        ("svgp", "--data", "breast_cancer", "--noise-variance", "0.2"),
+        "error: --noise-variance: the Bernoulli likelihood of binary data (embedded/breast_cancer) has no noise",
+    ),
+    (
+        ("sgpr", "--data", "breast_cancer"),
+        "error: --data: embedded/breast_cancer is a binary dataset; sgpr needs regression data (use svgp)",
+    ),
+    (("svgp", "--data", "digits"), "error: --data: embedded/digits is a multiclass dataset; fit supports"),
+    (("sgpr", "--batch-size", "32"), "error: --batch-size applies to svgp only, not sgpr"),
+    (("gpr", "--likelihood", "studentt"), "error: --likelihood applies to svgp only, not gpr"),
+    (("gpr", "--no-whiten"), "error: --whiten/--no-whiten applies to svgp only, not gpr"),
+    (("sgpr", "--q-diag"), "error: --q-diag applies to svgp only, not sgpr"),
+    (("gpr", "--inducing", "10"), "error: --inducing applies to sparse methods (svgp, sgpr); gpr uses no inducing"),
+    (("gpr", "--init", "greedy"), "error: --init applies to sparse methods"),
+]
+
+
+@pytest.mark.parametrize("args, message", CLI_ERRORS, ids=[" ".join(a) for a, _ in CLI_ERRORS])
+def test_cli_rejects_bad_options_in_one_line(tmp_path, capsys, args, message, no_compilation):
+    code, err = _cli(tmp_path, capsys, *args)
+    assert code == 2
+    assert err.startswith(message) and err.endswith("\n") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_gpr_on_large_data(tmp_path, capsys, monkeypatch, no_compilation):
+    monkeypatch.setattr(cli, "GPR_MAX_N", 300)
+    code, err = _cli(tmp_path, capsys, "gpr")
+    assert code == 2
+    assert err == (
+        "error: --data: gpr is exact, O(N^3) time and O(N^2) memory, and embedded/diabetes has N = 353 > 300 "
+        "training points; use sgpr or svgp\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("svgp", "--init", "spectral"), "argument --init: invalid choice: 'spectral'"),
+        (("svgp", "--steps", "ten"), "argument --steps: invalid int value: 'ten'"),
+        (("svgp", "--lengthscale", "wide"), "argument --lengthscale: invalid float value: 'wide'"),
+        (("svgp", "--dtype", "float16"), "argument --dtype: invalid choice: 'float16'"),
+        (("lasso",), "argument method: invalid choice: 'lasso'"),
+        (("svgp", "--bogus"), "unrecognized arguments: --bogus"),
+    ],
+)
+def test_cli_syntax_errors_come_from_argparse(tmp_path, capsys, args, message, no_compilation):
+    code, err = _cli(tmp_path, capsys, *args)
+    assert code == 2
+    assert message in err and "usage: ppl-sparsegp" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------------------
+# Atomic writes
+
+
+def _leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_a_write_failing_part_way_leaves_the_old_file(tmp_path):
+    path = results.write_json(tmp_path / "results.json", {"metrics": {"rmse": 54.2}})
+
+    def torn(fh):
+        fh.write(b'{"metrics": {"rms')
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        results.atomic_write(path, torn)
+    assert json.loads(path.read_text()) == {"metrics": {"rmse": 54.2}}
+    assert _leftovers(tmp_path) == []
+
+
+def test_unwritable_values_leave_the_old_files(tmp_path):
+    json_path = results.write_json(tmp_path / "results.json", {"rmse": 1.5, "nlpd": float("nan")})
+    npz_path = results.write_npz(tmp_path / "params.npz", {"Z": np.ones((2, 3))})
+    with pytest.raises(TypeError, match="cannot write a value of type object"):
+        results.write_json(json_path, {"rmse": 2.0, "model": object()})
+    with pytest.raises(ValueError, match=r"arrays\['names'\] has dtype object"):
+        results.write_npz(npz_path, {"Z": np.zeros((2, 3)), "names": np.array([{"a": 1}], dtype=object)})
+    assert json.loads(json_path.read_text()) == {"rmse": 1.5, "nlpd": None}
+    with np.load(npz_path, allow_pickle=False) as params:
+        np.testing.assert_array_equal(params["Z"], np.ones((2, 3)))
+    assert _leftovers(tmp_path) == []
+
+
+def test_written_files_get_the_usual_permissions_not_those_of_a_temp_file(tmp_path):
+    mask = os.umask(0o022)
+    try:
+        path = results.write_json(tmp_path / "results.json", {"rmse": 1.5})
+    finally:
+        os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_run_failing_at_its_last_write_keeps_the_previous_results(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    previous = {"method": "sgpr", "metrics": {"rmse": 57.0}}
+    results.write_json(out / "results.json", previous)
+    real_replace = os.replace
+
+    def full_disk(src, dst):
+        if str(dst).endswith("results.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    code = cli.main(["fit", "sgpr", "--inducing", "16", "--steps", "5", "--out", str(out), "--quiet"])
+    assert code == 1
+    assert capsys.readouterr().err == "error: [Errno 28] No space left on device\n"
+    assert json.loads((out / "results.json").read_text()) == previous
+    assert (out / "params.npz").exists() and (out / "fit.png").exists()
+    assert _leftovers(out) == []

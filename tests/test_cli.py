@@ -1,0 +1,191 @@
+"""End-to-end tests of ``ppl-sparsegp fit``, run in-process through ``main([...])`` into ``tmp_path``.
+
+Runs are short (M = 16, a few hundred steps at a raised learning rate) so that the whole file stays fast (the
+float32 and Snelson runs, each one more compilation, are marked slow and run by ``make test-slow``); the
+thresholds are set against the diabetes test set, whose targets have standard deviation 71.6 (predicting the
+training mean gives RMSE 71.7; a linear model about 54; the full default demo about 58).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from ppl_sparsegp import cli, data
+from ppl_sparsegp.cli import main
+
+FAST = ("--inducing", "16", "--lr", "0.05", "--no-progress", "--quiet")
+
+
+def fit(tmp_path, *args: str, out: str = "out") -> tuple[dict, object]:
+    """Run ``ppl-sparsegp fit ARGS --out tmp_path/out``; return results.json and the output folder."""
+    folder = tmp_path / out
+    assert main(["fit", *args, "--out", str(folder)]) == 0
+    return json.loads((folder / "results.json").read_text()), folder
+
+
+@pytest.fixture(scope="module")
+def diabetes_test_sd() -> float:
+    return float(np.std(data.load_dataset("diabetes").y_test))
+
+
+def check_outputs(folder, expected_params: dict[str, tuple[int, ...]]) -> None:
+    """The three output files exist; params.npz loads without pickle and holds the expected shapes."""
+    assert (folder / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with np.load(folder / "params.npz", allow_pickle=False) as params:
+        shapes = {k: params[k].shape for k in params.files}
+        assert all(np.all(np.isfinite(params[k])) for k in params.files)
+    for name, shape in expected_params.items():
+        assert shapes[name] == shape, name
+    assert shapes["standardizer.x_mean"] == (10,)
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_svgp_on_diabetes_end_to_end(tmp_path, diabetes_test_sd):
+    record, folder = fit(tmp_path, "svgp", "--steps", "200", *FAST)
+    m = record["metrics"]
+    assert record["method"] == "svgp" and record["data"] == "embedded/diabetes" and record["split"] == 0
+    assert record["n_train"] == 353 and record["n_eval"] == 89 and record["evaluated_on"] == "test"
+    assert 50.0 < m["rmse"] < 0.9 * diabetes_test_sd
+    assert 35.0 < m["mae"] < m["rmse"]
+    assert 5.0 < m["nlpd"] < 5.8
+    np.testing.assert_allclose(m["rmse_of_training_mean"], 71.657, atol=1e-3)
+    assert record["steps"] == 200 and record["resumed_from_step"] == 0
+    assert math.isfinite(record["final_loss"]) and record["steps_per_second"] > 0
+    assert record["compile_seconds"] > 0 and record["train_seconds"] >= record["run_seconds"]
+    assert set(record["versions"]) >= {"jax", "numpyro", "ppl_sparsegp"}
+    o = record["options"]
+    assert (o["likelihood"], o["noise_variance"], o["inducing"], o["init"], o["whiten"]) == (
+        "gaussian",
+        0.1,
+        16,
+        "kmeans",
+        True,
+    )
+    check_outputs(
+        folder,
+        {"Z": (16, 10), "u_loc": (1, 16), "u_scale_tril": (1, 16, 16), "kernel.lengthscale": (10,)},
+    )
+
+
+def test_sgpr_prints_a_summary_and_writes_results(tmp_path, capsys, diabetes_test_sd):
+    record, folder = fit(tmp_path, "sgpr", "--steps", "100", "--inducing", "16", "--lr", "0.05", "--no-progress")
+    m = record["metrics"]
+    assert 50.0 < m["rmse"] < 0.9 * diabetes_test_sd and 5.0 < m["nlpd"] < 5.8
+    printed = capsys.readouterr().out
+    assert f"test RMSE {m['rmse']:.4g}" in printed and f"NLPD {m['nlpd']:.4g}" in printed
+    assert "sgpr on embedded/diabetes" in printed and str(folder / "results.json") in printed
+    check_outputs(folder, {"Z": (16, 10), "likelihood.variance": ()})
+
+
+def test_gpr_on_diabetes(tmp_path, diabetes_test_sd):
+    record, folder = fit(tmp_path, "gpr", "--steps", "60", "--lr", "0.1", "--no-progress", "--quiet")
+    m = record["metrics"]
+    assert 50.0 < m["rmse"] < 0.9 * diabetes_test_sd and 5.0 < m["nlpd"] < 5.8
+    assert record["options"]["inducing"] is None and record["options"]["init"] is None
+    check_outputs(folder, {"kernel.variance": (), "kernel.lengthscale": (10,)})
+    with np.load(folder / "params.npz") as params:
+        assert "Z" not in params.files
+
+
+@pytest.mark.slow
+def test_float32_run_stores_float32_parameters(tmp_path):
+    record, folder = fit(tmp_path, "svgp", "--steps", "100", "--dtype", "float32", *FAST)
+    assert record["metrics"]["rmse"] < 65.0
+    with np.load(folder / "params.npz") as params:
+        assert params["u_loc"].dtype == np.float32 and params["kernel.lengthscale"].dtype == np.float32
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path, capsys):
+    common = ("svgp", "--checkpoint-every", "100", *FAST)
+    first, folder = fit(tmp_path, *common, "--steps", "200")
+    assert first["resumed_from_step"] == 0 and first["steps"] == 200
+    with np.load(folder / "checkpoint.npz") as ckpt:
+        assert int(ckpt["step"]) == 200
+        first_losses = ckpt["losses"].copy()
+
+    again, _ = fit(tmp_path, *common, "--steps", "300")
+    assert again["resumed_from_step"] == 200 and again["steps_this_run"] == 100 and again["steps"] == 300
+    with np.load(folder / "checkpoint.npz") as ckpt:
+        assert int(ckpt["step"]) == 300
+        np.testing.assert_array_equal(ckpt["losses"][:200], first_losses)
+    assert again["final_loss"] < first_losses[-1]
+
+    # The checkpoint of another model (here a diagonal q(u)) is refused with a message, not silently reused.
+    before = (folder / "results.json").read_text()
+    assert main(["fit", *common, "--steps", "400", "--q-diag", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: checkpoint: {folder / 'checkpoint.npz'} was written for a different model")
+    assert (folder / "results.json").read_text() == before
+
+
+def test_an_interrupted_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "fit_svi", interrupted)
+    folder = tmp_path / "out"
+    assert main(["fit", "sgpr", *FAST, "--out", str(folder)]) == 130
+    err = capsys.readouterr().err
+    assert err == f"interrupted; run the same command again to resume from {folder / 'checkpoint.npz'}\n"
+
+
+def test_binary_classification_with_svgp(tmp_path):
+    record, folder = fit(tmp_path, "svgp", "--data", "breast_cancer", "--steps", "100", *FAST)
+    m = record["metrics"]
+    assert record["task"] == "binary" and record["options"]["likelihood"] == "probit"
+    assert record["options"]["noise_variance"] is None
+    assert m["accuracy"] > 0.9 and m["auc"] > 0.95
+    assert 0.0 < m["nll"] < 0.3 and 0.0 <= m["ece"] < 0.1
+    with np.load(folder / "params.npz") as params:
+        assert "likelihood.variance" not in params.files and params["Z"].shape == (16, 30)
+
+
+@pytest.mark.slow
+def test_dataset_without_test_targets_is_evaluated_on_training_data(tmp_path):
+    root = data.data_dir()
+    if not (root / "snelson").is_dir():
+        pytest.skip(f"snelson not found under {root}")
+    record, folder = fit(tmp_path, "sgpr", "--data", "snelson", "--steps", "100", *FAST)
+    assert record["evaluated_on"] == "train" and record["n_eval"] == 200
+    assert "no test targets" in record["note"]
+    assert record["metrics"]["rmse"] < 0.4  # Snelson's noise sd is about 0.3
+    assert (folder / "fit.png").stat().st_size > 10_000
+
+
+def test_help_lists_every_option_with_its_default(capsys):
+    assert main(["fit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    options = [
+        "--data",
+        "--split",
+        "--inducing",
+        "--init",
+        "--steps",
+        "--lr",
+        "--batch-size",
+        "--kernel",
+        "--kernel-variance",
+        "--lengthscale",
+        "--noise-variance",
+        "--likelihood",
+        "--whiten",
+        "--no-whiten",
+        "--q-diag",
+        "--seed",
+        "--dtype",
+        "--checkpoint-every",
+        "--out",
+        "--no-progress",
+        "--quiet",
+    ]
+    for option in options:
+        assert option in text, option
+    assert set(re.findall(r"--[a-z][a-z0-9-]*", text)) == {*options, "--help"}
+    for default in ("default: diabetes", "default: 128", "default: kmeans", "default: 2000", "default: 0.01"):
+        assert default in text
+    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr}" in text
