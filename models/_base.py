@@ -94,13 +94,16 @@ class GPModel:
             values[site] = params.get(site, params.get(f"{site}_map", jnp.asarray(init)))
         return self._rebuild(values)
 
-    def check_data(self, X: Array, y: Array | None = None) -> None:
-        """Eager input checks of the data (and of Z against X); ``fit_svi`` calls this before compiling.
+    def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
+        """Eager checks of the data, of Z against X, and of initial hyperparameter values.
 
-        Skipped for traced values, whose entries are unknown; shape checks still apply.
+        ``fit_svi`` calls this before compiling. Entries of traced values are unknown and skipped.
         """
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
+        sites = self.hyperparameter_sites()
+        given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in sites}
+        self._rebuild(given)  # kernels and likelihoods reject non-finite or non-positive concrete values
         Z = getattr(self, "Z", None)
         if Z is not None and _is_concrete(X):
             validation.check_same_dim(Z, X)

@@ -70,6 +70,7 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path):
             **kw,
         )
     resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **kw)
+    assert resumed.steps_run == 100 and len(resumed.losses) == 300
     np.testing.assert_array_equal(resumed.losses, full.losses)
     for name in full.params:
         np.testing.assert_array_equal(resumed.params[name], full.params[name])

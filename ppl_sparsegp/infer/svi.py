@@ -69,7 +69,8 @@ class SVIResult:
         state: the final ``SVIState`` (pass it back as ``init_state`` to continue).
         stopped_early: whether early stopping or the callback ended the run.
         compile_seconds: time spent compiling the step chunk(s).
-        run_seconds: time spent running steps (compilation excluded).
+        run_seconds: time spent running steps in this call (compilation excluded).
+        steps_run: steps run in this call (fewer than ``len(losses)`` after resuming from a checkpoint).
     """
 
     params: dict[str, Array]
@@ -78,10 +79,11 @@ class SVIResult:
     stopped_early: bool
     compile_seconds: float
     run_seconds: float
+    steps_run: int
 
     @property
     def steps_per_second(self) -> float:
-        return len(self.losses) / self.run_seconds if self.run_seconds > 0 else math.nan
+        return self.steps_run / self.run_seconds if self.run_seconds > 0 else math.nan
 
 
 def _check_positive_int(name: str, value: Any) -> int:
@@ -127,8 +129,8 @@ def fit_svi(
 
     Args:
         model, guide: NumPyro programs called as ``model(*args, **kwargs)``. When ``model`` is a method of an
-            object with ``check_data(*args, **kwargs)`` (every ``ppl_sparsegp.models`` class), that check runs
-            first, eagerly, so bad input fails before any compilation.
+            object with ``check_data(*args, init_params=..., **kwargs)`` (every ``ppl_sparsegp.models`` class), that
+            check runs first, eagerly, so bad input fails before any compilation.
         *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments.
         optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``) or a ``numpyro.optim``.
         num_steps: number of SVI steps (or the total, counting steps already in a resumed checkpoint).
@@ -156,7 +158,7 @@ def fit_svi(
 
     check_data = getattr(getattr(model, "__self__", None), "check_data", None)
     if check_data is not None:  # the model is a method of a ppl_sparsegp model: validate before compiling
-        check_data(*args, **kwargs)
+        check_data(*args, init_params=init_params, **kwargs)
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
@@ -164,6 +166,7 @@ def fit_svi(
     done, losses = 0, np.zeros(0)
     if checkpoint is not None and Path(checkpoint).exists():
         state, done, losses = load_checkpoint(checkpoint, state)
+    first_step = done
 
     def chunk(state: SVIState, args: tuple, kwargs: dict, length: int):
         def body(s, _):
@@ -232,6 +235,7 @@ def fit_svi(
         stopped_early=stopped,
         compile_seconds=compile_seconds,
         run_seconds=run_seconds,
+        steps_run=done - first_step,
     )
 
 
