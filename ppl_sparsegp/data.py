@@ -320,7 +320,13 @@ def load_uci(name: str, split: int = 0) -> Dataset:
     target = int(_load_text(key, "index_target.txt", dtype=np.int64))
     train = _load_text(key, f"index_train_{split}.txt", dtype=np.int64, ndmin=1)
     test = _load_text(key, f"index_test_{split}.txt", dtype=np.int64, ndmin=1)
-    X, y = data[:, features], data[:, target]
+    return _split_regression(key, data[:, features], data[:, target], train, test, split, n_splits)
+
+
+def _split_regression(
+    key: str, X: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, split: int, n_splits: int
+) -> Dataset:
+    """A regression Dataset from full arrays and the row indices of one fixed split."""
     return Dataset(
         X[train],
         y[train],
@@ -352,16 +358,7 @@ def load_uci_wilson(name: str, split: int = 0) -> Dataset:
     split = _check_index("split", split, range(mask.shape[1]), key)
     test = np.flatnonzero(mask[:, split])
     train = np.flatnonzero(~mask[:, split])
-    X, y = data[:, :-1], data[:, -1]
-    return Dataset(
-        X[train],
-        y[train],
-        X[test],
-        y[test],
-        name=key,
-        task="regression",
-        meta={"split": split, "n_splits": mask.shape[1], "train_index": train, "test_index": test},
-    )
+    return _split_regression(key, data[:, :-1], data[:, -1], train, test, split, mask.shape[1])
 
 
 def load_raetsch(name: str, realisation: int = 1) -> Dataset:
