@@ -111,6 +111,13 @@ class GPModel:
     def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
         raise NotImplementedError
 
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """log-likelihood terms per data point, [N] or [N, P], for LOO/WAIC (models whose data term factorises)."""
+        raise NotImplementedError(
+            f"{type(self).__name__}: its data term does not factorise over data points given the sampled "
+            "variables, so it has no pointwise log-likelihood; use SVGP or SGPMC for az.loo / az.waic"
+        )
+
     def predict_y(self, params: Mapping[str, Array], X_new: Array, **data: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of y at ``X_new`` [S, D] -> ([S] or [S, P], same)."""
         _, likelihood = self.fitted(params)

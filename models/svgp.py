@@ -154,18 +154,37 @@ class SVGP(GPModel):
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """The full-batch ELBO (eq 4.22) at given parameters: Σ_n E_q[log p(y_n|f_n)] - KL (scalar)."""
+        data = jnp.sum(self.pointwise_log_likelihood(params, X, y))
+        q_mu, q_sqrt = self._q(params)
+        if self.whiten:
+            return data - conditionals.kl_qu_pu(q_mu, q_sqrt, None)
+        kernel, _ = self.fitted(params)
+        Lmm = ops.cholesky(kernel(jnp.asarray(params.get("Z", self.Z))))
+        return data - conditionals.kl_qu_pu(q_mu, q_sqrt, Lmm)
+
+    def _q(self, params: Mapping[str, Array]) -> tuple[Array, Array | None]:
+        """q(u) from fitted guide parameters, or a point mass at a posterior draw ``params["u"]`` [P, M]."""
+        if "u" in params:
+            return jnp.asarray(params["u"]), None
+        scale = params["u_scale"] if self.q_diag else params["u_scale_tril"]
+        return params["u_loc"], scale
+
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """E_{q(f_n)}[log p(y_n | f_n)] per data point: [N] (or [N, P]).
+
+        With a posterior draw ``params["u"]`` this is the variational potential log φ(y_n | u, θ) (thesis
+        eq 5.26), the per-point factor of the density that SGPMC samples; with guide parameters it is the
+        per-point term of the ELBO (eq 4.22).
+        """
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)
-        Lmm = ops.cholesky(kernel(Z))
-        mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten)
+        mean, var = conditionals.conditional(
+            kernel(Z, X), ops.cholesky(kernel(Z)), kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten
+        )
         Y = y[None, :] if y.ndim == 1 else y.T
-        data = jnp.sum(likelihood.variational_expectation(Y, mean, var))
-        return data - conditionals.kl_qu_pu(q_mu, q_sqrt, None if self.whiten else Lmm)
-
-    def _q(self, params: Mapping[str, Array]) -> tuple[Array, Array]:
-        scale = params["u_scale"] if self.q_diag else params["u_scale_tril"]
-        return params["u_loc"], scale
+        terms = likelihood.variational_expectation(Y, mean, var)
+        return terms[0] if y.ndim == 1 else terms.T
 
     def predict_f(
         self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array

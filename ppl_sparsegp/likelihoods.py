@@ -30,7 +30,8 @@ concrete Python/numpy values, so it never forces a device sync. All arithmetic u
 plus :mod:`ppl_sparsegp.ops`, so it runs on jax.numpy, torch and numpy. Inputs from several backends
 are moved to the one that is not numpy (numpy data with jax latents computes in jax) and cast to the
 floating dtype of the latent arrays (``f``, or ``mean`` and ``var``); integer labels and counts
-are cast too.
+are cast too. The one exception is :meth:`Likelihood.sample` (posterior predictive draws), which takes a
+JAX PRNG key and returns jax arrays.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import operator
 from typing import Any, ClassVar
 
 import array_api_compat
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import ops
@@ -150,6 +153,10 @@ class Likelihood(abc.ABC):
     def conditional_variance(self, f: Array) -> Array:
         """``Var[y | f]``, f [...] -> [...]."""
 
+    @abc.abstractmethod
+    def sample(self, key: Array, f: Array) -> Array:
+        """A draw of ``y ~ p(y | f)`` for a JAX PRNG key; f [...] (jax) -> [...] (posterior predictive checks)."""
+
     # -- expectations under q(f) = N(mean, var), by Gauss-Hermite quadrature
 
     def _quadrature_nodes(self, mean: Array, var: Array) -> tuple[Array, Array]:
@@ -211,6 +218,10 @@ class Gaussian(Likelihood):
         xp, (f,), (y, s2) = _coerce((f,), (y, self.variance))
         return -0.5 * (_LOG_2PI + xp.log(s2)) - (y - f) ** 2 / (2.0 * s2)
 
+    def sample(self, key: Array, f: Array) -> Array:
+        """``f + sigma * eps``, eps ~ N(0, 1); [...]."""
+        return f + jnp.sqrt(self.variance) * jax.random.normal(key, jnp.shape(f), jnp.result_type(f))
+
     def conditional_mean(self, f: Array) -> Array:
         """``E[y | f] = f``; [...]."""
         return f
@@ -269,6 +280,10 @@ class Bernoulli(Likelihood):
         _, (f,), (y,) = _coerce((f,), (y,))
         return self._log_link((2.0 * y - 1.0) * f)
 
+    def sample(self, key: Array, f: Array) -> Array:
+        """1 with probability ``link(f)``, else 0 (as f's float dtype); [...]."""
+        return jax.random.bernoulli(key, self.conditional_mean(f)).astype(jnp.result_type(f))
+
     def conditional_mean(self, f: Array) -> Array:
         """``p(y = 1 | f) = link(f)``; [...]."""
         xp, (f,), _ = _coerce((f,))
@@ -317,6 +332,10 @@ class Poisson(Likelihood):
         """``y (f + log binsize) - binsize exp(f) - log Gamma(y + 1)``; [...]."""
         xp, (f,), (y, dt) = _coerce((f,), (y, self.binsize))
         return y * (f + xp.log(dt)) - dt * xp.exp(f) - ops.gammaln(y + 1.0)
+
+    def sample(self, key: Array, f: Array) -> Array:
+        """A Poisson count with rate ``binsize exp(f)`` (as f's float dtype); [...]."""
+        return jax.random.poisson(key, self.conditional_mean(f)).astype(jnp.result_type(f))
 
     def conditional_mean(self, f: Array) -> Array:
         """``binsize exp(f)``; [...]."""
@@ -377,6 +396,11 @@ class StudentT(Likelihood):
         if self.df > 2.0:
             return self.df / (self.df - 2.0)
         return math.inf if self.df > 1.0 else math.nan
+
+    def sample(self, key: Array, f: Array) -> Array:
+        """``f + scale * eps``, eps ~ t_df; [...]."""
+        eps = jax.random.t(key, self.df, jnp.shape(f), jnp.result_type(f))
+        return f + self.scale * eps
 
     def conditional_mean(self, f: Array) -> Array:
         """``E[y | f] = f`` (NaN when df <= 1); [...]."""

@@ -1,0 +1,186 @@
+"""SGPMC: MCMC for variationally sparse GPs (Hensman et al. 2015; thesis ch. 5, §3.7 of the digest).
+
+Target (thesis eq 5.26), sampled jointly over the whitened inducing outputs v and the hyperparameters θ::
+
+    θ ~ p(θ)                       (a prior per sampled hyperparameter: Gamma or LogNormal, see default_priors)
+    v ~ N(0, I) [P, M],  u = Lmm(θ) v
+    H(v, θ) = log p(θ) + log N(v | 0, I) + Σ_n E_{p(f_n | u, θ)}[log p(y_n | f_n)]
+
+The data term is the variational potential: the expectation of the log-likelihood under the *prior conditional*
+p(f_n | u, θ) = N(a_n^T v, k_nn - a_n^T a_n), closed form or Gauss-Hermite per likelihood. Samples of this
+density are draws of the KL-optimal free-form q*(u, θ); predictions mix p(f_* | u_s, θ_s) over draws s
+(:mod:`ppl_sparsegp.infer.predict`). Z is fixed (from a Gaussian fit, §5.5).
+
+This is :class:`models.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and ``learn_Z=False``; it has
+the same site names, the sampled ``"u"`` holding v. Every hyperparameter is either sampled (named in
+``priors``) or held fixed (named in ``fixed``): an MCMC engine would otherwise keep a ``param`` at its initial
+value silently.
+
+:func:`fit_sgpmc` is the thesis recipe in one call: fit SVGP (MAP for θ, Z from k-means, Z held fixed for
+the first steps), fix Z, start θ at its point estimate and v at a draw of q(v), run NUTS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+import optax
+from numpyro.infer import NUTS
+
+from ppl_sparsegp.infer.mcmc import MCMCResult, init_from_svi, run_mcmc
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi
+from ppl_sparsegp.kernels import Kernel
+from ppl_sparsegp.likelihoods import Likelihood
+
+from .svgp import SVGP
+
+Array = Any
+
+
+@dataclass(eq=False)
+class SGPMC(SVGP):
+    """The SGPMC target as a NumPyro model; Z [M, D] fixed, v sampled at site ``"u"`` [P, M].
+
+    Args: as :class:`SVGP`; ``whiten``, ``learn_Z`` and ``data_term`` are fixed to True, False and
+    ``"sampled"``; ``priors`` and ``fixed`` together must cover every hyperparameter site.
+    """
+
+    whiten: bool = True
+    learn_Z: bool = False
+    data_term: Literal["sampled"] = "sampled"
+
+    def __post_init__(self) -> None:
+        for name, required in (("whiten", True), ("learn_Z", False), ("data_term", "sampled")):
+            if getattr(self, name) != required:
+                raise ValueError(f"{name}: SGPMC requires {required!r} (thesis eq 5.26), got {getattr(self, name)!r}")
+        super().__post_init__()
+        free = set(self.hyperparameter_sites()) - set(self.priors) - set(self.fixed)
+        if free:
+            raise ValueError(
+                f"priors: SGPMC samples its hyperparameters, so each needs a prior or must be named in `fixed`; "
+                f"no prior for {sorted(free)}"
+            )
+
+
+def default_priors(
+    kernel: Kernel, likelihood: Likelihood, family: Literal["gamma", "lognormal"] = "gamma"
+) -> dict[str, dist.Distribution]:
+    """A prior for every kernel and likelihood hyperparameter, shaped like its value.
+
+    ``"gamma"``: Gamma(1.1, 1) (shape, rate), the thesis code's prior on lengthscales and variances (ch. 5,
+    Image); ``"lognormal"``: LogNormal(0, 1).
+    """
+    if family not in ("gamma", "lognormal"):
+        raise ValueError(f"family: expected 'gamma' or 'lognormal', got {family!r}")
+    base = dist.Gamma(1.1, 1.0) if family == "gamma" else dist.LogNormal(0.0, 1.0)
+    sites = {f"kernel.{k}": v for k, v in kernel.parameters().items()}
+    sites.update({f"likelihood.{k}": v for k, v in likelihood.parameters().items()})
+    return {site: base.expand(np.shape(v)).to_event(np.ndim(v)) for site, v in sites.items()}
+
+
+@dataclass
+class SGPMCFit:
+    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run."""
+
+    svgp: SVGP
+    svi: SVIResult
+    model: SGPMC
+    mcmc: MCMCResult
+
+
+def fit_sgpmc(
+    X: Array,
+    y: Array,
+    *,
+    kernel: Kernel,
+    likelihood: Likelihood,
+    Z: Array,
+    key: Array,
+    priors: Mapping[str, dist.Distribution] | None = None,
+    num_latent: int = 1,
+    svi_steps: int = 2000,
+    fixed_z_steps: int = 200,
+    learning_rate: float = 0.01,
+    batch_size: int | None = None,
+    num_warmup: int = 500,
+    num_samples: int = 1000,
+    num_chains: int = 1,
+    thinning: int = 1,
+    chain_method: str = "vectorized",
+    target_accept_prob: float = 0.8,
+    max_tree_depth: int = 8,
+    checkpoint: str | None = None,
+    progress: bool = False,
+) -> SGPMCFit:
+    """The thesis recipe (§5.5): Gaussian fit, then NUTS on the free-form q*(v, θ) with Z fixed.
+
+    1. SVGP with the same priors (MAP for θ) by Adam: ``fixed_z_steps`` steps with Z held at its initial value
+       (e.g. k-means), then ``svi_steps - fixed_z_steps`` with Z free.
+    2. Z fixed at the fit; sites without a prior fixed at their point estimates; θ starts at its MAP and v at a
+       draw of q(v) (one per chain).
+    3. NUTS (in place of the thesis' Bayesian-optimisation-tuned HMC; NUTS adapts step size and path length).
+
+    Args:
+        X [N, D], y [N] or [N, P]: training data. kernel, likelihood: their initial values.
+        Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
+        key: JAX PRNG key. The rest: the SVI and NUTS settings (see :func:`run_mcmc`).
+    """
+    priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
+    if not isinstance(fixed_z_steps, int) or not 0 <= fixed_z_steps <= svi_steps:
+        raise ValueError(f"fixed_z_steps: expected an integer in [0, svi_steps={svi_steps}], got {fixed_z_steps!r}")
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=batch_size)
+    svgp = SVGP(Z=Z, learn_Z=fixed_z_steps == 0, **common)
+    fixed = [site for site in svgp.hyperparameter_sites() if site not in priors]
+    model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
+    model.check_data(X, y)
+    svi_key, init_key, mcmc_key = jax.random.split(key, 3)
+    params: dict[str, Array] = {}
+    for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
+        if steps == 0:
+            continue
+        svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
+        svi = fit_svi(
+            svgp.model,
+            svgp.guide,
+            X,
+            y,
+            optimizer=optax.adam(learning_rate),
+            num_steps=steps,
+            key=jax.random.fold_in(svi_key, phase),
+            init_params={k: v for k, v in params.items() if k != "Z"} or None,
+            progress=progress,
+        )
+        params.update(svi.params)
+    fitted_kernel, fitted_likelihood = svgp.fitted(params)
+    model = SGPMC(
+        kernel=fitted_kernel,
+        likelihood=fitted_likelihood,
+        priors=priors,
+        fixed=fixed,
+        Z=params.get("Z", Z),
+        num_latent=num_latent,
+    )
+    init = init_from_svi(model.model, svgp.guide, params, X, y, key=init_key, num_chains=num_chains)
+    nuts = NUTS(model.model, target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
+    mcmc = run_mcmc(
+        nuts,
+        X,
+        y,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        thinning=thinning,
+        chain_method=chain_method,
+        key=mcmc_key,
+        init_params=init,
+        checkpoint=checkpoint,
+        progress=progress,
+    )
+    return SGPMCFit(svgp=svgp, svi=svi, model=model, mcmc=mcmc)

@@ -1,0 +1,258 @@
+"""ArviZ output for every engine: InferenceData from NUTS/HMC, SG-MCMC and SVI runs, saved to and loaded from netCDF.
+
+Groups written (ArviZ conventions, so ``az.summary``, ``az.rhat``, ``az.ess``, ``az.loo`` and ``az.waic`` work):
+
+* ``posterior``: the sampled sites, dims (chain, draw, ...). Named dimensions follow the models' shapes:
+  ``"u"`` [P, M] -> (latent, inducing_point), ``"Z"`` [M, D] -> (inducing_point, input_dim), a lengthscale
+  [D] -> (input_dim,).
+* ``sample_stats``: per-draw kernel statistics, renamed to ArviZ's names where one exists
+  (diverging, acceptance_rate, step_size, n_steps, lp = -potential energy); the SG-MCMC kernels' own fields
+  keep their names with "." replaced by "_".
+* ``log_likelihood``: ``"y"`` [chain, draw, obs(, output)], the model's per-point log-likelihood terms
+  (for SVGP/SGPMC the variational potential of each point, the factor the sampler targets).
+* ``posterior_predictive``: ``"y"`` drawn once per posterior draw at the training inputs, from the draw's
+  marginal p(f(x_n) | draw) and the likelihood.
+* ``observed_data``: ``"y"``.
+
+ArviZ 0.x builds an ``az.InferenceData``; ArviZ >= 1.0 (Python >= 3.12) an ``xarray.DataTree`` with the same
+groups, which its functions take in place of InferenceData.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ppl_sparsegp.infer.mcmc import MCMCResult
+from ppl_sparsegp.infer.predict import guide_draws
+
+Array = Any
+
+ARVIZ_MAJOR = int(az.__version__.split(".")[0])
+STAT_NAMES = {
+    "diverging": "diverging",
+    "accept_prob": "acceptance_rate",
+    "adapt_state.step_size": "step_size",
+    "num_steps": "n_steps",
+}
+
+
+def site_dims(samples: Mapping[str, np.ndarray], num_inputs: int | None = None) -> dict[str, list[str]]:
+    """Dimension names (beyond chain, draw) of the sites the models share; others get ArviZ's defaults.
+
+    Args:
+        samples: site -> [C, S, ...].
+        num_inputs: D, to recognise ARD lengthscales [D].
+    """
+    dims: dict[str, list[str]] = {}
+    for site, value in samples.items():
+        shape = np.shape(value)[2:]
+        if site == "u" and len(shape) == 2:
+            dims[site] = ["latent", "inducing_point"]
+        elif site == "Z" and len(shape) == 2:
+            dims[site] = ["inducing_point", "input_dim"]
+        elif site.endswith("lengthscale") and len(shape) == 1 and shape[0] == num_inputs:
+            dims[site] = ["input_dim"]
+    return dims
+
+
+def _dataset(arrays: Mapping[str, Array], dims: Mapping[str, list[str]], leading: list[str]) -> xr.Dataset:
+    variables = {}
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        extra = list(dims.get(name, [f"{name}_dim_{i}" for i in range(value.ndim - len(leading))]))
+        variables[name] = (leading + extra, value)
+    ds = xr.Dataset(variables)
+    return ds.assign_coords({d: np.arange(ds.sizes[d]) for d in ds.dims})
+
+
+def to_inference_data(
+    samples: Mapping[str, Array],
+    *,
+    sample_stats: Mapping[str, Array] | None = None,
+    log_likelihood: Mapping[str, Array] | None = None,
+    posterior_predictive: Mapping[str, Array] | None = None,
+    observed_data: Mapping[str, Array] | None = None,
+    dims: Mapping[str, list[str]] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> Any:
+    """Assemble InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) from arrays.
+
+    Args:
+        samples: site -> [C, S, ...] posterior draws.
+        sample_stats: statistic -> [C, S].
+        log_likelihood, posterior_predictive: variable -> [C, S, ...].
+        observed_data: variable -> [...].
+        dims: variable -> names of its dimensions beyond (chain, draw); for observed data, all its dimensions.
+        attrs: attributes stored on every group (e.g. the engine and its settings).
+    """
+    dims = dict(dims or {})
+    groups = {"posterior": _dataset(samples, dims, ["chain", "draw"])}
+    for name, arrays in (
+        ("sample_stats", sample_stats),
+        ("log_likelihood", log_likelihood),
+        ("posterior_predictive", posterior_predictive),
+    ):
+        if arrays:
+            groups[name] = _dataset(arrays, dims, ["chain", "draw"])
+    if observed_data:
+        groups["observed_data"] = _dataset(observed_data, dims, [])
+    for ds in groups.values():
+        ds.attrs.update({k: str(v) for k, v in (attrs or {}).items()})
+    if ARVIZ_MAJOR >= 1:
+        return xr.DataTree.from_dict(groups)
+    return az.InferenceData(**groups)
+
+
+def _sample_stats(extra_fields: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    stats = {}
+    for name, value in extra_fields.items():
+        if name == "potential_energy":
+            stats["lp"] = -np.asarray(value)
+        else:
+            stats[STAT_NAMES.get(name, name.replace(".", "_"))] = np.asarray(value)
+    return stats
+
+
+def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[str, Array] | None) -> np.ndarray:
+    """``fn(draw, index)`` over every draw of [C, S, ...] samples -> [C, S, ...]."""
+    C, S = next(iter(samples.values())).shape[:2]
+    flat = {k: jnp.asarray(v).reshape((C * S, *v.shape[2:])) for k, v in samples.items()}
+    fixed = {k: jnp.asarray(v) for k, v in (params or {}).items()}
+    out = jax.jit(lambda d: jax.lax.map(lambda x: fn({**fixed, **x[0]}, x[1]), (d, jnp.arange(C * S)), batch_size=64))(
+        flat
+    )
+    return np.asarray(out).reshape((C, S, *out.shape[1:]))
+
+
+def _observation_dims(y: Array) -> list[str]:
+    return ["obs"] if np.ndim(y) == 1 else ["obs", "output"]
+
+
+def _data_groups(
+    model: Any,
+    samples: Mapping[str, np.ndarray],
+    X: Array,
+    y: Array,
+    params: Mapping[str, Array] | None,
+    key: Array,
+    log_likelihood: bool | None,
+    posterior_predictive: bool,
+) -> dict[str, Any]:
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    groups: dict[str, Any] = {"observed_data": {"y": np.asarray(y)}}
+    if log_likelihood is not False:
+        try:
+            groups["log_likelihood"] = {
+                "y": _per_draw(lambda d, _: model.pointwise_log_likelihood(d, X, y), samples, params)
+            }
+        except NotImplementedError:
+            if log_likelihood:
+                raise
+    if posterior_predictive:
+
+        def draw_y(d: dict, i: Array) -> Array:
+            _, likelihood = model.fitted(d)
+            mean, var = model.predict_f(d, X, X=X, y=y)
+            f_key, y_key = jax.random.split(jax.random.fold_in(key, i))
+            f = mean + jnp.sqrt(jnp.clip(var, 0.0)) * jax.random.normal(f_key, jnp.shape(mean), mean.dtype)
+            return likelihood.sample(y_key, f)
+
+        groups["posterior_predictive"] = {"y": _per_draw(draw_y, samples, params)}
+    return groups
+
+
+def from_mcmc(
+    result: MCMCResult,
+    model: Any,
+    X: Array,
+    y: Array,
+    *,
+    params: Mapping[str, Array] | None = None,
+    key: Array | None = None,
+    log_likelihood: bool | None = None,
+    posterior_predictive: bool = True,
+) -> Any:
+    """InferenceData for an MCMC run (NUTS, HMC or an SG-MCMC kernel) of a model from :mod:`ppl_sparsegp.models`.
+
+    Args:
+        result: from :func:`ppl_sparsegp.infer.mcmc.run_mcmc`.
+        model: the model object whose ``.model`` was sampled.
+        X [N, D], y [N] or [N, P]: the training data.
+        params: values of non-sampled sites (e.g. a learnt ``"Z"``), as for prediction.
+        key: PRNG key for the posterior predictive draws (default key 0).
+        log_likelihood: None (include when the model has pointwise terms), True (require) or False.
+        posterior_predictive: include posterior predictive draws of y at X.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    groups = _data_groups(model, result.samples, X, y, params, key, log_likelihood, posterior_predictive)
+    dims = {**site_dims(result.samples, np.shape(X)[1]), "y": _observation_dims(y)}
+    return to_inference_data(
+        result.samples,
+        sample_stats=_sample_stats(result.extra_fields),
+        dims=dims,
+        attrs={"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning},
+        **groups,
+    )
+
+
+def from_svi(
+    model: Any,
+    params: Mapping[str, Array],
+    X: Array,
+    y: Array,
+    *,
+    num_draws: int = 1000,
+    key: Array | None = None,
+    log_likelihood: bool | None = None,
+    posterior_predictive: bool = True,
+) -> Any:
+    """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain.
+
+    Hyperparameters with priors appear at their point estimates (the guide's point masses); u at draws of q(u).
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    draw_key, data_key = jax.random.split(key)
+    draws = guide_draws(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y), key=draw_key)
+    samples = {k: v[None] for k, v in draws.items()}
+    groups = _data_groups(model, samples, X, y, params, data_key, log_likelihood, posterior_predictive)
+    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y)}
+    return to_inference_data(samples, dims=dims, attrs={"engine": "SVI"}, **groups)
+
+
+def save(idata: Any, path: str | os.PathLike) -> Path:
+    """Write InferenceData (or a DataTree) to netCDF atomically: a temporary file in the same folder, renamed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load(path: str | os.PathLike) -> Any:
+    """Read what :func:`save` wrote (fully into memory, so the file is closed)."""
+    if ARVIZ_MAJOR >= 1:
+        return xr.open_datatree(path).load()
+    idata = az.from_netcdf(path)
+    idata.load()
+    return idata
+
+
+def summary(idata: Any, var_names: list[str] | None = None) -> Any:
+    """``az.summary`` (mean, sd, HDI, MCSE, ESS, R-hat) as a pandas DataFrame."""
+    return az.summary(idata, var_names=var_names)

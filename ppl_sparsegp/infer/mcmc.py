@@ -1,0 +1,459 @@
+"""The MCMC run loop: any NumPyro ``MCMCKernel`` (NUTS, HMC, the SG-MCMC kernels of :mod:`.sghmc`) on any model,
+with several chains, thinning, initialisation from an SVI fit, chunked checkpoints and a divergence stop.
+
+``run_mcmc`` drives ``numpyro.infer.MCMC``: the warmup phase runs once, then the post-warmup draws run in chunks
+of ``chunk_size`` draws, each continuing from the last state (``MCMC.post_warmup_state``). After the warmup and
+after every chunk:
+
+* with ``checkpoint=path`` the kernel state, every draw so far and the run's settings are written atomically,
+  so a killed run restarted with the same arguments resumes after its last complete chunk (it loses at most
+  one chunk) and, because the state carries the random keys, gives the same draws as an uninterrupted run;
+* KeyboardInterrupt returns what was drawn so far (``MCMCResult.interrupted``);
+* if a kernel reports a non-finite state (the ``nonfinite`` field of the SG-MCMC kernels), the run stops with
+  :class:`DivergingChainError`, which carries every draw made before the first non-finite one.
+
+Draws are grouped by chain: ``samples[site]`` has shape [C, S, ...] for C chains and S kept draws.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.infer import HMC, Predictive
+from numpyro.infer.mcmc import MCMCKernel
+from numpyro.infer.util import unconstrain_fn
+from tqdm.auto import tqdm
+
+from ppl_sparsegp.results import atomic_write
+
+Array = Any
+
+CHECKPOINT_FORMAT = 1
+HMC_FIELDS = ("diverging", "accept_prob", "adapt_state.step_size", "num_steps", "potential_energy")
+
+
+class DivergingChainError(FloatingPointError):
+    """A chain reached a non-finite state; ``result`` holds every draw made before it."""
+
+    def __init__(self, message: str, result: MCMCResult):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class MCMCResult:
+    """What :func:`run_mcmc` returns.
+
+    Attributes:
+        samples: constrained draws, site name -> [C, S, ...] (C chains, S kept draws per chain).
+        extra_fields: per-draw kernel statistics (e.g. ``"diverging"``, ``"accept_prob"``) -> [C, S].
+        last_state: the kernel state after the last draw (pass to ``MCMC.post_warmup_state`` to go on).
+        kernel_name: the kernel's class name (``"NUTS"``, ``"HMC"``, ``"SGHMC"``, ...).
+        num_warmup, thinning: the run's settings.
+        warmup_seconds, sample_seconds: wall-clock time of the warmup phase and of the sampling chunks run in
+            this call (compilation included; a resumed run counts only what it ran).
+        interrupted: the run was stopped by KeyboardInterrupt before drawing everything it was asked for.
+    """
+
+    samples: dict[str, np.ndarray]
+    extra_fields: dict[str, np.ndarray]
+    last_state: Any
+    kernel_name: str
+    num_warmup: int
+    thinning: int
+    warmup_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def num_chains(self) -> int:
+        return _leading_shape(self.samples)[0]
+
+    @property
+    def num_draws(self) -> int:
+        """Kept draws per chain."""
+        return _leading_shape(self.samples)[1]
+
+    def flat_samples(self) -> dict[str, np.ndarray]:
+        """Draws with the chains concatenated: site -> [C * S, ...]."""
+        return {k: v.reshape((-1, *v.shape[2:])) for k, v in self.samples.items()}
+
+
+def _leading_shape(arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
+    for v in arrays.values():
+        return v.shape[0], v.shape[1]
+    return 0, 0
+
+
+def default_extra_fields(kernel: MCMCKernel) -> tuple[str, ...]:
+    """The per-draw statistics worth keeping for a kernel: HMC/NUTS acceptance, divergences and step size;
+    for other kernels their ``default_fields`` beyond the draws, plus their ``diagnostic_fields`` if declared."""
+    if isinstance(kernel, HMC):
+        return HMC_FIELDS
+    fields = [f for f in kernel.default_fields if f != kernel.sample_field]
+    fields += [f for f in getattr(kernel, "diagnostic_fields", ()) if f not in fields]
+    return tuple(fields)
+
+
+def init_from_svi(
+    model: Callable,
+    guide: Callable,
+    params: Mapping[str, Array],
+    *model_args: Array,
+    key: Array,
+    num_chains: int = 1,
+    **model_kwargs: Array,
+) -> dict[str, Array]:
+    """Unconstrained initial values for an MCMC run from a fitted guide: one draw of every guide site per chain.
+
+    For the GP models this puts hyperparameters at their SVI point estimates (the guide's point masses) and
+    u (or v) at a draw of q(u), the recipe of thesis §5.5 step 2. Pass the result as ``init_params`` to
+    :func:`run_mcmc`.
+
+    Args:
+        model, guide: the NumPyro model and the guide that was fitted.
+        params: the fitted guide parameters (``SVIResult.params``).
+        key: JAX PRNG key for the draws of q.
+        num_chains: C; with C > 1 every value gets a leading chain axis [C, ...] (one draw per chain).
+
+    Returns:
+        site name -> unconstrained value, for the model's latent sites the guide covers.
+    """
+    if not isinstance(num_chains, int) or num_chains < 1:
+        raise ValueError(f"num_chains: expected a positive integer, got {num_chains!r}")
+    predictive = Predictive(guide, params=dict(params), num_samples=num_chains)
+    fixed_model = handlers.substitute(model, data=dict(params))
+
+    def unconstrain(values: dict[str, Array]) -> dict[str, Array]:
+        return unconstrain_fn(fixed_model, model_args, model_kwargs, values)
+
+    # compiled: run eagerly, tracing the guide and model op by op costs a compilation per operation
+    unconstrained = jax.jit(lambda k: jax.vmap(unconstrain)(predictive(k, *model_args, **model_kwargs)))(key)
+    if num_chains == 1:
+        return {k: v[0] for k, v in unconstrained.items()}
+    return unconstrained
+
+
+def _config(kernel: MCMCKernel, num_warmup: int, num_samples: int, num_chains: int, thinning: int, chunk: int):
+    return {
+        "kernel": type(kernel).__name__,
+        "num_warmup": num_warmup,
+        "num_samples": num_samples,
+        "num_chains": num_chains,
+        "thinning": thinning,
+        "chunk_size": chunk,
+    }
+
+
+def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(f"{name}: expected {kind}, got {value!r}")
+    return int(value)
+
+
+def _save(path: Path, config: dict, state: Any, draws: dict, extras: dict, done: int, warmup_s: float) -> None:
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "config": config,
+        "state": jax.device_get(state),
+        "samples": draws,
+        "extra_fields": extras,
+        "draws_done": done,
+        "warmup_seconds": warmup_s,
+    }
+    atomic_write(path, lambda fh: pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _load(path: Path, config: dict) -> dict | None:
+    if not path.exists():
+        return None
+    with open(path, "rb") as fh:
+        payload = pickle.load(fh)  # a file this module wrote; never load checkpoints from untrusted sources
+    if payload.get("format") != CHECKPOINT_FORMAT or payload.get("config") != config:
+        raise ValueError(
+            f"checkpoint: {path} was written by a run with settings {payload.get('config')}, not {config}; "
+            "delete it or choose another path"
+        )
+    return payload
+
+
+def _first_nonfinite(extras: Mapping[str, np.ndarray]) -> int | None:
+    """Index (along draws) of the first draw any chain flagged as non-finite, or None."""
+    flags = extras.get("nonfinite")
+    if flags is None or not np.any(flags):
+        return None
+    return int(np.argmax(np.any(flags, axis=0)))
+
+
+def _first_draws(x: Array, *, kept: int, chains: bool) -> Array:
+    """The first ``kept`` recorded draws of a chunk: [C, length, ...] or [length, ...] -> [C, kept, ...] or [kept]."""
+    return x[:, :kept] if chains else x[:kept]
+
+
+def _append(store: dict[str, list], new: Mapping[str, Array]) -> None:
+    for k, v in new.items():
+        store.setdefault(k, []).append(np.asarray(v))
+
+
+def _concat(store: Mapping[str, list]) -> dict[str, np.ndarray]:
+    return {k: np.concatenate(v, axis=1) for k, v in store.items()}
+
+
+def _chain_map(fn: Callable, num_chains: int, chain_method: str, in_axes: tuple) -> Callable:
+    """Apply a one-chain function to per-chain states stacked on a leading axis ("sequential", "parallel").
+
+    With one chain, or "vectorized" chains (the kernel was initialised with a batch of keys and steps all
+    chains at once, as NumPyro's kernels do), ``fn`` already takes the whole state. ``in_axes`` marks the
+    arguments with a chain axis (0) and the shared ones (None).
+    """
+    if num_chains == 1 or chain_method == "vectorized":
+        return fn
+    if chain_method == "parallel":
+        return jax.pmap(fn, in_axes=in_axes)
+    return lambda state, *shared: jax.lax.map(lambda chain_state: fn(chain_state, *shared), state)
+
+
+def _init_state(
+    kernel: MCMCKernel,
+    key: Array,
+    num_warmup: int,
+    init_params: Mapping[str, Array] | None,
+    model_args: tuple,
+    model_kwargs: dict,
+    num_chains: int,
+    chain_method: str,
+) -> Any:
+    """The kernel's initial state (compiled, as eager initialisation is several times slower): one call with a
+    batch of keys for vectorized chains, else one per chain, stacked."""
+    init = jax.jit(lambda k, p: kernel.init(k, num_warmup, p, model_args, model_kwargs))
+    if num_chains == 1:
+        return init(key, init_params)
+    keys = jax.random.split(key, num_chains)
+    if chain_method == "vectorized":
+        return init(keys, init_params)
+    per_chain = [None if init_params is None else {k: v[c] for k, v in init_params.items()} for c in range(num_chains)]
+    states = [init(keys[c], per_chain[c]) for c in range(num_chains)]
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+
+
+def _compiled_chunk(
+    kernel: MCMCKernel,
+    model_args: tuple,
+    model_kwargs: dict,
+    fields: Sequence[str],
+    *,
+    length: int,
+    num_chains: int,
+    chain_method: str,
+    state: Any,
+) -> Callable:
+    """Compile ``chunk(state, first, every, active) -> (state, collected)``, used for warmup and sampling alike.
+
+    A scan of ``length`` iterations; iteration j runs ``first`` kernel steps (j = 0), ``every`` steps
+    (0 < j < active) or none, then records ``kernel.sample_field`` and ``fields``: [length, ...] per chain. The
+    step counts are run-time values, so one compilation serves the warmup (first = num_warmup, active = 1) and
+    every sampling chunk (first = every = thinning, active = draws in the chunk).
+    """
+    getters = {name: attrgetter(name) for name in (kernel.sample_field, *fields)}
+
+    def one_chain(chain_state: Any, first: Array, every: Array, active: Array) -> tuple[Any, dict]:
+        def iteration(carry: Any, j: Array) -> tuple[Any, dict]:
+            n = jnp.where(j == 0, first, jnp.where(j < active, every, 0))
+            carry = jax.lax.fori_loop(0, n, lambda _, s: kernel.sample(s, model_args, model_kwargs), carry)
+            return carry, {name: get(carry) for name, get in getters.items()}
+
+        last, collected = jax.lax.scan(iteration, chain_state, jnp.arange(length))
+        if num_chains > 1 and chain_method == "vectorized":  # the kernel steps all chains: [S, C] -> [C, S]
+            collected = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), collected)
+        return last, collected
+
+    mapped = _chain_map(one_chain, num_chains, chain_method, in_axes=(0, None, None, None))
+    count = jnp.asarray(0, dtype=jnp.int32)
+    return jax.jit(mapped).lower(state, count, count, count).compile()
+
+
+def _constrain(kernel: MCMCKernel, model_args: tuple, model_kwargs: dict, num_chains: int) -> Callable:
+    """[C, S] (or [S]) unconstrained draws -> constrained draws and deterministic sites, [C, S, ...]."""
+    postprocess = kernel.postprocess_fn(model_args, model_kwargs)
+    over_draws = jax.jit(jax.vmap(jax.vmap(postprocess)) if num_chains > 1 else jax.vmap(postprocess))
+
+    def constrain(z: Any) -> dict[str, np.ndarray]:
+        out = jax.device_get(over_draws(z))
+        return {k: v if num_chains > 1 else v[None] for k, v in out.items()}
+
+    return constrain
+
+
+def run_mcmc(
+    kernel: MCMCKernel,
+    *model_args: Array,
+    num_warmup: int,
+    num_samples: int,
+    key: Array,
+    num_chains: int = 1,
+    thinning: int = 1,
+    chain_method: str = "vectorized",
+    init_params: Mapping[str, Array] | None = None,
+    extra_fields: Sequence[str] | None = None,
+    chunk_size: int | None = None,
+    checkpoint: str | Path | None = None,
+    progress: bool = False,
+    callback: Callable[[MCMCResult], None] | None = None,
+    **model_kwargs: Array,
+) -> MCMCResult:
+    """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
+
+    The kernel's own ``init`` and ``sample`` are driven directly (as ``numpyro.infer.MCMC`` does), in compiled
+    ``lax.scan`` chunks that are compiled once, so chunking for checkpoints costs no recompilation.
+
+    Args:
+        kernel: any NumPyro MCMC kernel built on a model (``NUTS(model)``, ``HMC(model)``, ``SGHMC(model)``...).
+        model_args, model_kwargs: the model's data.
+        num_warmup: adaptation steps (not kept).
+        num_samples: post-warmup steps per chain; every ``thinning``-th is kept (S = num_samples // thinning).
+        key: JAX PRNG key.
+        num_chains: C; ``chain_method`` as NumPyro's: "vectorized" (vmap on one device), "parallel" (pmap, one
+            device per chain) or "sequential".
+        init_params: unconstrained initial values (e.g. from :func:`init_from_svi`), with a leading chain axis
+            when C > 1.
+        extra_fields: per-draw state fields to keep (default: :func:`default_extra_fields`).
+        chunk_size: post-warmup steps per chunk, a multiple of ``thinning`` (default: all in one chunk).
+        checkpoint: path of the checkpoint file (written after the warmup and after every chunk).
+        progress: show a progress bar over chunks.
+        callback: called with the result so far after every chunk.
+
+    Raises:
+        DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
+        ValueError: bad arguments, or a checkpoint written by a run with other settings.
+    """
+    num_warmup = _check_positive_int("num_warmup", num_warmup, minimum=0)
+    num_samples = _check_positive_int("num_samples", num_samples)
+    num_chains = _check_positive_int("num_chains", num_chains)
+    thinning = _check_positive_int("thinning", thinning)
+    if not isinstance(kernel, MCMCKernel):
+        raise ValueError(f"kernel: expected a numpyro MCMCKernel (e.g. NUTS(model)), got {type(kernel).__name__}")
+    if chain_method not in ("vectorized", "parallel", "sequential"):
+        raise ValueError(f"chain_method: expected 'vectorized', 'parallel' or 'sequential', got {chain_method!r}")
+    if chain_method == "parallel" and num_chains > jax.local_device_count():
+        raise ValueError(
+            f"chain_method: 'parallel' needs one device per chain, but num_chains={num_chains} > "
+            f"{jax.local_device_count()} devices; use 'vectorized'"
+        )
+    if num_samples % thinning:
+        raise ValueError(f"num_samples: expected a multiple of thinning={thinning}, got {num_samples}")
+    chunk = num_samples if chunk_size is None else _check_positive_int("chunk_size", chunk_size)
+    if chunk % thinning:
+        raise ValueError(f"chunk_size: expected a multiple of thinning={thinning}, got {chunk}")
+    fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
+    config = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk)
+    path = None if checkpoint is None else Path(checkpoint)
+    if hasattr(model_args[0] if model_args else None, "shape") and hasattr(kernel, "model"):
+        getattr(getattr(kernel.model, "__self__", None), "check_data", lambda *a, **k: None)(*model_args)
+
+    init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
+    draws: dict[str, list] = {}
+    extras: dict[str, list] = {}
+    done, warmup_s, sample_s = 0, 0.0, 0.0
+    state = init_state
+    saved = None if path is None else _load(path, config)
+    if saved is not None:
+        state = jax.tree.map(jnp.asarray, saved["state"])
+        _append(draws, saved["samples"])
+        _append(extras, saved["extra_fields"])
+        done, warmup_s = saved["draws_done"], saved["warmup_seconds"]
+    length = max(1, chunk // thinning)
+    chunk_fn = _compiled_chunk(
+        kernel,
+        model_args,
+        model_kwargs,
+        fields,
+        length=length,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        state=state,
+    )
+
+    def steps(state: Any, first: int, every: int, active: int) -> tuple[Any, dict]:
+        as_count = partial(jnp.asarray, dtype=jnp.int32)
+        return chunk_fn(state, as_count(first), as_count(every), as_count(active))
+
+    def result(interrupted: bool, last_state: Any) -> MCMCResult:
+        return MCMCResult(
+            samples=_concat(draws),
+            extra_fields=_concat(extras),
+            last_state=last_state,
+            kernel_name=type(kernel).__name__,
+            num_warmup=num_warmup,
+            thinning=thinning,
+            warmup_seconds=warmup_s,
+            sample_seconds=sample_s,
+            interrupted=interrupted,
+        )
+
+    constrain = _constrain(kernel, model_args, model_kwargs, num_chains)
+    bar = tqdm(total=num_samples, initial=done, desc=type(kernel).__name__, disable=not progress)
+    try:
+        if saved is None:
+            start = time.perf_counter()
+            if num_warmup:
+                state, _ = steps(state, num_warmup, 0, 1)
+            jax.block_until_ready(state)
+            warmup_s = time.perf_counter() - start
+            _check_warmup_state(state, result)
+            if path is not None:
+                _save(path, config, state, {}, {}, 0, warmup_s)
+        while done < num_samples:
+            n = min(chunk, num_samples - done)
+            start = time.perf_counter()
+            kept = n // thinning
+            state, collected = steps(state, thinning, thinning, kept)
+            collected = jax.tree.map(partial(_first_draws, kept=kept, chains=num_chains > 1), collected)
+            new_draws = constrain(collected.pop(kernel.sample_field))
+            new_extras = {k: np.asarray(v) if num_chains > 1 else np.asarray(v)[None] for k, v in collected.items()}
+            sample_s += time.perf_counter() - start
+            bad = _first_nonfinite(new_extras)
+            if bad is not None:
+                _append(draws, {k: v[:, :bad] for k, v in new_draws.items()})
+                _append(extras, {k: v[:, :bad] for k, v in new_extras.items()})
+                drawn = done // thinning + bad
+                raise DivergingChainError(
+                    f"a chain reached a non-finite state after {drawn} kept draws (post-warmup step "
+                    f"{done + bad * thinning}); the error's `result` holds the {drawn} draws made before it. "
+                    "Lower the step size or check the model for values where its density is not finite.",
+                    result(False, state),
+                )
+            _append(draws, new_draws)
+            _append(extras, new_extras)
+            done += n
+            bar.update(n)
+            if path is not None:
+                _save(path, config, state, _concat(draws), _concat(extras), done, warmup_s)
+            if callback is not None:
+                callback(result(False, state))
+    except KeyboardInterrupt:
+        return result(True, state)
+    finally:
+        bar.close()
+    return result(False, state)
+
+
+def _check_warmup_state(state: Any, result: Callable[[bool, Any], MCMCResult]) -> None:
+    flags = getattr(state, "nonfinite", None)
+    if flags is not None and bool(np.any(np.asarray(flags))):
+        raise DivergingChainError(
+            "a chain reached a non-finite state during warmup, before any draw was kept; lower the step size "
+            "or check the model for values where its density is not finite",
+            result(False, state),
+        )

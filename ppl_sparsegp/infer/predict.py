@@ -1,0 +1,156 @@
+"""Posterior predictives as mixtures over posterior draws (NUTS, SG-MCMC, or draws from an SVI guide).
+
+Each draw s (hyperparameters θ_s and, for SVGP/SGPMC/BSGP, inducing outputs u_s) gives a Gaussian
+p(f_* | draw s) = N(m_s, v_s) from the model's ``predict_f`` and, through the likelihood, predictive moments
+and densities of y. The posterior predictive is their equal-weight mixture (thesis §5.5; BSGP §2.5):
+
+    E[f_*] = (1/S) Σ_s m_s,    Var[f_*] = (1/S) Σ_s (v_s + m_s²) - E[f_*]²          (the same for y)
+    log p(y_* | D) = logsumexp_s log p(y_* | draw s) - log S                        (averaged before the log)
+
+With a :class:`~ppl_sparsegp.data.Standardizer` the results are returned in the original units of y
+(densities with the Jacobian of the standardisation).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import Predictive
+
+from ppl_sparsegp.data import Standardizer
+
+Array = Any
+
+
+@dataclass
+class PosteriorPredictive:
+    """Moments of the mixture predictive at S new inputs: each [S] (one output) or [S, P]."""
+
+    f_mean: np.ndarray
+    f_var: np.ndarray
+    y_mean: np.ndarray
+    y_var: np.ndarray
+
+
+def _num_draws(samples: Mapping[str, Array]) -> int:
+    sizes = {int(np.shape(v)[0]) for v in samples.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"samples: expected every site to have the same number of draws, got sizes {sorted(sizes)}")
+    return sizes.pop()
+
+
+def _map_draws(fn: Callable, samples: Mapping[str, Array], params: Mapping[str, Array] | None, batch: int) -> Any:
+    """Apply ``fn(draw)`` to every draw (with ``params`` filling the sites a draw does not hold)."""
+    if not samples:
+        raise ValueError("samples: expected at least one site with posterior draws, got none")
+    _num_draws(samples)
+    fixed = {k: jnp.asarray(v) for k, v in (params or {}).items()}
+    draws = {k: jnp.asarray(v) for k, v in samples.items()}
+    return jax.jit(lambda d: jax.lax.map(lambda one: fn({**fixed, **one}), d, batch_size=batch))(draws)
+
+
+def draw_moments(
+    model: Any,
+    samples: Mapping[str, Array],
+    X_new: Array,
+    *,
+    params: Mapping[str, Array] | None = None,
+    batch: int = 64,
+    **data: Array,
+) -> tuple[Array, Array, Array, Array]:
+    """Per-draw Gaussian moments of f and predictive moments of y at ``X_new`` [S_new, D].
+
+    Args:
+        model: a model from :mod:`ppl_sparsegp.models` (its ``predict_f`` and likelihood are used).
+        samples: site -> [num_draws, ...] (e.g. ``MCMCResult.flat_samples()``).
+        params: values for sites the draws do not hold (e.g. a learnt ``"Z"``).
+        batch: draws evaluated at once (memory: batch × S_new × M).
+        data: the training data when ``predict_f`` needs it (GPR, SGPR: ``X=``, ``y=``).
+
+    Returns:
+        (f_mean, f_var, y_mean, y_var), each [num_draws, S_new] or [num_draws, S_new, P].
+    """
+    X_new = jnp.asarray(X_new)
+
+    def one(draw: dict) -> tuple:
+        _, likelihood = model.fitted(draw)
+        mean, var = model.predict_f(draw, X_new, **data)
+        return (mean, var, *likelihood.predict_mean_and_var(mean, var))
+
+    return _map_draws(one, samples, params, batch)
+
+
+def _mix(means: Array, variances: Array) -> tuple[np.ndarray, np.ndarray]:
+    mean = jnp.mean(means, axis=0)
+    return np.asarray(mean), np.asarray(jnp.mean(variances + means**2, axis=0) - mean**2)
+
+
+def posterior_predictive(
+    model: Any,
+    samples: Mapping[str, Array],
+    X_new: Array,
+    *,
+    params: Mapping[str, Array] | None = None,
+    standardizer: Standardizer | None = None,
+    batch: int = 64,
+    **data: Array,
+) -> PosteriorPredictive:
+    """Mean and variance of the mixture predictive of f and y at ``X_new`` [S_new, D].
+
+    Args: as :func:`draw_moments`; ``standardizer`` maps the results back to original units of y.
+    """
+    f_mean, f_var, y_mean, y_var = draw_moments(model, samples, X_new, params=params, batch=batch, **data)
+    out = PosteriorPredictive(*_mix(f_mean, f_var), *_mix(y_mean, y_var))
+    if standardizer is not None:
+        out = PosteriorPredictive(
+            standardizer.inverse_mean(out.f_mean),
+            standardizer.inverse_var(out.f_var),
+            standardizer.inverse_mean(out.y_mean),
+            standardizer.inverse_var(out.y_var),
+        )
+    return out
+
+
+def log_predictive_density(
+    model: Any,
+    samples: Mapping[str, Array],
+    X_new: Array,
+    y_new: Array,
+    *,
+    params: Mapping[str, Array] | None = None,
+    standardizer: Standardizer | None = None,
+    batch: int = 64,
+    **data: Array,
+) -> np.ndarray:
+    """log p(y_new | D) per test point (and output) under the mixture: [S_new] or [S_new, P].
+
+    ``y_new`` is in the units the model was trained on (standardised if a ``standardizer`` is given; the
+    result is then the density of y in original units).
+    """
+    X_new, y_new = jnp.asarray(X_new), jnp.asarray(y_new)
+    if y_new.shape[0] != X_new.shape[0]:
+        raise ValueError(f"y_new: expected {X_new.shape[0]} rows like X_new, got shape {tuple(y_new.shape)}")
+
+    def one(draw: dict) -> Array:
+        return model.predict_log_density(draw, X_new, y_new, **data)
+
+    logp = _map_draws(one, samples, params, batch)
+    mixture = np.asarray(jax.scipy.special.logsumexp(logp, axis=0) - math.log(logp.shape[0]))
+    return mixture if standardizer is None else standardizer.log_density_to_original(mixture)
+
+
+def guide_draws(
+    guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, key: Array, **guide_kwargs: Array
+) -> dict[str, np.ndarray]:
+    """Draws of every latent site of a fitted guide: site -> [num_draws, ...] (the SVI "posterior samples")."""
+    if not isinstance(num_draws, int) or num_draws < 1:
+        raise ValueError(f"num_draws: expected a positive integer, got {num_draws!r}")
+    predictive = Predictive(guide, params=dict(params), num_samples=num_draws)
+    draws = jax.jit(lambda k: predictive(k, *guide_args, **guide_kwargs))(key)  # eager tracing is far slower
+    return {k: np.asarray(v) for k, v in draws.items()}

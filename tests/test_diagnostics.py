@@ -1,0 +1,136 @@
+"""ArviZ output of every engine (NUTS, SG-MCMC, SVI): groups, names, netCDF round trip, az.loo/summary; and the
+posterior predictive mixtures of infer.predict."""
+
+import arviz as az
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import xarray as xr
+from numpyro.infer import NUTS
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.svgp import SVGP
+from scipy.special import logsumexp
+
+from ppl_sparsegp.data import Standardizer
+from ppl_sparsegp.infer import diagnostics, predict
+from ppl_sparsegp.infer.mcmc import run_mcmc
+from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
+from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.likelihoods import Gaussian
+
+
+@pytest.fixture(scope="module")
+def problem():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, (30, 2))
+    y = np.sin(X[:, 0]) + 0.2 * rng.standard_normal(30)
+    kernel, likelihood = RBF(lengthscale=np.ones(2), variance=1.0), Gaussian(variance=0.1)
+    priors = default_priors(kernel, likelihood)
+    model = SGPMC(kernel=kernel, likelihood=likelihood, Z=X[:5], priors=priors)
+    return jnp.asarray(X), jnp.asarray(y), model
+
+
+@pytest.fixture(scope="module")
+def engines(problem):
+    """InferenceData from a NUTS run, an SG-MCMC run and an SVI fit of the same small SGPMC/SVGP problem."""
+    X, y, model = problem
+    key = jax.random.PRNGKey(0)
+    nuts = run_mcmc(NUTS(model.model), X, y, num_warmup=100, num_samples=100, num_chains=2, key=key)
+    sg = run_mcmc(AdaptiveSGHMC(model.model, num_data=30), X, y, num_warmup=300, num_samples=400, thinning=4,
+                  num_chains=2, key=key)  # fmt: skip
+    svgp = SVGP(kernel=model.kernel, likelihood=model.likelihood, Z=model.Z, priors=model.priors)
+    fit = fit_svi(svgp.model, svgp.guide, X, y, optimizer=optax.adam(0.02), num_steps=300, progress=False)
+    return {
+        "NUTS": diagnostics.from_mcmc(nuts, model, X, y),
+        "AdaptiveSGHMC": diagnostics.from_mcmc(sg, model, X, y),
+        "SVI": diagnostics.from_svi(svgp, fit.params, X, y, num_draws=200),
+    }
+
+
+@pytest.mark.parametrize("engine", ["NUTS", "AdaptiveSGHMC", "SVI"])
+def test_inference_data_round_trips_through_netcdf_and_supports_loo(engines, engine, tmp_path):
+    idata = engines[engine]
+    groups = set(idata.groups())
+    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data"} <= groups
+    post = idata.posterior
+    assert post["u"].dims == ("chain", "draw", "latent", "inducing_point")
+    assert post["kernel.lengthscale"].dims == ("chain", "draw", "input_dim")
+    assert idata.log_likelihood["y"].dims == ("chain", "draw", "obs") and idata.log_likelihood["y"].shape[-1] == 30
+    assert idata.posterior_predictive["y"].shape[-1] == 30
+    assert post.attrs["engine"] == engine
+    path = diagnostics.save(idata, tmp_path / "run.nc")
+    back = diagnostics.load(path)
+    for group in idata.groups():
+        xr.testing.assert_identical(getattr(back, group), getattr(idata, group))
+    loo = az.loo(back)
+    assert np.isfinite(loo["elpd_loo"])
+    table = diagnostics.summary(back, var_names=["kernel.lengthscale", "kernel.variance"])
+    assert list(table.index) == ["kernel.lengthscale[0]", "kernel.lengthscale[1]", "kernel.variance"]
+    assert {"r_hat", "ess_bulk"} <= set(table.columns)
+
+
+def test_sample_stats_use_arviz_names(engines):
+    nuts = engines["NUTS"].sample_stats
+    assert {"diverging", "acceptance_rate", "step_size", "n_steps", "lp"} <= set(nuts.data_vars)
+    assert nuts["diverging"].dims == ("chain", "draw")
+    sg = engines["AdaptiveSGHMC"].sample_stats
+    assert {"step_size", "adapt_scale", "nonfinite", "lp"} <= set(sg.data_vars)
+    assert not bool(sg["nonfinite"].any())
+
+
+def test_loglikelihood_of_a_draw_is_the_variational_potential(problem, engines):
+    """log_likelihood holds E_{p(f_n|u,θ)}[log p(y_n|f_n)] of each draw: recomputed here from the closed form."""
+    X, y, model = problem
+    idata = engines["NUTS"]
+    draw = {k: jnp.asarray(idata.posterior[k].values[1, 7]) for k in ("u", "kernel.lengthscale", "kernel.variance")}
+    draw["likelihood.variance"] = jnp.asarray(idata.posterior["likelihood.variance"].values[1, 7])
+    kernel, likelihood = model.fitted(draw)
+    mean, var = model.predict_f(draw, X)  # p(f_n | u, θ): mean a_n^T v, variance k_nn - a_n^T a_n
+    s2 = draw["likelihood.variance"]
+    expected = -0.5 * np.log(2 * np.pi * s2) - ((y - mean) ** 2 + var) / (2 * s2)
+    np.testing.assert_allclose(idata.log_likelihood["y"].values[1, 7], expected, rtol=1e-10)
+
+
+def test_gpr_has_no_pointwise_likelihood_and_says_so():
+    X, y = jnp.zeros((3, 1)), jnp.zeros(3)
+    with pytest.raises(NotImplementedError, match="az.loo"):
+        GPR(kernel=RBF(), likelihood=Gaussian()).pointwise_log_likelihood({}, X, y)
+
+
+def test_mixture_predictive_matches_a_direct_computation():
+    """Two hyperparameter draws of an exact GP: the mixture's moments and log density by hand."""
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(-2, 2, (20, 1)), rng.standard_normal(20)
+    X_new, y_new = rng.uniform(-2, 2, (7, 1)), rng.standard_normal(7)
+    model = GPR(kernel=RBF(), likelihood=Gaussian(variance=0.1))
+    samples = {"kernel.lengthscale": np.array([0.5, 2.0]), "likelihood.variance": np.array([0.1, 0.3])}
+    per_draw = [model.predict_y({k: v[s] for k, v in samples.items()}, X_new, X=X, y=y) for s in range(2)]
+    means = np.stack([m for m, _ in per_draw])
+    variances = np.stack([v for _, v in per_draw])
+    pp = predict.posterior_predictive(model, samples, X_new, X=X, y=y)
+    np.testing.assert_allclose(pp.y_mean, means.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(pp.y_var, (variances + means**2).mean(0) - means.mean(0) ** 2, rtol=1e-10)
+    logp = [model.predict_log_density({k: v[s] for k, v in samples.items()}, X_new, y_new, X=X, y=y) for s in range(2)]
+    expected = logsumexp(np.stack(logp), axis=0) - np.log(2)
+    got = predict.log_predictive_density(model, samples, X_new, y_new, X=X, y=y)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # in original units: y = 3 y_std + 5 -> the mean maps affinely, the density gains -log 3
+    st = Standardizer(np.zeros(1), np.ones(1), np.asarray(5.0), np.asarray(3.0))
+    pp_orig = predict.posterior_predictive(model, samples, X_new, standardizer=st, X=X, y=y)
+    np.testing.assert_allclose(pp_orig.y_mean, 3 * pp.y_mean + 5, rtol=1e-12)
+    np.testing.assert_allclose(pp_orig.y_var, 9 * pp.y_var, rtol=1e-12)
+    got_orig = predict.log_predictive_density(model, samples, X_new, y_new, standardizer=st, X=X, y=y)
+    np.testing.assert_allclose(got_orig, expected - np.log(3.0), rtol=1e-12)
+
+
+def test_predict_rejects_mismatched_inputs(problem):
+    X, y, model = problem
+    samples = {"u": np.zeros((4, 1, 5)), "kernel.variance": np.ones(3)}
+    with pytest.raises(ValueError, match="same number of draws"):
+        predict.posterior_predictive(model, samples, X)
+    with pytest.raises(ValueError, match="y_new"):
+        predict.log_predictive_density(model, {"u": np.zeros((4, 1, 5))}, X, y[:3])

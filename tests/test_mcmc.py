@@ -1,0 +1,165 @@
+"""The MCMC run loop: conjugate posterior, chains and thinning, checkpoint/resume, interrupts, divergence stop."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+import pytest
+from numpyro.infer import NUTS
+from numpyro.infer.mcmc import MCMCKernel
+
+from ppl_sparsegp.infer.mcmc import DivergingChainError, init_from_svi, run_mcmc
+from ppl_sparsegp.infer.svi import fit_svi
+
+
+def _normal_model(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    sigma = numpyro.sample("sigma", dist.LogNormal(0.0, 1.0))
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
+
+
+def _normal_guide(y):
+    loc = numpyro.param("loc", 0.0)
+    numpyro.sample("mu", dist.Normal(loc, 0.1))
+    numpyro.sample("sigma", dist.Delta(numpyro.param("sigma_map", 1.0, constraint=dist.constraints.positive)))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return jnp.asarray(np.random.default_rng(1).normal(2.0, 0.5, 40))
+
+
+def _run(data, **kw):
+    settings = dict(num_warmup=150, num_samples=200, key=jax.random.PRNGKey(0))
+    return run_mcmc(NUTS(_normal_model), data, **{**settings, **kw})
+
+
+@pytest.fixture(scope="module")
+def two_chains(data):
+    """One uninterrupted run in a single chunk, the reference for the chunked and resumed runs."""
+    return _run(data, num_chains=2)
+
+
+def test_nuts_draws_match_the_conjugate_posterior_and_shapes_follow_chains(data, two_chains):
+    res = two_chains
+    assert res.samples["mu"].shape == (2, 200) and res.samples["sigma"].shape == (2, 200)
+    assert set(res.extra_fields) >= {"diverging", "accept_prob", "adapt_state.step_size"}
+    assert res.extra_fields["diverging"].shape == (2, 200)
+    assert res.flat_samples()["mu"].shape == (400,)
+    # posterior of mu: mean near the sample mean (the prior is flat by comparison), sd near s / sqrt(n)
+    np.testing.assert_allclose(res.samples["mu"].mean(), float(data.mean()), atol=0.03)
+    np.testing.assert_allclose(res.samples["mu"].std(), float(data.std()) / np.sqrt(40), rtol=0.25)
+    assert not res.interrupted and res.warmup_seconds > 0 and res.sample_seconds > 0
+
+
+def test_sequential_chains_sample_the_same_posterior(data):
+    seq = _run(data, num_chains=2, chain_method="sequential")
+    assert seq.samples["mu"].shape == (2, 200)
+    np.testing.assert_allclose(seq.samples["mu"].mean(axis=1), float(data.mean()), atol=0.04)
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_killed_chunked_run_resumes_and_reproduces_the_uninterrupted_run(data, two_chains, tmp_path):
+    path = tmp_path / "run.ckpt"
+    chunks_seen = []
+
+    def die_after_two_chunks(result):
+        chunks_seen.append(result.num_draws)
+        if len(chunks_seen) == 2:
+            raise _Killed  # nothing after the last checkpoint survives, as with SIGKILL
+
+    with pytest.raises(_Killed):
+        _run(data, num_chains=2, chunk_size=50, checkpoint=path, callback=die_after_two_chunks)
+    assert chunks_seen == [50, 100] and path.exists()
+    resumed = _run(data, num_chains=2, chunk_size=50, checkpoint=path)
+    # the same draws as one uninterrupted, unchunked run with the same key
+    np.testing.assert_array_equal(resumed.samples["mu"], two_chains.samples["mu"])
+    np.testing.assert_array_equal(resumed.extra_fields["accept_prob"], two_chains.extra_fields["accept_prob"])
+
+
+def test_keyboard_interrupt_returns_the_thinned_draws_so_far(data, tmp_path):
+    def interrupt(result):
+        if result.num_draws == 50:
+            raise KeyboardInterrupt
+
+    res = _run(data, thinning=2, chunk_size=100, checkpoint=tmp_path / "c.ckpt", callback=interrupt)
+    assert res.interrupted and res.samples["mu"].shape == (1, 50)
+
+
+def test_checkpoint_from_other_settings_is_refused(data, tmp_path):
+    path = tmp_path / "run.ckpt"
+    _run(data, num_warmup=10, num_samples=20, checkpoint=path)
+    with pytest.raises(ValueError, match="checkpoint"):
+        _run(data, num_warmup=10, num_samples=20, chunk_size=10, checkpoint=path)
+
+
+class _State(NamedTuple):
+    i: jnp.ndarray
+    z: dict
+    rng_key: jnp.ndarray
+    nonfinite: jnp.ndarray
+
+
+class _BreaksAtStep(MCMCKernel):
+    """A random walk whose state turns non-finite at step ``k`` (a stand-in for a diverging SG-MCMC chain)."""
+
+    sample_field = "z"
+    default_fields = ("z", "nonfinite")
+
+    def __init__(self, k):
+        self.k = k
+
+    def init(self, rng_key, num_warmup, init_params, model_args, model_kwargs):
+        return _State(jnp.array(0), {"x": jnp.array(0.0)}, rng_key, jnp.array(False))
+
+    def sample(self, state, model_args, model_kwargs):
+        key, sub = jax.random.split(state.rng_key)
+        broken = state.nonfinite | (state.i + 1 >= self.k)
+        x = jnp.where(broken, state.z["x"], state.z["x"] + jax.random.normal(sub))
+        return _State(state.i + 1, {"x": x}, key, broken)
+
+    def postprocess_fn(self, model_args, model_kwargs):
+        return lambda z: z
+
+
+def test_a_diverging_chain_stops_with_an_error_that_keeps_the_earlier_draws(tmp_path):
+    kernel = _BreaksAtStep(k=10 + 37)  # 10 warmup steps, then the 37th post-warmup state is non-finite
+    with pytest.raises(DivergingChainError, match="36 kept draws") as err:
+        run_mcmc(kernel, num_warmup=10, num_samples=100, chunk_size=20, key=jax.random.PRNGKey(0))
+    kept = err.value.result.samples["x"]
+    assert kept.shape == (1, 36) and np.all(np.isfinite(kept))
+
+
+def test_init_from_svi_starts_chains_at_draws_of_the_guide(data):
+    fit = fit_svi(_normal_model, _normal_guide, data, optimizer=optax.adam(0.05), num_steps=300, progress=False)
+    init = init_from_svi(_normal_model, _normal_guide, fit.params, data, key=jax.random.PRNGKey(2), num_chains=3)
+    assert init["mu"].shape == (3,) and init["sigma"].shape == (3,)
+    # sigma is unconstrained (log) and at the point estimate in every chain; mu differs between chains
+    np.testing.assert_allclose(init["sigma"], np.log(fit.params["sigma_map"]), rtol=1e-10)
+    assert np.std(init["mu"]) > 0
+    res = _run(data, num_chains=3, num_warmup=20, num_samples=20, init_params=init)
+    assert res.samples["mu"].shape == (3, 20)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_samples": 0}, "num_samples"),
+        ({"num_warmup": -1}, "num_warmup"),
+        ({"thinning": 3}, "num_samples: expected a multiple of thinning"),
+        ({"chunk_size": 150, "thinning": 4}, "chunk_size"),
+        ({"chain_method": "pooled"}, "chain_method"),
+        ({"num_chains": 2, "chain_method": "parallel"}, "one device per chain"),
+    ],
+)
+def test_bad_arguments_are_named(data, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _run(data, **kwargs)
