@@ -31,9 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import optax
-from numpyro.infer import NUTS
 
-from ppl_sparsegp.infer.mcmc import MCMCResult, init_from_svi, run_mcmc
+from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Likelihood
@@ -113,8 +112,9 @@ def fit_sgpmc(
     num_chains: int = 1,
     thinning: int = 1,
     chain_method: str = "vectorized",
-    target_accept_prob: float = 0.8,
-    max_tree_depth: int = 8,
+    engine: str = "nuts",
+    engine_options: Mapping[str, Any] | None = None,
+    chunk_size: int | None = None,
     checkpoint: str | None = None,
     progress: bool = False,
 ) -> SGPMCFit:
@@ -124,16 +124,21 @@ def fit_sgpmc(
        (e.g. k-means), then ``svi_steps - fixed_z_steps`` with Z free.
     2. Z fixed at the fit; sites without a prior fixed at their point estimates; θ starts at its MAP and v at a
        draw of q(v) (one per chain).
-    3. NUTS (in place of the thesis' Bayesian-optimisation-tuned HMC; NUTS adapts step size and path length).
+    3. NUTS (in place of the thesis' Bayesian-optimisation-tuned HMC; NUTS adapts step size and path length),
+       or another ``engine`` of :func:`ppl_sparsegp.infer.mcmc.kernel_from_name` ("hmc", "sghmc", "sgld"; the
+       SG-MCMC engines take minibatch gradients when ``batch_size`` is set).
 
     Args:
         X [N, D], y [N] or [N, P]: training data. kernel, likelihood: their initial values.
         Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
-        key: JAX PRNG key. The rest: the SVI and NUTS settings (see :func:`run_mcmc`).
+        key: JAX PRNG key. engine_options: passed to the kernel (NUTS default: ``max_tree_depth=8``).
+        The rest: the SVI and MCMC settings (see :func:`run_mcmc`).
     """
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
     if not isinstance(fixed_z_steps, int) or not 0 <= fixed_z_steps <= svi_steps:
         raise ValueError(f"fixed_z_steps: expected an integer in [0, svi_steps={svi_steps}], got {fixed_z_steps!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     X, y = jnp.asarray(X), jnp.asarray(y)
     common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=batch_size)
     svgp = SVGP(Z=Z, learn_Z=fixed_z_steps == 0, **common)
@@ -166,11 +171,13 @@ def fit_sgpmc(
         fixed=fixed,
         Z=params.get("Z", Z),
         num_latent=num_latent,
+        batch_size=batch_size if engine in ("sghmc", "sgld") else None,
     )
     init = init_from_svi(model.model, svgp.guide, params, X, y, key=init_key, num_chains=num_chains)
-    nuts = NUTS(model.model, target_accept_prob=target_accept_prob, max_tree_depth=max_tree_depth)
+    options = {"max_tree_depth": 8} if engine == "nuts" else {"num_data": int(X.shape[0])} if engine == "sghmc" else {}
+    mcmc_kernel = kernel_from_name(engine, model.model, **{**options, **(engine_options or {})})
     mcmc = run_mcmc(
-        nuts,
+        mcmc_kernel,
         X,
         y,
         num_warmup=num_warmup,
@@ -180,6 +187,7 @@ def fit_sgpmc(
         chain_method=chain_method,
         key=mcmc_key,
         init_params=init,
+        chunk_size=chunk_size,
         checkpoint=checkpoint,
         progress=progress,
     )

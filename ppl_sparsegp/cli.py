@@ -1,8 +1,10 @@
-"""The ``ppl-sparsegp`` command line: fit GPR, SGPR or SVGP to a dataset, evaluate it, and write the results.
+"""The ``ppl-sparsegp`` command line: fit GPR, SGPR, SVGP or SGPMC to a dataset, evaluate it, write the results.
 
 Usage::
 
     ppl-sparsegp fit {svgp,sgpr,gpr} [--data diabetes] [--split 0] [--inducing 128] [--steps 2000] ... [--out DIR]
+    ppl-sparsegp fit sgpmc [--engine nuts|hmc|sghmc|sgld] [--warmup 500] [--samples 1000] ...   (see cli_mcmc)
+    ppl-sparsegp diagnose RUN_DIR
 
 ``ppl-sparsegp fit --help`` lists every option with its default. One run:
 
@@ -41,12 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import matplotlib
 import numpy as np
 import numpyro
 import optax
 
-from ppl_sparsegp import data, kernels, likelihoods, metrics, results, validation
+from ppl_sparsegp import cli_mcmc, data, kernels, likelihoods, results, validation
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
@@ -54,11 +55,9 @@ from ppl_sparsegp.models._base import GPModel, to_numpy_params
 from ppl_sparsegp.models.gpr import GPR
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
-
-METHODS = ("svgp", "sgpr", "gpr")
+METHODS = ("svgp", "sgpr", "gpr", "sgpmc")
 INITIALISERS = ("kmeans", "random", "greedy")
 DTYPES = ("float64", "float32")
 GPR_MAX_N = 5000
@@ -81,7 +80,8 @@ DEFAULTS = {
     "dtype": "float64",
     "checkpoint_every": 500,
 }
-_SVGP_ONLY = ("batch_size", "likelihood", "whiten", "q_diag")
+_SVGP_ONLY = ("whiten", "q_diag")
+_UNCOLLAPSED_ONLY = ("batch_size", "likelihood")  # svgp and sgpmc
 _SPARSE_ONLY = ("inducing", "init")
 
 
@@ -106,7 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "to --out. Data are standardised with training statistics; metrics are in original units. Re-running the "
         "same command resumes from OUT/checkpoint.npz.",
     )
-    fit.add_argument("method", choices=METHODS, help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact)")
+    fit.add_argument(
+        "method",
+        choices=METHODS,
+        help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact), sgpmc (MCMC over v and θ, Z from svgp)",
+    )
 
     d = DEFAULTS
     group = fit.add_argument_group("data")
@@ -139,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--lengthscale",
         type=float,
-        default=d["lengthscale"],
+        default=None,
         metavar="L",
-        help=f"initial value of every ARD lengthscale, > 0, standardised units (default: {d['lengthscale']})",
+        help="initial value of every ARD lengthscale, > 0, standardised units (default: 1.0; sgpmc: sqrt(D), "
+        "since from 1.0 the Gamma prior can pull a high-dimensional Gaussian fit into the all-short-lengthscales "
+        "mode where the GP explains nothing)",
     )
     group.add_argument(
         "--noise-variance",
@@ -227,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--quiet", action="store_true", help="print nothing on success, progress bar included (default: off)"
     )
+    cli_mcmc.add_mcmc_arguments(fit)
+    cli_mcmc.add_diagnose_parser(commands)
     return parser
 
 
@@ -247,9 +255,13 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = {k: v for k, v in vars(args).items() if k != "command"}
     method = opts["method"]
     for name in _SVGP_ONLY if method != "svgp" else ():
-        if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
+        if opts[name] is not None:
             flag = "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
-            raise ValueError(f"{flag} applies to svgp only, not {method}")
+            raise ValueError(f"{flag} applies to svgp only, not {method} (sgpmc is always whitened, full q)")
+    for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc") else ():
+        if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
+            raise ValueError(f"--{name.replace('_', '-')} applies to svgp and sgpmc only, not {method}")
+    opts = cli_mcmc.resolve_mcmc_options(opts)
     for name in _SPARSE_ONLY if method == "gpr" else ():
         if opts[name] is not None:
             raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr); gpr uses no inducing points")
@@ -297,7 +309,7 @@ def _check_dataset(opts: dict[str, Any], ds: Dataset) -> None:
     method, n = opts["method"], ds.X_train.shape[0]
     if ds.task not in LIKELIHOODS_BY_TASK:
         raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; fit supports regression and binary classification")
-    if method != "svgp" and ds.task != "regression":
+    if method not in ("svgp", "sgpmc") and ds.task != "regression":
         raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; {method} needs regression data (use svgp)")
     if opts["likelihood"] is not None and opts["likelihood"] not in LIKELIHOODS_BY_TASK[ds.task]:
         raise ValueError(
@@ -358,29 +370,35 @@ def _inducing_inputs(opts: dict[str, Any], X: np.ndarray, kernel: kernels.Kernel
     return initialise.greedy_variance(X, M, kernel, seed=seed)
 
 
-def build_model(opts: dict[str, Any], ds: Dataset) -> GPModel:
-    """The GP of ``opts["method"]`` for the (standardised) dataset ``ds``, at its initial values.
-
-    ``opts`` are options from :func:`resolve_options` with the likelihood settled for the dataset's task.
-    """
+def model_parts(opts: dict[str, Any], ds: Dataset) -> dict[str, Any]:
+    """The initial ``kernel``, ``likelihood`` and (sparse methods) inducing inputs ``Z`` for the standardised
+    dataset ``ds``, as ``opts`` (from :func:`resolve_options`, likelihood settled) ask."""
     dtype = np.dtype(opts["dtype"])
     X = ds.X_train.astype(dtype)
-    kernel = _kernel(opts["kernel"], X.shape[1], opts["kernel_variance"], opts["lengthscale"], dtype)
-    likelihood = _likelihood(opts, dtype)
+    lengthscale = opts["lengthscale"]
+    if lengthscale is None:
+        lengthscale = math.sqrt(X.shape[1]) if opts["method"] == "sgpmc" else DEFAULTS["lengthscale"]
+    kernel = _kernel(opts["kernel"], X.shape[1], opts["kernel_variance"], lengthscale, dtype)
+    parts = {"kernel": kernel, "likelihood": _likelihood(opts, dtype)}
+    if opts["method"] != "gpr":
+        parts["Z"] = _inducing_inputs(opts, X, kernel).astype(dtype)
+    return parts
+
+
+def build_model(opts: dict[str, Any], ds: Dataset) -> GPModel:
+    """The GP of ``opts["method"]`` (gpr, sgpr or svgp) for the standardised dataset ``ds``, at its initial values."""
+    parts = model_parts(opts, ds)
     if opts["method"] == "gpr":
-        return GPR(kernel=kernel, likelihood=likelihood)
-    Z = _inducing_inputs(opts, X, kernel).astype(dtype)
+        return GPR(**parts)
     if opts["method"] == "sgpr":
-        return SGPR(kernel=kernel, likelihood=likelihood, Z=Z)
+        return SGPR(**parts)
     batch = opts["batch_size"]
     return SVGP(
-        kernel=kernel,
-        likelihood=likelihood,
-        Z=Z,
+        **parts,
         num_latent=ds.num_outputs,
         whiten=opts["whiten"],
         q_diag=opts["q_diag"],
-        batch_size=batch if batch is not None and batch < X.shape[0] else None,
+        batch_size=batch if batch is not None and batch < ds.X_train.shape[0] else None,
     )
 
 
@@ -402,87 +420,6 @@ def compiled_predictor(gp: GPModel) -> Callable[..., tuple[Any, Any, Any]]:
         return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
 
     return jax.jit(predict)
-
-
-def evaluate(
-    predicted: tuple[np.ndarray, np.ndarray, np.ndarray], y_eval: np.ndarray, scaler: Standardizer, task: str
-) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
-    """Metrics in original units from predictions of :func:`compiled_predictor` at the evaluation points.
-
-    Args:
-        predicted: (mean, var, log density) of y in standardised units, each [S] or [S, P].
-        y_eval: targets in original units, [S] or [S, P] (class labels [S] for binary data).
-        scaler: the training standardisation, to map predictions back.
-        task: "regression" or "binary".
-
-    Returns:
-        (metrics, mean, variance), the moments of y in original units; for binary data the mean is p(y = 1).
-    """
-    mean, var, log_p = (np.asarray(a) for a in predicted)
-    if task == "binary":
-        scores = {
-            "accuracy": metrics.accuracy(y_eval, mean),
-            "nll": metrics.binary_nll(y_eval, mean),
-            "ece": metrics.expected_calibration_error(y_eval, mean),
-            "auc": metrics.roc_auc(y_eval, mean),
-        }
-        return scores, mean, var
-    mean, var = scaler.inverse_mean(mean), scaler.inverse_var(var)
-    scores = {
-        "rmse": metrics.rmse(y_eval, mean),
-        "mae": metrics.mae(y_eval, mean),
-        "nlpd": float(-np.mean(scaler.log_density_to_original(log_p))),
-        "rmse_of_training_mean": metrics.rmse(y_eval, np.broadcast_to(scaler.y_mean, y_eval.shape)),
-    }
-    return scores, mean, var
-
-
-def plot_fit(
-    losses: np.ndarray,
-    task: str,
-    evaluated_on: str,
-    y_eval: np.ndarray,
-    mean: np.ndarray,
-    var: np.ndarray,
-    curve: dict[str, np.ndarray] | None = None,
-) -> matplotlib.figure.Figure:
-    """Loss trace (left) and the fit (right).
-
-    The right panel is, for 1-D regression (``curve`` given: grid ``x`` [G], ``mean`` and ``var`` [G], training
-    ``X``/``y``, inducing inputs ``Z`` [M] or absent), the predictive mean +- 2 sd with data and inducing points;
-    for other regression, predicted vs observed at the evaluation points (error bars 2 sd); for binary data, a
-    reliability diagram (observed frequency of class 1 against predicted probability, 10 bins).
-    """
-    fig, (ax_loss, ax_fit) = plt.subplots(1, 2, figsize=(11, 4.2))
-    ax_loss.plot(np.arange(1, len(losses) + 1), losses, lw=0.8)
-    ax_loss.set(xlabel="step", ylabel="loss (negative ELBO, standardised units)", title="training loss")
-    if len(losses) and np.all(losses > 0):
-        ax_loss.set_yscale("log")
-    if curve is not None:
-        sd = np.sqrt(curve["var"])
-        ax_fit.fill_between(curve["x"], curve["mean"] - 2 * sd, curve["mean"] + 2 * sd, alpha=0.25, label="±2 sd")
-        ax_fit.plot(curve["x"], curve["mean"], lw=1.5, label="predictive mean")
-        ax_fit.plot(curve["X"], curve["y"], "k.", ms=3, alpha=0.6, label="training data")
-        if "Z" in curve:
-            ax_fit.plot(curve["Z"], np.full(len(curve["Z"]), ax_fit.get_ylim()[0]), "r|", ms=12, label="Z")
-        ax_fit.set(xlabel="x", ylabel="y", title="predictive distribution")
-        ax_fit.legend(loc="best", fontsize=8)
-    elif task == "regression":
-        ax_fit.errorbar(y_eval.ravel(), mean.ravel(), yerr=2 * np.sqrt(var.ravel()), fmt=".", ms=3, lw=0.5, alpha=0.6)
-        lo, hi = float(min(y_eval.min(), mean.min())), float(max(y_eval.max(), mean.max()))
-        ax_fit.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax_fit.set(xlabel="observed y", ylabel="predicted mean ± 2 sd", title=f"{evaluated_on} set")
-    else:
-        edges = np.linspace(0.0, 1.0, 11)
-        which = np.digitize(mean, edges[1:-1])  # bin 0..9
-        filled = [b for b in range(10) if np.any(which == b)]
-        predicted = [mean[which == b].mean() for b in filled]
-        observed = [y_eval[which == b].mean() for b in filled]
-        ax_fit.plot([0, 1], [0, 1], "k--", lw=0.8)
-        ax_fit.plot(predicted, observed, "o-")
-        ax_fit.set(xlabel="predicted p(y = 1)", ylabel="observed frequency", title=f"reliability, {evaluated_on} set")
-    fig.tight_layout()
-    return fig
 
 
 def _curve_1d(
@@ -559,6 +496,8 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
     _check_dataset(opts, ds)
     opts = _settle_likelihood(opts, ds.task)
     std, scaler = data.standardize(ds)
+    if opts["method"] == "sgpmc":
+        return cli_mcmc.run_sgpmc(opts, model_parts(opts, std), ds, std, scaler, argv)
     out = Path(opts["out"])
     checkpoint = out / "checkpoint.npz"
     resumed_from = _checkpoint_step(checkpoint)
@@ -665,6 +604,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
+        if args.command == "diagnose":
+            print(cli_mcmc.run_diagnose(args.run_dir, include_all=args.all))
+            return 0
         opts = resolve_options(args)
         record = run_fit(opts, argv)
     except ValueError as err:
@@ -674,9 +616,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        checkpoint = Path(opts["out"]) / "checkpoint.npz"
-        print(f"interrupted; run the same command again to resume from {checkpoint}", file=sys.stderr)
+        checkpoint = "mcmc.ckpt" if opts["method"] == "sgpmc" else "checkpoint.npz"
+        print(
+            f"interrupted; run the same command again to resume from {Path(opts['out']) / checkpoint}", file=sys.stderr
+        )
         return 130
     if not opts["quiet"]:
-        print(_summary(record, Path(opts["out"])))
+        summary = cli_mcmc.summary_line if opts["method"] == "sgpmc" else _summary
+        print(summary(record, Path(opts["out"])))
     return 0

@@ -182,10 +182,51 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--out",
         "--no-progress",
         "--quiet",
+        "--engine",
+        "--warmup",
+        "--samples",
+        "--chains",
+        "--thinning",
+        "--step-size",
+        "--prior",
+        "--chunk",
     ]
     for option in options:
         assert option in text, option
     assert set(re.findall(r"--[a-z][a-z0-9-]*", text)) == {*options, "--help"}
     for default in ("default: diabetes", "default: 128", "default: kmeans", "default: 2000", "default: 0.01"):
         assert default in text
-    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr}" in text
+    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc}" in text
+
+
+def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys):
+    """fit sgpmc (SVGP fit, then NUTS with Z fixed) writes posterior.nc and metrics; diagnose summarises it."""
+    args = ["--data", "breast_cancer", "--inducing", "8", "--steps", "300", "--lr", "0.03"]
+    mcmc = ["--warmup", "100", "--samples", "100", "--chains", "2", "--chunk", "50", "--no-progress", "--quiet"]
+    record, folder = fit(tmp_path, "sgpmc", *args, *mcmc)
+    assert record["method"] == "sgpmc" and record["engine"] == "nuts" and record["task"] == "binary"
+    assert record["chains"] == 2 and record["draws_per_chain"] == 100
+    assert record["metrics"]["accuracy"] > 0.9 and record["metrics"]["nll"] < 0.3
+    assert record["divergences"] == 0 and record["max_rhat"] < 1.1
+    assert {"posterior.nc", "fit.png", "results.json", "mcmc.ckpt"} <= {p.name for p in folder.iterdir()}
+    capsys.readouterr()
+    assert main(["diagnose", str(folder)]) == 0
+    table = capsys.readouterr().out
+    assert "kernel.lengthscale[29]" in table and "r_hat" in table and "u[" not in table
+    assert (folder / "trace.png").read_bytes()[:4] == b"\x89PNG" and (folder / "rank.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["fit", "svgp", "--engine", "nuts"], "--engine applies to sgpmc only"),
+        (["fit", "sgpmc", "--engine", "sgld"], "--step-size is required"),
+        (["fit", "sgpmc", "--samples", "100", "--thinning", "3"], "multiple of --thinning"),
+        (["fit", "sgpmc", "--step-size", "0.1"], "--step-size applies to the sghmc and sgld"),
+        (["fit", "sgpmc", "--whiten"], "applies to svgp only"),
+        (["diagnose", "no/such/run"], "no posterior.nc"),
+    ],
+)
+def test_bad_mcmc_options_exit_2_with_a_message(tmp_path, capsys, argv, message):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

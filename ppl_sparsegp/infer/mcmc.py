@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro import handlers
-from numpyro.infer import HMC, Predictive
+from numpyro.infer import HMC, NUTS, Predictive
 from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import unconstrain_fn
 from tqdm.auto import tqdm
@@ -94,6 +94,28 @@ def _leading_shape(arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
     for v in arrays.values():
         return v.shape[0], v.shape[1]
     return 0, 0
+
+
+ENGINES = ("nuts", "hmc", "sghmc", "sgld")
+
+
+def kernel_from_name(engine: str, model: Callable, **options: Any) -> MCMCKernel:
+    """An MCMC kernel for ``model`` by name, with its options.
+
+    ``"nuts"`` / ``"hmc"``: NumPyro's ``NUTS`` / ``HMC`` (e.g. ``target_accept_prob``, ``max_tree_depth``,
+    ``num_steps``); ``"sghmc"``: the scale-adapted SGHMC of BSGP (:class:`.sghmc.AdaptiveSGHMC`: ``step_size``
+    0.01, ``mdecay`` 0.05, ``num_data``); ``"sgld"``: :class:`.sghmc.SGLD` (``step_size`` required).
+    The SG-MCMC kernels use minibatch gradients when the model subsamples its ``"data"`` plate.
+    """
+    from ppl_sparsegp.infer.sghmc import SGLD, AdaptiveSGHMC
+
+    factories = {"nuts": NUTS, "hmc": HMC, "sghmc": AdaptiveSGHMC, "sgld": SGLD}
+    if engine not in factories:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    try:
+        return factories[engine](model, **options)
+    except TypeError as err:
+        raise ValueError(f"engine options for {engine!r}: {err}") from None
 
 
 def default_extra_fields(kernel: MCMCKernel) -> tuple[str, ...]:
