@@ -163,3 +163,30 @@ def test_init_from_svi_starts_chains_at_draws_of_the_guide(data):
 def test_bad_arguments_are_named(data, kwargs, match):
     with pytest.raises(ValueError, match=match):
         _run(data, **kwargs)
+
+
+def test_engines_by_name_and_plain_hmc_runs(data):
+    from numpyro.infer import HMC, MCMC
+
+    from ppl_sparsegp.infer.mcmc import kernel_from_name
+    from ppl_sparsegp.infer.sghmc import SGLD, AdaptiveSGHMC
+
+    assert isinstance(kernel_from_name("nuts", _normal_model), NUTS)
+    assert isinstance(kernel_from_name("sghmc", _normal_model, num_data=40), AdaptiveSGHMC)
+    assert isinstance(kernel_from_name("sgld", _normal_model, step_size=1e-3), SGLD)
+    with pytest.raises(ValueError, match="engine: expected one of nuts, hmc, sghmc, sgld"):
+        kernel_from_name("gibbs", _normal_model)
+    with pytest.raises(ValueError, match="engine options for 'nuts'"):
+        kernel_from_name("nuts", _normal_model, friction=0.1)
+    hmc = kernel_from_name("hmc", _normal_model)
+    assert type(hmc) is HMC
+    res = run_mcmc(hmc, data, num_warmup=200, num_samples=300, key=jax.random.PRNGKey(1))
+    np.testing.assert_allclose(res.samples["mu"].mean(), float(data.mean()), atol=0.04)
+    # the run loop drives a kernel as numpyro.infer.MCMC does: with no adaptation, the same draws for the same key
+    # (with adaptation both are right but rounding differences grow chaotically along the chain)
+    fixed = dict(step_size=0.05, num_steps=10, adapt_step_size=False)
+    ours = run_mcmc(HMC(_normal_model, **fixed), data, num_warmup=50, num_samples=100, key=jax.random.PRNGKey(1))
+    reference = MCMC(HMC(_normal_model, **fixed), num_warmup=50, num_samples=100, progress_bar=False)
+    reference.run(jax.random.PRNGKey(1), data)
+    assert np.std(ours.samples["mu"]) > 0.02
+    np.testing.assert_allclose(ours.samples["mu"][0], reference.get_samples()["mu"], rtol=1e-9)
