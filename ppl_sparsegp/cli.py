@@ -264,7 +264,7 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = cli_mcmc.resolve_mcmc_options(opts)
     for name in _SPARSE_ONLY if method == "gpr" else ():
         if opts[name] is not None:
-            raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr); gpr uses no inducing points")
+            raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr, sgpmc); gpr uses no inducing points")
     if method != "gpr":
         opts["inducing"] = DEFAULTS["inducing"] if opts["inducing"] is None else opts["inducing"]
         opts["init"] = opts["init"] or DEFAULTS["init"]

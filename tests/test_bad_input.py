@@ -198,12 +198,18 @@ CLI_ERRORS = [
         "error: --data: embedded/breast_cancer is a binary dataset; sgpr needs regression data (use svgp)",
     ),
     (("svgp", "--data", "digits"), "error: --data: embedded/digits is a multiclass dataset; fit supports"),
-    (("sgpr", "--batch-size", "32"), "error: --batch-size applies to svgp only, not sgpr"),
-    (("gpr", "--likelihood", "studentt"), "error: --likelihood applies to svgp only, not gpr"),
+    (("sgpr", "--batch-size", "32"), "error: --batch-size applies to svgp and sgpmc only, not sgpr"),
+    (("gpr", "--likelihood", "studentt"), "error: --likelihood applies to svgp and sgpmc only, not gpr"),
     (("gpr", "--no-whiten"), "error: --whiten/--no-whiten applies to svgp only, not gpr"),
     (("sgpr", "--q-diag"), "error: --q-diag applies to svgp only, not sgpr"),
-    (("gpr", "--inducing", "10"), "error: --inducing applies to sparse methods (svgp, sgpr); gpr uses no inducing"),
+    (("gpr", "--inducing", "10"), "error: --inducing applies to sparse methods (svgp, sgpr, sgpmc); gpr uses no"),
     (("gpr", "--init", "greedy"), "error: --init applies to sparse methods"),
+    (("svgp", "--engine", "nuts"), "error: --engine applies to sgpmc only, not svgp"),
+    (("sgpmc", "--engine", "sgld"), "error: --step-size is required with --engine sgld"),
+    (("sgpmc", "--samples", "100", "--thinning", "3"), "error: --samples (100) must be a multiple of --thinning (3)"),
+    (("sgpmc", "--step-size", "0.1"), "error: --step-size applies to the sghmc and sgld engines, not nuts"),
+    (("sgpmc", "--batch-size", "64"), "error: --batch-size applies to the SVI fit and the sghmc/sgld engines"),
+    (("sgpmc", "--q-diag"), "error: --q-diag applies to svgp only, not sgpmc"),
 ]
 
 
