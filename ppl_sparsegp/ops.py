@@ -181,25 +181,27 @@ def _jax_cholesky_primitive():
     from jax.scipy.linalg import solve_triangular as jsolve
 
     def primal(A, j0):
+        # A while_loop rather than lax.cond: under vmap (vectorised MCMC chains) a cond with a batched predicate
+        # runs both branches on every call, escalation and host callback included; a batched while_loop runs
+        # its body only while some matrix in the batch still needs more jitter.
         eye, scale = _eye_like(A), _scale(A)
+
+        def not_done(state):
+            k, L = state
+            return jnp.logical_and(jnp.logical_not(jnp.all(jnp.isfinite(L))), k < MAX_ESCALATIONS)
+
+        def try_next(state):
+            k, _ = state
+            level = _jitter_level(j0, A, k + 1)
+            L = jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
+            ok = jnp.all(jnp.isfinite(L))
+            jax.debug.callback(
+                _warn_from_device, level, ok, jnp.logical_or(ok, k + 1 == MAX_ESCALATIONS), not_done(state)
+            )
+            return k + 1, L
+
         L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
-
-        def escalate() -> Array:
-            def not_done(state):
-                k, ok = state
-                return jnp.logical_and(jnp.logical_not(ok), k < MAX_ESCALATIONS)
-
-            def try_next(state):
-                k, _ = state
-                level = _jitter_level(j0, A, k + 1)
-                return k + 1, jnp.all(jnp.isfinite(jnp.linalg.cholesky(A + level * scale * eye)))
-
-            k, ok = lax.while_loop(not_done, try_next, (jnp.asarray(0), jnp.asarray(False)))
-            level = _jitter_level(j0, A, k)
-            jax.debug.callback(_warn_from_device, level, ok)
-            return jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
-
-        return lax.cond(jnp.all(jnp.isfinite(L0)), lambda: L0, escalate)
+        return lax.while_loop(not_done, try_next, (jnp.asarray(0), L0))[1]
 
     @partial(jax.custom_jvp, nondiff_argnums=(1,))
     def chol(A, j0):
@@ -222,12 +224,15 @@ def _jittered_cholesky_jax(A: Array, j0: float) -> Array:
     return _jax_cholesky_primitive()(A, j0)
 
 
-def _warn_from_device(level, ok) -> None:
-    level = float(level)
-    if bool(ok):
-        warnings.warn(_jitter_message(level), JitterWarning, stacklevel=2)
-    else:
-        warnings.warn(_failure_message(level), JitterWarning, stacklevel=2)
+def _warn_from_device(level, ok, final, active) -> None:
+    """Host side of the jax Cholesky's escalation: warn once a matrix succeeded at a raised jitter, or failed at
+    the last one. Under vmap the arguments are batched and matrices that needed no (more) jitter are inactive."""
+    mask = np.asarray(active, bool)
+    levels, oks, finals = (np.ravel(np.broadcast_to(np.asarray(a), mask.shape)[mask]) for a in (level, ok, final))
+    for level_i, ok_i, final_i in zip(levels, oks, finals, strict=True):
+        if final_i:
+            message = _jitter_message if ok_i else _failure_message
+            warnings.warn(message(float(level_i)), JitterWarning, stacklevel=2)
 
 
 def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:

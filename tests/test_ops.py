@@ -95,3 +95,24 @@ def test_gauss_hermite_integrates_normal_moments_exactly():
 def test_namespace_prefers_the_non_numpy_backend():
     assert ops.namespace(np.ones(2), jnp.ones(2)).__name__ == "jax.numpy"
     assert "torch" in ops.namespace(np.ones(2), torch.ones(2)).__name__
+
+
+def test_jax_cholesky_under_vmap_escalates_only_the_matrices_that_need_it():
+    """A batch (as with vectorised MCMC chains): the singular matrix escalates and warns once, the others are the
+    plain factors, and a batch that needs no jitter raises no warning."""
+    import warnings
+
+    import jax
+    import jax.numpy as jnp
+
+    good = jnp.array([[2.0, 0.5], [0.5, 1.0]])
+    singular = jnp.ones((2, 2)) - 1e-4 * jnp.eye(2)  # indefinite by less than the escalated jitter
+    factor = jax.jit(jax.vmap(ops.cholesky))
+    with pytest.warns(ops.JitterWarning, match="relative jitter") as record:
+        L = jax.block_until_ready(factor(jnp.stack([good, singular, good])))
+    assert len(record) == 1
+    np.testing.assert_allclose(L[0] @ L[0].T, good + ops.JITTER["float64"] * 1.5 * np.eye(2), rtol=1e-12)
+    assert np.all(np.isfinite(L[1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.block_until_ready(factor(jnp.stack([good, good])))
