@@ -199,6 +199,7 @@ def test_help_lists_every_option_with_its_default(capsys):
     assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc}" in text
 
 
+@pytest.mark.slow  # about 80 s: an SVGP fit and two NUTS chains in 30 dimensions; `make test-slow` runs it
 def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys):
     """fit sgpmc (SVGP fit, then NUTS with Z fixed) writes posterior.nc and metrics; diagnose summarises it."""
     args = ["--data", "breast_cancer", "--inducing", "8", "--steps", "300", "--lr", "0.03"]

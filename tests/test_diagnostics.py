@@ -39,7 +39,7 @@ def engines(problem):
     """InferenceData from a NUTS run, an SG-MCMC run and an SVI fit of the same small SGPMC/SVGP problem."""
     X, y, model = problem
     key = jax.random.PRNGKey(0)
-    nuts = run_mcmc(NUTS(model.model), X, y, num_warmup=100, num_samples=100, num_chains=2, key=key)
+    nuts = run_mcmc(NUTS(model.model, max_tree_depth=5), X, y, num_warmup=100, num_samples=100, num_chains=2, key=key)
     sg = run_mcmc(AdaptiveSGHMC(model.model, num_data=30), X, y, num_warmup=300, num_samples=400, thinning=4,
                   num_chains=2, key=key)  # fmt: skip
     svgp = SVGP(kernel=model.kernel, likelihood=model.likelihood, Z=model.Z, priors=model.priors)
@@ -51,6 +51,8 @@ def engines(problem):
     }
 
 
+# The three tests on the `engines` fixture compile NUTS, SG-MCMC and SVI runs (about 2 min): `make test-slow`.
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["NUTS", "AdaptiveSGHMC", "SVI"])
 def test_inference_data_round_trips_through_netcdf_and_supports_loo(engines, engine, tmp_path):
     idata = engines[engine]
@@ -73,6 +75,7 @@ def test_inference_data_round_trips_through_netcdf_and_supports_loo(engines, eng
     assert {"r_hat", "ess_bulk"} <= set(table.columns)
 
 
+@pytest.mark.slow
 def test_sample_stats_use_arviz_names(engines):
     nuts = engines["NUTS"].sample_stats
     assert {"diverging", "acceptance_rate", "step_size", "n_steps", "lp"} <= set(nuts.data_vars)
@@ -82,6 +85,7 @@ def test_sample_stats_use_arviz_names(engines):
     assert not bool(sg["nonfinite"].any())
 
 
+@pytest.mark.slow
 def test_loglikelihood_of_a_draw_is_the_variational_potential(problem, engines):
     """log_likelihood holds E_{p(f_n|u,θ)}[log p(y_n|f_n)] of each draw: recomputed here from the closed form."""
     X, y, model = problem

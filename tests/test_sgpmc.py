@@ -49,6 +49,7 @@ def classification_fit():
     return X, y, fit
 
 
+@pytest.mark.slow  # about 60 s (SVI fit and four NUTS chains); `make test-slow` runs it in CI
 def test_bernoulli_sgpmc_recipe_runs_four_healthy_chains(classification_fit):
     X, y, fit = classification_fit
     assert fit.mcmc.samples["u"].shape == (4, 500, 1, 6)
@@ -61,6 +62,7 @@ def test_bernoulli_sgpmc_recipe_runs_four_healthy_chains(classification_fit):
     np.testing.assert_array_equal(fit.model.Z, fit.svi.params["Z"])
 
 
+@pytest.mark.slow  # shares the fixture above
 def test_recipe_starts_the_chains_at_the_gaussian_fit(classification_fit):
     """θ starts at its MAP: the chains' hyperparameter draws stay in the region of the SVGP point estimate."""
     _, _, fit = classification_fit
