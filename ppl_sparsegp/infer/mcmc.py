@@ -233,6 +233,13 @@ def _concat(store: Mapping[str, list]) -> dict[str, np.ndarray]:
     return {k: np.concatenate(v, axis=1) for k, v in store.items()}
 
 
+def _check_model_data(kernel: MCMCKernel, model_args: tuple) -> None:
+    """Eager data checks before anything compiles, when the kernel samples a ``ppl_sparsegp.models`` method."""
+    gp_model = getattr(getattr(kernel, "model", None), "__self__", None)
+    if model_args and hasattr(gp_model, "check_data"):
+        gp_model.check_data(*model_args)
+
+
 def _chain_map(fn: Callable, num_chains: int, chain_method: str, in_axes: tuple) -> Callable:
     """Apply a one-chain function to per-chain states stacked on a leading axis ("sequential", "parallel").
 
@@ -381,8 +388,7 @@ def run_mcmc(
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
     config = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk)
     path = None if checkpoint is None else Path(checkpoint)
-    if hasattr(model_args[0] if model_args else None, "shape") and hasattr(kernel, "model"):
-        getattr(getattr(kernel.model, "__self__", None), "check_data", lambda *a, **k: None)(*model_args)
+    _check_model_data(kernel, model_args)
 
     init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
     draws: dict[str, list] = {}
