@@ -73,16 +73,33 @@ def test_killed_chunked_run_resumes_and_reproduces_the_uninterrupted_run(data, t
 
     def die_after_two_chunks(result):
         chunks_seen.append(result.num_draws)
-        if len(chunks_seen) == 2:
+        if len(chunks_seen) == 3:
             raise _Killed  # nothing after the last checkpoint survives, as with SIGKILL
 
     with pytest.raises(_Killed):
         _run(data, num_chains=2, chunk_size=50, checkpoint=path, callback=die_after_two_chunks)
-    assert chunks_seen == [50, 100] and path.exists()
+    assert chunks_seen == [0, 50, 100] and path.exists()  # the warmup, then two chunks
     resumed = _run(data, num_chains=2, chunk_size=50, checkpoint=path)
     # the same draws as one uninterrupted, unchunked run with the same key
     np.testing.assert_array_equal(resumed.samples["mu"], two_chains.samples["mu"])
     np.testing.assert_array_equal(resumed.extra_fields["accept_prob"], two_chains.extra_fields["accept_prob"])
+
+
+def test_run_killed_during_a_chunked_warmup_resumes_it_and_reproduces_the_uninterrupted_run(data, two_chains, tmp_path):
+    path = tmp_path / "warm.ckpt"
+    pieces = []
+
+    def die_in_warmup(result):
+        pieces.append(result.warmup_done)
+        if len(pieces) == 2:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        _run(data, num_chains=2, warmup_chunk_size=60, checkpoint=path, callback=die_in_warmup)
+    assert pieces == [60, 120]
+    resumed = _run(data, num_chains=2, warmup_chunk_size=60, checkpoint=path)
+    assert resumed.warmup_done == 150
+    np.testing.assert_array_equal(resumed.samples["mu"], two_chains.samples["mu"])
 
 
 def test_keyboard_interrupt_returns_the_thinned_draws_so_far(data, tmp_path):

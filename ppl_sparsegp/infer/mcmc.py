@@ -1,9 +1,9 @@
 """The MCMC run loop: any NumPyro ``MCMCKernel`` (NUTS, HMC, the SG-MCMC kernels of :mod:`.sghmc`) on any model,
 with several chains, thinning, initialisation from an SVI fit, chunked checkpoints and a divergence stop.
 
-``run_mcmc`` drives ``numpyro.infer.MCMC``: the warmup phase runs once, then the post-warmup draws run in chunks
-of ``chunk_size`` draws, each continuing from the last state (``MCMC.post_warmup_state``). After the warmup and
-after every chunk:
+``run_mcmc`` drives a NumPyro kernel's ``init`` and ``sample``: the warmup runs in pieces of
+``warmup_chunk_size`` steps (default: one piece), then the post-warmup draws run in chunks of ``chunk_size``
+steps, each continuing from the last state. After every warmup piece and every chunk:
 
 * with ``checkpoint=path`` the kernel state, every draw so far and the run's settings are written atomically,
   so a killed run restarted with the same arguments resumes after its last complete chunk (it loses at most
@@ -64,6 +64,7 @@ class MCMCResult:
         warmup_seconds, sample_seconds: wall-clock time of the warmup phase and of the sampling chunks run in
             this call (compilation included; a resumed run counts only what it ran).
         interrupted: the run was stopped by KeyboardInterrupt before drawing everything it was asked for.
+        warmup_done: warmup steps taken so far (``num_warmup`` once sampling has begun).
     """
 
     samples: dict[str, np.ndarray]
@@ -75,6 +76,7 @@ class MCMCResult:
     warmup_seconds: float = 0.0
     sample_seconds: float = 0.0
     interrupted: bool = False
+    warmup_done: int = 0
 
     @property
     def num_chains(self) -> int:
@@ -167,8 +169,11 @@ def init_from_svi(
     return unconstrained
 
 
-def _config(kernel: MCMCKernel, num_warmup: int, num_samples: int, num_chains: int, thinning: int, chunk: int):
+def _config(
+    kernel: MCMCKernel, num_warmup: int, num_samples: int, num_chains: int, thinning: int, chunk: int, warmup_chunk: int
+):
     return {
+        "warmup_chunk_size": warmup_chunk,
         "kernel": type(kernel).__name__,
         "num_warmup": num_warmup,
         "num_samples": num_samples,
@@ -185,8 +190,11 @@ def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
-def _save(path: Path, config: dict, state: Any, draws: dict, extras: dict, done: int, warmup_s: float) -> None:
+def _save(
+    path: Path, config: dict, state: Any, draws: dict, extras: dict, done: int, warmup_s: float, warmup_done: int
+) -> None:
     payload = {
+        "warmup_done": warmup_done,
         "format": CHECKPOINT_FORMAT,
         "config": config,
         "state": jax.device_get(state),
@@ -337,6 +345,7 @@ def run_mcmc(
     init_params: Mapping[str, Array] | None = None,
     extra_fields: Sequence[str] | None = None,
     chunk_size: int | None = None,
+    warmup_chunk_size: int | None = None,
     checkpoint: str | Path | None = None,
     progress: bool = False,
     callback: Callable[[MCMCResult], None] | None = None,
@@ -359,9 +368,12 @@ def run_mcmc(
             when C > 1.
         extra_fields: per-draw state fields to keep (default: :func:`default_extra_fields`).
         chunk_size: post-warmup steps per chunk, a multiple of ``thinning`` (default: all in one chunk).
-        checkpoint: path of the checkpoint file (written after the warmup and after every chunk).
+        warmup_chunk_size: warmup steps per piece (default: the whole warmup in one piece); long warmups are
+            checkpointed and resumed piece by piece.
+        checkpoint: path of the checkpoint file (written after every warmup piece and every chunk).
         progress: show a progress bar over chunks.
-        callback: called with the result so far after every chunk.
+        callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
+            where the run is; ``last_state`` is the kernel state).
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
@@ -385,22 +397,24 @@ def run_mcmc(
     chunk = num_samples if chunk_size is None else _check_positive_int("chunk_size", chunk_size)
     if chunk % thinning:
         raise ValueError(f"chunk_size: expected a multiple of thinning={thinning}, got {chunk}")
+    warmup_chunk = max(num_warmup, 1) if warmup_chunk_size is None else warmup_chunk_size
+    warmup_chunk = _check_positive_int("warmup_chunk_size", warmup_chunk)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
-    config = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk)
+    config = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk, warmup_chunk)
     path = None if checkpoint is None else Path(checkpoint)
     _check_model_data(kernel, model_args)
 
     init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
     draws: dict[str, list] = {}
     extras: dict[str, list] = {}
-    done, warmup_s, sample_s = 0, 0.0, 0.0
+    done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
     state = init_state
     saved = None if path is None else _load(path, config)
     if saved is not None:
         state = jax.tree.map(jnp.asarray, saved["state"])
         _append(draws, saved["samples"])
         _append(extras, saved["extra_fields"])
-        done, warmup_s = saved["draws_done"], saved["warmup_seconds"]
+        done, warmup_s, warmup_done = saved["draws_done"], saved["warmup_seconds"], saved["warmup_done"]
     length = max(1, chunk // thinning)
     chunk_fn = _compiled_chunk(
         kernel,
@@ -428,20 +442,27 @@ def run_mcmc(
             warmup_seconds=warmup_s,
             sample_seconds=sample_s,
             interrupted=interrupted,
+            warmup_done=warmup_done,
         )
 
     constrain = _constrain(kernel, model_args, model_kwargs, num_chains)
     bar = tqdm(total=num_samples, initial=done, desc=type(kernel).__name__, disable=not progress)
     try:
-        if saved is None:
+        first_piece = saved is None  # a fresh run saves its (possibly empty) warmup even when num_warmup = 0
+        while first_piece or warmup_done < num_warmup:
+            first_piece = False
             start = time.perf_counter()
-            if num_warmup:
-                state, _ = steps(state, num_warmup, 0, 1)
+            n = min(warmup_chunk, num_warmup - warmup_done)
+            if n:
+                state, _ = steps(state, n, 0, 1)
             jax.block_until_ready(state)
-            warmup_s = time.perf_counter() - start
+            warmup_s += time.perf_counter() - start
+            warmup_done += n
             _check_warmup_state(state, result)
             if path is not None:
-                _save(path, config, state, {}, {}, 0, warmup_s)
+                _save(path, config, state, {}, {}, 0, warmup_s, warmup_done)
+            if callback is not None:
+                callback(result(False, state))
         while done < num_samples:
             n = min(chunk, num_samples - done)
             start = time.perf_counter()
@@ -467,7 +488,7 @@ def run_mcmc(
             done += n
             bar.update(n)
             if path is not None:
-                _save(path, config, state, _concat(draws), _concat(extras), done, warmup_s)
+                _save(path, config, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
     except KeyboardInterrupt:

@@ -15,6 +15,15 @@ With ``potential_fn=`` the user supplies ``U(z)`` directly, or ``U(z, key)`` wit
 chain keeps its last finite state, the momentum is set to zero, and ``nonfinite`` becomes True and stays True
 (sticky). Later steps keep trying from the last finite state; a runner can stop at the first flagged draw.
 
+**Point estimates (Monte Carlo EM).** ``point_estimates=PointEstimates(("likelihood.variance",))`` names
+``numpyro.param`` sites of the model that are optimised alongside the chain instead of sampled, as BSGP and
+SGHMC-DGP do with the Gaussian noise (BSGP spec section 2.3, Havasi et al.'s "moving window MCEM"). Their
+unconstrained values ride in ``z`` (so they are recorded with every draw), the dynamics leave them unchanged,
+and during warmup, after every ``every`` steps, the sampled part of ``z`` is pushed into a window of the last
+``window`` such states and one optimiser step (Adam, lr 0.01 by default) is taken on the point estimates with
+the gradient of ``U`` at a state drawn uniformly from the window. After warmup they stay fixed, so the sampling
+phase targets one fixed density.
+
 **Multiple chains.** ``init`` accepts a batch of keys (one per chain), as :class:`numpyro.infer.HMC` does for
 ``chain_method="vectorized"``; ``sample`` then maps the one-chain step over the leading axis.
 
@@ -27,12 +36,15 @@ Hutter (2016), *Bayesian optimization with robust Bayesian neural networks*, Neu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax import random
+from numpyro.distributions import biject_to, constraints
 from numpyro.handlers import seed
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.mcmc import MCMCKernel
@@ -46,6 +58,8 @@ __all__ = [
     "AdaptState",
     "AdaptiveSGHMC",
     "BSGPSchedule",
+    "PointEstimateState",
+    "PointEstimates",
     "SGHMC",
     "SGLD",
     "SGMCMCKernel",
@@ -62,6 +76,39 @@ class AdaptState(NamedTuple):
     v_hat: PyTree  #: v̂, running mean of the squared gradient; M⁻¹ = 1/(√v̂ + 1e-16)
 
 
+@dataclass(frozen=True)
+class PointEstimates:
+    """Model ``param`` sites optimised alongside an SG-MCMC chain (Monte Carlo EM; see the module docstring).
+
+    Attributes:
+        sites: names of ``numpyro.param`` sites of the model.
+        optimizer: an optax transformation of their unconstrained values (default Adam, lr 0.01, as BSGP).
+        every: warmup steps between optimiser steps (BSGP: 21, one released "iteration").
+        window: number of recent states (one per ``every`` steps) the optimiser's state is drawn from (BSGP: 64).
+    """
+
+    sites: Sequence[str]
+    optimizer: optax.GradientTransformation = field(default_factory=lambda: optax.adam(0.01))
+    every: int = 21
+    window: int = 64
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sites, str) or not self.sites or not all(isinstance(s, str) for s in self.sites):
+            raise ValueError(f"sites: expected a non-empty sequence of param site names, got {self.sites!r}")
+        for name in ("every", "window"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+class PointEstimateState(NamedTuple):
+    """Optimiser state and window of recent states of :class:`PointEstimates`."""
+
+    opt_state: PyTree  #: the optax state over the unconstrained point estimates
+    window: PyTree  #: the sampled part of ``z`` at the last ``window`` pushes, leaves [window, ...]
+    filled: Array  #: number of states pushed so far (int32); entry ``k`` holds push ``k mod window``
+
+
 class SGMCMCState(NamedTuple):
     """State of a stochastic-gradient chain (every field can be collected with ``MCMC.run(extra_fields=...)``)."""
 
@@ -74,6 +121,7 @@ class SGMCMCState(NamedTuple):
     step_size: Array  #: ε
     adapt_scale: Array  #: geometric mean over all elements of the diagonal M⁻¹ the next step uses
     adapt_state: AdaptState | None  #: moment estimates (AdaptiveSGHMC only)
+    point_state: PointEstimateState | None  #: optimiser state of the point estimates (None without them)
     rng_key: Array
 
 
@@ -110,6 +158,7 @@ class SGMCMCKernel(MCMCKernel):
     :param init_strategy: per-site initialisation for model-based init (NumPyro's ``init_to_uniform`` by default,
         as for HMC).
     :param stochastic_potential: call ``potential_fn(z, key)`` with a fresh key every step.
+    :param point_estimates: :class:`PointEstimates`, model ``param`` sites optimised alongside the chain (model only).
     """
 
     sample_field = "z"
@@ -125,12 +174,19 @@ class SGMCMCKernel(MCMCKernel):
         step_size: float,
         init_strategy: Callable = init_to_uniform,
         stochastic_potential: bool = False,
+        point_estimates: PointEstimates | None = None,
     ) -> None:
         if (model is None) == (potential_fn is None):
             raise ValueError("model, potential_fn: exactly one of `model` and `potential_fn` must be given")
         if stochastic_potential and potential_fn is None:
             raise ValueError("stochastic_potential: only applies to `potential_fn`")
+        if point_estimates is not None and not isinstance(point_estimates, PointEstimates):
+            raise ValueError(f"point_estimates: expected a PointEstimates or None, got {point_estimates!r}")
+        if point_estimates is not None and model is None:
+            raise ValueError("point_estimates: optimising param sites needs a `model`")
         _check_positive("step_size", step_size)
+        self.point_estimates = point_estimates
+        self._param_transforms: dict[str, Any] = {}
         self._model, self._potential_fn = model, potential_fn
         self.step_size = float(step_size)
         self._init_strategy = init_strategy
@@ -157,10 +213,12 @@ class SGMCMCKernel(MCMCKernel):
     # ---- bookkeeping -------------------------------------------------------------------------------------------
     def _potential(self, z: PyTree, key: Array, model_args: tuple, model_kwargs: dict) -> Array:
         if self._model is not None:
+            # potential_energy substitutes param sites as given, so point estimates go in constrained
+            z = {**z, **{name: t(z[name]) for name, t in self._param_transforms.items()}}
             return potential_energy(seed(self._model, key), model_args, model_kwargs, z)
         return self._potential_fn(z, key) if self._stochastic_potential else self._potential_fn(z)
 
-    def _state(self, i, z, grad, momentum, u, nonfinite, adapt, key) -> SGMCMCState:
+    def _state(self, i, z, grad, momentum, u, nonfinite, adapt, point, key) -> SGMCMCState:
         dtype = jnp.result_type(*jax.tree.leaves(z))
         return SGMCMCState(
             i=i,
@@ -172,6 +230,7 @@ class SGMCMCKernel(MCMCKernel):
             step_size=jnp.asarray(self.step_size, dtype),
             adapt_scale=jnp.asarray(self._adapt_scale(adapt), dtype),
             adapt_state=adapt,
+            point_state=point,
             rng_key=key,
         )
 
@@ -180,7 +239,45 @@ class SGMCMCKernel(MCMCKernel):
         u, grad = jax.value_and_grad(self._potential)(z, key_u, model_args, model_kwargs)
         momentum, adapt = self._init_dynamics(z)
         nonfinite = ~_all_finite((z, u, grad))
-        return self._state(jnp.zeros((), jnp.int32), z, grad, momentum, u, nonfinite, adapt, rng_key)
+        point = self._init_point_state(z)
+        return self._state(jnp.zeros((), jnp.int32), z, grad, momentum, u, nonfinite, adapt, point, rng_key)
+
+    def _split_point(self, z: PyTree) -> tuple[dict, dict]:
+        """(sampled part, point-estimate part) of ``z``."""
+        names = self._param_transforms
+        return {k: v for k, v in z.items() if k not in names}, {k: v for k, v in z.items() if k in names}
+
+    def _init_point_state(self, z: PyTree) -> PointEstimateState | None:
+        if self.point_estimates is None:
+            return None
+        sampled, point = self._split_point(z)
+        size = self.point_estimates.window
+        window = jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)), jnp.result_type(x)), sampled)
+        return PointEstimateState(self.point_estimates.optimizer.init(point), window, jnp.zeros((), jnp.int32))
+
+    def _point_step(
+        self, i: Array, z: PyTree, point_state: PointEstimateState, key: Array, model_args: tuple, model_kwargs: dict
+    ) -> tuple[PyTree, PointEstimateState]:
+        """After step ``i`` (1-based) of warmup, every ``every`` steps: push ``z`` to the window, then one optimiser
+        step on the point estimates with ∇U at a window state drawn uniformly (a fresh minibatch key)."""
+        settings = self.point_estimates
+        sampled, point = self._split_point(z)
+
+        def update(args):
+            sampled, point, state = args
+            slot = state.filled % settings.window
+            window = jax.tree.map(lambda w, x: w.at[slot].set(x), state.window, sampled)
+            filled = state.filled + 1
+            key_pick, key_u = random.split(key)
+            pick = random.randint(key_pick, (), 0, jnp.minimum(filled, settings.window))
+            at = jax.tree.map(lambda w: w[pick], window)
+            grad = jax.grad(lambda p: self._potential({**at, **p}, key_u, model_args, model_kwargs))(point)
+            updates, opt_state = settings.optimizer.update(grad, state.opt_state, point)
+            return optax.apply_updates(point, updates), PointEstimateState(opt_state, window, filled)
+
+        due = (i % settings.every == 0) & (i <= self._num_warmup)
+        point, point_state = jax.lax.cond(due, update, lambda args: args[1:], (sampled, point, point_state))
+        return {**sampled, **point}, point_state
 
     def init(
         self,
@@ -216,6 +313,7 @@ class SGMCMCKernel(MCMCKernel):
             self._postprocess_fn = info.postprocess_fn
             if init_params is None:
                 init_params = info.param_info.z
+            init_params = self._with_point_estimates(init_params, info.model_trace, rng_key if batched else None)
         elif init_params is None:
             raise ValueError("init_params: required with `potential_fn`")
 
@@ -223,6 +321,25 @@ class SGMCMCKernel(MCMCKernel):
             return self._init_one(z, key, model_args, model_kwargs)
 
         return jax.jit(jax.vmap(init_one) if batched else init_one)(init_params, rng_key)
+
+    def _with_point_estimates(self, init_params: PyTree, model_trace: dict, batch_keys: Array | None) -> PyTree:
+        """Record the point-estimate sites' transforms and add their unconstrained initial values to ``z``."""
+        if self.point_estimates is None:
+            return init_params
+        init_params = dict(init_params)
+        for name in self.point_estimates.sites:
+            site = model_trace.get(name)
+            if site is None or site["type"] != "param":
+                found = sorted(k for k, v in model_trace.items() if v["type"] == "param")
+                raise ValueError(f"point_estimates: {name!r} is not a param site of the model; its params: {found}")
+            transform = biject_to(site["kwargs"].get("constraint", constraints.real))
+            self._param_transforms[name] = transform
+            if name not in init_params:
+                value = transform.inv(site["value"])
+                if batch_keys is not None:
+                    value = jnp.broadcast_to(value, (batch_keys.shape[0], *jnp.shape(value)))
+                init_params[name] = value
+        return init_params
 
     def postprocess_fn(self, model_args: tuple, model_kwargs: dict) -> Callable:
         """Map unconstrained ``z`` to the model's supports and add deterministic sites (identity without a model)."""
@@ -237,20 +354,26 @@ class SGMCMCKernel(MCMCKernel):
         return self._sample_one(state, model_args, model_kwargs)
 
     def _sample_one(self, state: SGMCMCState, model_args: tuple, model_kwargs: dict) -> SGMCMCState:
-        rng_key, key_noise, key_u = random.split(state.rng_key, 3)
+        rng_key, key_noise, key_u, key_point = random.split(state.rng_key, 4)
         noise = _normal_like(key_noise, state.z)
         adapting = state.i < self._num_warmup
         z, momentum, adapt = self._update(state.z, state.momentum, state.z_grad, noise, state.adapt_state, adapting)
+        point = state.point_state
+        if point is not None:
+            z = {**z, **{name: state.z[name] for name in self._param_transforms}}  # the dynamics leave them alone
+            if momentum is not None:
+                momentum = {k: jnp.zeros_like(m) if k in self._param_transforms else m for k, m in momentum.items()}
+            z, point = self._point_step(state.i + 1, z, point, key_point, model_args, model_kwargs)
         u, grad = jax.value_and_grad(self._potential)(z, key_u, model_args, model_kwargs)
 
         ok = _all_finite((z, u, grad))
-        z, grad, u, adapt = jax.tree.map(
+        z, grad, u, adapt, point = jax.tree.map(
             lambda new, old: jnp.where(ok, new, old),
-            (z, grad, u, adapt),
-            (state.z, state.z_grad, state.potential_energy, state.adapt_state),
+            (z, grad, u, adapt, point),
+            (state.z, state.z_grad, state.potential_energy, state.adapt_state, state.point_state),
         )
         momentum = jax.tree.map(lambda m: jnp.where(ok, m, jnp.zeros_like(m)), momentum)
-        return self._state(state.i + 1, z, grad, momentum, u, state.nonfinite | ~ok, adapt, rng_key)
+        return self._state(state.i + 1, z, grad, momentum, u, state.nonfinite | ~ok, adapt, point, rng_key)
 
     def get_diagnostics_str(self, state: SGMCMCState) -> str:
         text = f"U {float(state.potential_energy):.4g}, step {float(state.step_size):.2e}"
@@ -305,6 +428,7 @@ class SGHMC(SGMCMCKernel):
         mass: float = 1.0,
         init_strategy: Callable = init_to_uniform,
         stochastic_potential: bool = False,
+        point_estimates: PointEstimates | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -312,6 +436,7 @@ class SGHMC(SGMCMCKernel):
             step_size=step_size,
             init_strategy=init_strategy,
             stochastic_potential=stochastic_potential,
+            point_estimates=point_estimates,
         )
         _check_positive("friction", friction)
         _check_positive("mass", mass)
@@ -380,6 +505,7 @@ class AdaptiveSGHMC(SGMCMCKernel):
         num_data: int = 1,
         init_strategy: Callable = init_to_uniform,
         stochastic_potential: bool = False,
+        point_estimates: PointEstimates | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -387,6 +513,7 @@ class AdaptiveSGHMC(SGMCMCKernel):
             step_size=step_size,
             init_strategy=init_strategy,
             stochastic_potential=stochastic_potential,
+            point_estimates=point_estimates,
         )
         if not (isinstance(mdecay, int | float) and 0 < mdecay <= 1):
             raise ValueError(f"mdecay: expected a number in (0, 1], got {mdecay!r}")
