@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,8 @@ from numpyro.distributions import constraints
 
 from ppl_sparsegp import conditionals, ops, validation
 from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.kernels import Kernel
+from ppl_sparsegp.likelihoods import Likelihood
 
 from ._base import GPModel, as_output_columns
 
@@ -72,6 +74,8 @@ class SVGP(GPModel):
     learn_Z: bool = True
     data_term: Literal["analytic", "sampled"] = "analytic"
 
+    DATA_TERMS: ClassVar[tuple[str, ...]] = ("analytic", "sampled")
+
     def __post_init__(self) -> None:
         if self.Z is None:
             raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
@@ -80,8 +84,8 @@ class SVGP(GPModel):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        if self.data_term not in ("analytic", "sampled"):
-            raise ValueError(f"data_term: expected 'analytic' or 'sampled', got {self.data_term!r}")
+        if self.data_term not in self.DATA_TERMS:
+            raise ValueError(f"data_term: expected one of {self.DATA_TERMS}, got {self.data_term!r}")
         if self.batch_size is not None and self.num_data is not None:
             raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
         super().__post_init__()
@@ -90,7 +94,8 @@ class SVGP(GPModel):
     def num_inducing(self) -> int:
         return int(jnp.shape(self.Z)[0])
 
-    def inducing_inputs(self) -> Array:
+    def inducing_inputs(self, kernel: Kernel) -> Array:
+        """Z [M, D] in the model: a param (``learn_Z``) or the fixed initial value (``kernel``: for priors on Z)."""
         return numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
 
     def variational_parameters(self) -> tuple[Array, Array]:
@@ -114,7 +119,7 @@ class SVGP(GPModel):
         self.check_data(X, y)
         self._check_outputs(y)
         kernel, likelihood = self._hyper_model()
-        Z = self.inducing_inputs()
+        Z = self.inducing_inputs(kernel)
         Lmm = ops.cholesky(kernel(Z))
         u = numpyro.sample(
             "u",
@@ -128,7 +133,11 @@ class SVGP(GPModel):
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
             mean, var = conditionals.conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
             Yb = yb[None, :] if yb.ndim == 1 else yb.T
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(self.data_log_likelihood(likelihood, Yb, mean, var), axis=0))
+
+    def data_log_likelihood(self, likelihood: Likelihood, Y: Array, mean: Array, var: Array) -> Array:
+        """The data term per point, E_{N(f; mean, var)}[log p(y | f)] (eq 4.24 / 5.26): Y, mean, var [P, B]."""
+        return likelihood.variational_expectation(Y, mean, var)
 
     @contextmanager
     def _data_plate(self, n: int):
@@ -183,7 +192,7 @@ class SVGP(GPModel):
             kernel(Z, X), ops.cholesky(kernel(Z)), kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten
         )
         Y = y[None, :] if y.ndim == 1 else y.T
-        terms = likelihood.variational_expectation(Y, mean, var)
+        terms = self.data_log_likelihood(likelihood, Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
 
     def predict_f(

@@ -6,11 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import optax
 import pytest
 from jax import random
 from numpyro.infer import MCMC
 
-from ppl_sparsegp.infer.sghmc import SGHMC, SGLD, AdaptiveSGHMC, _normal_like, bsgp_schedule
+from ppl_sparsegp.infer.sghmc import SGHMC, SGLD, AdaptiveSGHMC, PointEstimates, _normal_like, bsgp_schedule
 
 N, D, SIGMA, PRIOR_SD = 1000, 3, 0.5, 1.0
 W_TRUE = np.array([1.0, -0.5, 0.0])  # one weight is exactly zero: relative errors are meaningless there
@@ -297,3 +298,38 @@ def test_bsgp_schedule():
     s = bsgp_schedule()
     assert (s.step_size, s.mdecay, s.thinning) == (0.01, 0.05, 32)
     assert s.num_warmup == 21 * 10_000 and s.num_samples // s.thinning == 256
+
+
+def _unknown_noise(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    noise = numpyro.param("noise", jnp.asarray(1.0), constraint=dist.constraints.positive)
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("obs", dist.Normal(mu, jnp.sqrt(noise)), obs=y)
+
+
+def test_point_estimate_reaches_the_maximum_likelihood_noise_and_stays_fixed_while_sampling():
+    """Monte Carlo EM: Adam on the noise at window states converges to its MLE mean((y - mu)^2) ~ var(y); the
+    dynamics never move it, and it is constant after warmup, where only mu is sampled."""
+    y = jnp.asarray(2.0 + 2.0 * np.random.default_rng(1).normal(size=400))
+    point = PointEstimates(("noise",), optimizer=optax.adam(0.05), every=21, window=16)
+    kernel = AdaptiveSGHMC(_unknown_noise, num_data=400, point_estimates=point)
+    mcmc = MCMC(kernel, num_warmup=21 * 300, num_samples=2000, thinning=10, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), y)
+    draws = mcmc.get_samples()
+    noise = np.asarray(draws["noise"])
+    assert np.all(noise == noise[0])  # fixed after warmup
+    mle = float(np.var(np.asarray(y)))
+    assert abs(noise[0] / mle - 1) < 0.05
+    # mu's posterior given that noise: N(mean(y), noise / N)
+    np.testing.assert_allclose(np.mean(draws["mu"]), float(np.mean(y)), atol=3 * np.sqrt(mle / 400))
+    assert abs(np.std(draws["mu"]) / np.sqrt(noise[0] / 400) - 1) < 0.2
+
+
+def test_point_estimates_must_name_param_sites():
+    kernel = AdaptiveSGHMC(_unknown_noise, num_data=10, point_estimates=PointEstimates(("mu",)))
+    with pytest.raises(ValueError, match="point_estimates: 'mu' is not a param site"):
+        kernel.init(random.PRNGKey(0), 10, None, (jnp.ones(10),), {})
+    with pytest.raises(ValueError, match="sites"):
+        PointEstimates("noise")
+    with pytest.raises(ValueError, match="point_estimates: optimising param sites needs a `model`"):
+        SGLD(potential_fn=lambda z: z, step_size=0.1, point_estimates=PointEstimates(("noise",)))

@@ -52,16 +52,21 @@ def site_dims(samples: Mapping[str, np.ndarray], num_inputs: int | None = None) 
     Args:
         samples: site -> [C, S, ...].
         num_inputs: D, to recognise ARD lengthscales [D].
+
+    Deep GP sites ``"layer<l>.<name>"`` get dimensions of their own per layer (``"layer<l>_inducing_point"``...),
+    as the layers' widths may differ.
     """
     dims: dict[str, list[str]] = {}
     for site, value in samples.items():
         shape = np.shape(value)[2:]
-        if site == "u" and len(shape) == 2:
-            dims[site] = ["latent", "inducing_point"]
-        elif site == "Z" and len(shape) == 2:
-            dims[site] = ["inducing_point", "input_dim"]
-        elif site.endswith("lengthscale") and len(shape) == 1 and shape[0] == num_inputs:
-            dims[site] = ["input_dim"]
+        layer, _, name = site.rpartition(".") if site.startswith("layer") else ("", "", site)
+        prefix = f"{layer.split('.')[0]}_" if layer else ""  # deep GPs: "layer<l>.Z" -> "layer<l>_inducing_point"
+        if name == "u" and len(shape) == 2:
+            dims[site] = [f"{prefix}latent", f"{prefix}inducing_point"]
+        elif name == "Z" and len(shape) == 2:
+            dims[site] = [f"{prefix}inducing_point", f"{prefix}input_dim"]
+        elif name.endswith("lengthscale") and len(shape) == 1 and (prefix or shape[0] == num_inputs):
+            dims[site] = [f"{prefix}input_dim"]
     return dims
 
 

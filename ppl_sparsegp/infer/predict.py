@@ -45,14 +45,23 @@ def _num_draws(samples: Mapping[str, Array]) -> int:
     return sizes.pop()
 
 
-def _map_draws(fn: Callable, samples: Mapping[str, Array], params: Mapping[str, Array] | None, batch: int) -> Any:
-    """Apply ``fn(draw)`` to every draw (with ``params`` filling the sites a draw does not hold)."""
+def _map_draws(
+    fn: Callable, samples: Mapping[str, Array], params: Mapping[str, Array] | None, batch: int, key: Array | None
+) -> Any:
+    """Apply ``fn(draw, kwargs)`` to every draw (with ``params`` filling the sites a draw does not hold); with a
+    ``key``, ``kwargs`` holds a key of its own for every draw (models whose prediction is random), else it is empty."""
     if not samples:
         raise ValueError("samples: expected at least one site with posterior draws, got none")
-    _num_draws(samples)
+    n = _num_draws(samples)
     fixed = {k: jnp.asarray(v) for k, v in (params or {}).items()}
     draws = {k: jnp.asarray(v) for k, v in samples.items()}
-    return jax.jit(lambda d: jax.lax.map(lambda one: fn({**fixed, **one}), d, batch_size=batch))(draws)
+    keys = None if key is None else jax.random.split(key, n)
+
+    def one(pair: tuple) -> Any:
+        draw, draw_key = pair
+        return fn({**fixed, **draw}, {} if draw_key is None else {"key": draw_key})
+
+    return jax.jit(lambda d, k: jax.lax.map(one, (d, k), batch_size=batch))(draws, keys)
 
 
 def draw_moments(
@@ -62,6 +71,7 @@ def draw_moments(
     *,
     params: Mapping[str, Array] | None = None,
     batch: int = 64,
+    key: Array | None = None,
     **data: Array,
 ) -> tuple[Array, Array, Array, Array]:
     """Per-draw Gaussian moments of f and predictive moments of y at ``X_new`` [S_new, D].
@@ -71,6 +81,8 @@ def draw_moments(
         samples: site -> [num_draws, ...] (e.g. ``MCMCResult.flat_samples()``).
         params: values for sites the draws do not hold (e.g. a learnt ``"Z"``).
         batch: draws evaluated at once (memory: batch × S_new × M).
+        key: a PRNG key for models whose prediction draws random numbers (deep GPs propagate one draw of their
+            inner layers per posterior draw); split into one key per draw.
         data: the training data when ``predict_f`` needs it (GPR, SGPR: ``X=``, ``y=``).
 
     Returns:
@@ -78,12 +90,12 @@ def draw_moments(
     """
     X_new = jnp.asarray(X_new)
 
-    def one(draw: dict) -> tuple:
+    def one(draw: dict, random: dict) -> tuple:
         _, likelihood = model.fitted(draw)
-        mean, var = model.predict_f(draw, X_new, **data)
+        mean, var = model.predict_f(draw, X_new, **random, **data)
         return (mean, var, *likelihood.predict_mean_and_var(mean, var))
 
-    return _map_draws(one, samples, params, batch)
+    return _map_draws(one, samples, params, batch, key)
 
 
 def _mix(means: Array, variances: Array) -> tuple[np.ndarray, np.ndarray]:
@@ -99,13 +111,14 @@ def posterior_predictive(
     params: Mapping[str, Array] | None = None,
     standardizer: Standardizer | None = None,
     batch: int = 64,
+    key: Array | None = None,
     **data: Array,
 ) -> PosteriorPredictive:
     """Mean and variance of the mixture predictive of f and y at ``X_new`` [S_new, D].
 
     Args: as :func:`draw_moments`; ``standardizer`` maps the results back to original units of y.
     """
-    f_mean, f_var, y_mean, y_var = draw_moments(model, samples, X_new, params=params, batch=batch, **data)
+    f_mean, f_var, y_mean, y_var = draw_moments(model, samples, X_new, params=params, batch=batch, key=key, **data)
     out = PosteriorPredictive(*_mix(f_mean, f_var), *_mix(y_mean, y_var))
     if standardizer is not None:
         out = PosteriorPredictive(
@@ -126,6 +139,7 @@ def log_predictive_density(
     params: Mapping[str, Array] | None = None,
     standardizer: Standardizer | None = None,
     batch: int = 64,
+    key: Array | None = None,
     **data: Array,
 ) -> np.ndarray:
     """log p(y_new | D) per test point (and output) under the mixture: [S_new] or [S_new, P].
@@ -137,10 +151,10 @@ def log_predictive_density(
     if y_new.shape[0] != X_new.shape[0]:
         raise ValueError(f"y_new: expected {X_new.shape[0]} rows like X_new, got shape {tuple(y_new.shape)}")
 
-    def one(draw: dict) -> Array:
-        return model.predict_log_density(draw, X_new, y_new, **data)
+    def one(draw: dict, random: dict) -> Array:
+        return model.predict_log_density(draw, X_new, y_new, **random, **data)
 
-    logp = _map_draws(one, samples, params, batch)
+    logp = _map_draws(one, samples, params, batch, key)
     mixture = np.asarray(jax.scipy.special.logsumexp(logp, axis=0) - math.log(logp.shape[0]))
     return mixture if standardizer is None else standardizer.log_density_to_original(mixture)
 

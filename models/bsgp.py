@@ -1,0 +1,175 @@
+"""BSGP: Bayesian sparse GPs with the inducing inputs sampled too (Rossi et al., BSGP paper Eq. 5; spec 001 §1).
+
+Generative model (whitened, as the released code; spec §1.6)::
+
+    log λ_d ~ N(0, 1),  log σ_k² ~ N(log 0.05, 1)       kernel θ (RBF-ARD, k = σ_k² exp(-½ Σ_d (x_d-x'_d)²/λ_d²))
+    Z ~ p_ξ(Z)  [M, D]                                   Normal, DPP, Strauss or uniform (inducing/z_priors.py)
+    v ~ N(0, I)  [P, M],  u = L_zz(Z, θ) v               inducing outputs, one column per output, shared Z and θ
+    y_n | v, Z, θ:  exp ℓ_n                              the data term below
+
+MCMC samples (v, Z, θ) from the free-form optimum log q̂ = Σ_n ℓ_n + log p(v) + log p(Z) + log p(θ) (Eq. 6),
+with f_n | v, Z, θ ~ N(m_n, s_n), m_n = a_nᵀ v, s_n = k_nn − a_nᵀ a_n, a_n = L_zz⁻¹ k_zn. The data term is
+
+* ``"log_expected"`` (default): ℓ_n = log E_{N(f_n; m_n, s_n)} p(y_n | f_n), e.g. log N(y_n; m_n, s_n + σ²).
+  This is what the released code uses and what produced the paper's Table 6 (spec §1.3);
+* ``"expected_log"``: ℓ_n = E_{N(f_n; m_n, s_n)} log p(y_n | f_n), the paper's Eq. 6.
+
+The Gaussian noise σ² (site ``"likelihood.variance"``) is a ``param`` by default: the SG-MCMC kernel optimises
+it alongside the chain (:class:`ppl_sparsegp.infer.sghmc.PointEstimates`, Adam 0.01 on window states, spec
+§2.3). Naming it in ``priors`` samples it instead (e.g. with :func:`noise_prior`), which NUTS needs.
+Minibatches: ``batch_size`` points (default 1000, min(1000, N) as the paper) per evaluation through the
+``"data"`` plate, scaled by N/B.
+
+Site names: ``"kernel.lengthscale"`` [D], ``"kernel.variance"``, ``"likelihood.variance"``, ``"Z"`` [M, D],
+``"u"`` [P, M] (holding v), plate ``"data"``, factor ``"y"``. Predictions mix the Gaussian predictives of the
+draws (:mod:`ppl_sparsegp.infer.predict`), recomputing K_zz for every draw of Z and θ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from ppl_sparsegp.inducing.z_priors import Z_PRIORS, z_prior
+from ppl_sparsegp.kernels import RBF, Kernel
+from ppl_sparsegp.likelihoods import Likelihood
+
+from .svgp import SVGP
+
+Array = Any
+
+DATA_TERMS = ("log_expected", "expected_log")
+
+
+def bsgp_kernel(input_dim: int) -> RBF:
+    """The released code's initial kernel: RBF-ARD with λ_d = √D for every dimension and σ_k² = 0.1 (spec §1.5)."""
+    if not isinstance(input_dim, int) or input_dim < 1:
+        raise ValueError(f"input_dim: expected a positive integer, got {input_dim!r}")
+    return RBF(variance=0.1, lengthscale=np.full(input_dim, math.sqrt(input_dim)))
+
+
+def bsgp_priors(kernel: Kernel) -> dict[str, dist.Distribution]:
+    """The paper's hyperpriors for an RBF kernel: lengthscales LogNormal(0, 1), variance LogNormal(log 0.05, 1).
+
+    On the log scale these are log λ_d ~ N(0, 1) and log σ_k² ~ N(log 0.05, 1) (spec §1.5); NumPyro's exp
+    transform adds the Jacobian, so sampling the unconstrained coordinates targets exactly that.
+    """
+    params = kernel.parameters()
+    if set(params) != {"variance", "lengthscale"}:
+        raise ValueError(f"kernel: the BSGP hyperpriors are for an RBF-like kernel, got parameters {sorted(params)}")
+    shape = np.shape(params["lengthscale"])
+    return {
+        "kernel.lengthscale": dist.LogNormal(0.0, 1.0).expand(shape).to_event(len(shape)),
+        "kernel.variance": dist.LogNormal(math.log(0.05), 1.0),
+    }
+
+
+def noise_prior() -> dist.Distribution:
+    """A prior for sampling the Gaussian noise variance of standardised targets: LogNormal(0, 1).
+
+    The paper gives none (it optimises σ²); this one is centred on the initial value var(y) = 1 and is weak
+    next to the likelihood of a few hundred points.
+    """
+    return dist.LogNormal(0.0, 1.0)
+
+
+def data_log_likelihood(likelihood: Likelihood, data_term: str, Y: Array, mean: Array, var: Array) -> Array:
+    """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
+
+    Shapes: Y, mean, var [P, B] -> [P, B].
+    """
+    if data_term == "log_expected":
+        return likelihood.log_predictive_density(Y, mean, var)
+    return likelihood.variational_expectation(Y, mean, var)
+
+
+def check_data_term(data_term: str) -> None:
+    if data_term not in DATA_TERMS:
+        raise ValueError(f"data_term: expected one of {DATA_TERMS}, got {data_term!r}")
+
+
+def build_z_prior(
+    prior: str | dist.Distribution, options: Mapping[str, Any], num_inducing: int, input_dim: int, kernel: Kernel
+) -> dist.Distribution:
+    """The prior over Z [M, D]: a given distribution, or one of :data:`Z_PRIORS` by name (the DPP uses ``kernel``)."""
+    if isinstance(prior, dist.Distribution):
+        return prior
+    return z_prior(prior, num_inducing, input_dim, kernel=kernel, **options)
+
+
+def check_z_prior(prior: str | dist.Distribution, num_inducing: int, input_dim: int) -> None:
+    if isinstance(prior, dist.Distribution):
+        if tuple(prior.event_shape) != (num_inducing, input_dim):
+            raise ValueError(f"z_prior: expected event shape {(num_inducing, input_dim)}, got {prior.event_shape}")
+    elif prior not in Z_PRIORS:
+        raise ValueError(f"z_prior: expected one of {Z_PRIORS} or a distribution over [M, D], got {prior!r}")
+
+
+@dataclass(eq=False)
+class BSGP(SVGP):
+    """Shallow BSGP: v, Z and θ sampled; see the module docstring for the model and its sites.
+
+    Args (beyond :class:`models.svgp.SVGP`'s kernel, likelihood, Z, num_latent, batch_size):
+        Z: the initial inducing inputs [M, D] (k-means on X in the paper); their prior is ``z_prior``.
+        z_prior: ``"normal"`` (default), ``"dpp"``, ``"strauss"``, ``"uniform"``, or a distribution over [M, D].
+        z_prior_options: keyword arguments of :func:`ppl_sparsegp.inducing.z_priors.z_prior` (e.g. Strauss'
+            ``gamma``, ``radius``, ``smoothness``).
+        data_term: ``"log_expected"`` (default, Table 6) or ``"expected_log"`` (Eq. 6).
+        priors: default :func:`bsgp_priors` for the kernel; every kernel hyperparameter must be sampled.
+    """
+
+    z_prior: str | dist.Distribution = "normal"
+    z_prior_options: Mapping[str, Any] = field(default_factory=dict)
+    data_term: Literal["log_expected", "expected_log"] = "log_expected"
+    batch_size: int | None = 1000
+    learn_Z: bool = False
+
+    DATA_TERMS: ClassVar[tuple[str, ...]] = DATA_TERMS
+
+    def __post_init__(self) -> None:
+        if not self.whiten:
+            raise ValueError("whiten: BSGP samples the whitened inducing outputs (spec §1.6); expected True")
+        if not self.priors:
+            self.priors = bsgp_priors(self.kernel)
+        super().__post_init__()
+        check_z_prior(self.z_prior, self.num_inducing, int(np.shape(self.Z)[1]))
+        unsampled = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")} - set(self.priors)
+        if unsampled - set(self.fixed):
+            raise ValueError(
+                f"priors: BSGP samples the kernel hyperparameters; give a prior (or name in `fixed`) for "
+                f"{sorted(unsampled - set(self.fixed))}"
+            )
+
+    def inducing_inputs(self, kernel: Kernel) -> Array:
+        """Z sampled from its prior (the DPP's density uses the sampled kernel)."""
+        prior = build_z_prior(self.z_prior, self.z_prior_options, self.num_inducing, int(np.shape(self.Z)[1]), kernel)
+        return numpyro.sample("Z", prior)
+
+    def data_log_likelihood(self, likelihood: Likelihood, Y: Array, mean: Array, var: Array) -> Array:
+        return data_log_likelihood(likelihood, self.data_term, Y, mean, var)
+
+    def guide(self, X: Array, y: Array) -> None:
+        raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS (see fit_bsgp)")
+
+    def point_estimate_sites(self) -> tuple[str, ...]:
+        """The likelihood ``param`` sites an SG-MCMC kernel should optimise (e.g. the Gaussian noise)."""
+        return tuple(
+            s
+            for s in self.hyperparameter_sites()
+            if s.startswith("likelihood.") and s not in {*self.priors, *self.fixed}
+        )
+
+    def initial_values(self) -> dict[str, Array]:
+        """The released code's starting point (spec §2.4): Z as given, v = 0, θ at the kernel's values."""
+        sites = self.hyperparameter_sites()
+        values = {s: jnp.asarray(sites[s]) for s in self.priors}
+        values["Z"] = jnp.asarray(self.Z)
+        values["u"] = jnp.zeros((self.num_latent, self.num_inducing), jnp.asarray(self.Z).dtype)
+        return values

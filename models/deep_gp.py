@@ -1,0 +1,255 @@
+"""Deep BSGP: L sparse GP layers, each with sampled inducing inputs, outputs and hyperparameters (BSGP App. A).
+
+Layer ℓ = 0..L-1 maps F^ℓ [B, D_ℓ] (F^0 = X) to F^{ℓ+1} [B, D_{ℓ+1}] (D_L = P outputs)::
+
+    θ^ℓ ~ bsgp_priors,  Z^ℓ ~ p_ξ(Z) [M, D_ℓ],  v^ℓ ~ N(0, I) [D_{ℓ+1}, M]
+    F^{ℓ+1} = F^ℓ W^ℓ + G^ℓ,  G^ℓ_{:,j} | v^ℓ ~ N(a^ℓᵀ v^ℓ_j, diag(k^ℓ_nn − a^ℓᵀ a^ℓ))   (whitened conditional)
+
+with a fixed linear mean W^ℓ on inner layers (identity when the widths match; otherwise the top right-singular
+vectors of X, or zero padding, as Salimbeni & Deisenroth 2017) and zero mean on the last layer. The target
+(BSGP Eq. 15) is estimated without bias by the doubly-stochastic scheme of Eq. 16: one draw of each inner
+layer's F^{ℓ+1} per evaluation (``F = m + √s ε``, ε from the model's PRNG key, so the potential is stochastic
+and suits SG-MCMC, not NUTS), then the last layer's data term ℓ_n in closed form or by quadrature (the
+``data_term`` of :mod:`models.bsgp`), on a minibatch of ``batch_size`` points scaled by N/B.
+
+Site names: ``"layer<ℓ>.kernel.lengthscale"`` [D_ℓ], ``"layer<ℓ>.kernel.variance"``, ``"layer<ℓ>.Z"`` [M, D_ℓ],
+``"layer<ℓ>.u"`` [D_{ℓ+1}, M], ``"likelihood.variance"`` (a param optimised by the sampler unless given a
+prior), plate ``"data"``, factor ``"y"``. Prediction propagates each posterior draw's inner layers with one
+random draw (spec §2.5), so :meth:`DeepBSGP.predict_f` takes a PRNG key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+
+from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp.kernels import Kernel
+from ppl_sparsegp.likelihoods import Likelihood
+
+from ._base import as_output_columns
+from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_data_term, check_z_prior, data_log_likelihood
+
+Array = Any
+
+
+def linear_mean_weights(X: Array, input_dim: int, output_dim: int) -> np.ndarray:
+    """W [D_in, D_out] of an inner layer's fixed mean F W: identity if D_in = D_out, the top D_out right-singular
+    vectors of X [N, D_in] if D_out < D_in, [I, 0] (zero padding) if D_out > D_in."""
+    if input_dim == output_dim:
+        return np.eye(input_dim)
+    if output_dim < input_dim:
+        _, _, Vt = np.linalg.svd(np.asarray(X), full_matrices=False)
+        return Vt[:output_dim].T
+    return np.concatenate([np.eye(input_dim), np.zeros((input_dim, output_dim - input_dim))], axis=1)
+
+
+@dataclass(eq=False)
+class DeepBSGP:
+    """Deep BSGP with ``len(Z)`` layers; see the module docstring for the model and its sites.
+
+    Args:
+        Z: initial inducing inputs per layer, [M, D_ℓ] each (the paper: k-means on X W for every layer).
+        widths: output widths D_1..D_L; D_L = P, the number of outputs of y.
+        likelihood: e.g. ``Gaussian(variance=1.0)``.
+        mean_weights: W^ℓ [D_ℓ, D_{ℓ+1}] for the inner layers (``linear_mean_weights``), L − 1 of them.
+        kernels: one per layer (default :func:`models.bsgp.bsgp_kernel` of the layer's input width).
+        priors: per-layer site suffix -> prior (default :func:`models.bsgp.bsgp_priors`).
+        likelihood_priors: likelihood site -> prior (default none: the noise is a point estimate).
+        z_prior, z_prior_options, data_term, batch_size: as :class:`models.bsgp.BSGP`.
+    """
+
+    Z: Sequence[Array]
+    widths: Sequence[int]
+    likelihood: Likelihood
+    mean_weights: Sequence[Array] = ()
+    kernels: Sequence[Kernel] | None = None
+    likelihood_priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
+    z_prior: str | dist.Distribution = "normal"
+    z_prior_options: Mapping[str, Any] = field(default_factory=dict)
+    data_term: Literal["log_expected", "expected_log"] = "log_expected"
+    batch_size: int | None = 1000
+
+    def __post_init__(self) -> None:
+        if not self.Z:
+            raise ValueError("Z: expected one array of inducing inputs per layer, got none")
+        self.Z = [np.asarray(z) for z in self.Z]
+        for i, z in enumerate(self.Z):
+            validation.check_inputs(z, x_name=f"Z[{i}]")
+        L = len(self.Z)
+        if len(self.widths) != L or any(not isinstance(w, int) or w < 1 for w in self.widths):
+            raise ValueError(f"widths: expected {L} positive integers (one per layer), got {self.widths!r}")
+        for i in range(1, L):
+            if self.Z[i].shape[1] != self.widths[i - 1]:
+                raise ValueError(f"Z[{i}]: expected {self.widths[i - 1]} columns (width of layer {i - 1})")
+        if len(self.mean_weights) != L - 1:
+            raise ValueError(f"mean_weights: expected {L - 1} matrices (inner layers), got {len(self.mean_weights)}")
+        for i, W in enumerate(self.mean_weights):
+            if np.shape(W) != (self.input_dims[i], self.widths[i]):
+                raise ValueError(f"mean_weights[{i}]: expected shape {(self.input_dims[i], self.widths[i])}")
+        self.kernels = [bsgp_kernel(d) for d in self.input_dims] if self.kernels is None else list(self.kernels)
+        if len(self.kernels) != L:
+            raise ValueError(f"kernels: expected {L} kernels, got {len(self.kernels)}")
+        check_data_term(self.data_term)
+        for z in self.Z:
+            check_z_prior(self.z_prior, z.shape[0], z.shape[1])
+        unknown = set(self.likelihood_priors) - {f"likelihood.{k}" for k in self.likelihood.parameters()}
+        if unknown:
+            raise ValueError(f"likelihood_priors: unknown sites {sorted(unknown)}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
+            raise ValueError(f"batch_size: expected a positive integer or None, got {self.batch_size!r}")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.Z)
+
+    @property
+    def input_dims(self) -> list[int]:
+        return [int(z.shape[1]) for z in self.Z]
+
+    @property
+    def num_latent(self) -> int:
+        return int(self.widths[-1])
+
+    # ---- sites ----------------------------------------------------------------------------------------------
+    def _layer_sample(self, i: int) -> tuple[Kernel, Array, Array]:
+        """Sample layer i's kernel hyperparameters, Z [M, D_i] and v [D_{i+1}, M]."""
+        base = self.kernels[i]
+        priors = bsgp_priors(base)
+        values = {k.removeprefix("kernel."): numpyro.sample(f"layer{i}.{k}", p) for k, p in priors.items()}
+        kernel = base.with_parameters(values)
+        Z0 = self.Z[i]
+        Z = numpyro.sample(f"layer{i}.Z", build_z_prior(self.z_prior, self.z_prior_options, *Z0.shape, kernel))
+        v = numpyro.sample(f"layer{i}.u", dist.Normal(0.0, 1.0).expand([self.widths[i], Z0.shape[0]]).to_event(2))
+        return kernel, Z, v
+
+    def _likelihood_sample(self) -> Likelihood:
+        values = {}
+        for name, init in self.likelihood.parameters().items():
+            site = f"likelihood.{name}"
+            if site in self.likelihood_priors:
+                values[name] = numpyro.sample(site, self.likelihood_priors[site])
+            else:
+                values[name] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
+        return self.likelihood.with_parameters(values)
+
+    def point_estimate_sites(self) -> tuple[str, ...]:
+        return tuple(f"likelihood.{k}" for k in self.likelihood.parameters() if k not in self.likelihood_priors)
+
+    def initial_values(self) -> dict[str, Array]:
+        """Z as given, v = 0, kernel hyperparameters at the kernels' values (spec §2.4)."""
+        values: dict[str, Array] = {}
+        for i, (kernel, Z) in enumerate(zip(self.kernels, self.Z, strict=True)):
+            for k, v in kernel.parameters().items():
+                values[f"layer{i}.kernel.{k}"] = jnp.asarray(v)
+            values[f"layer{i}.Z"] = jnp.asarray(Z)
+            values[f"layer{i}.u"] = jnp.zeros((self.widths[i], Z.shape[0]), Z.dtype)
+        return values
+
+    # ---- the model ------------------------------------------------------------------------------------------
+    def _propagate(self, layers: Sequence[tuple[Kernel, Array, Array]], X: Array, key: Array) -> tuple[Array, Array]:
+        """One doubly-stochastic pass: the last layer's (mean, var) [P, B] given one draw of each inner layer."""
+        F = X
+        for i, (kernel, Z, v) in enumerate(layers):
+            mean, var = conditionals.conditional(kernel(Z, F), ops.cholesky(kernel(Z)), kernel.diag(F), v, None)
+            if i == len(layers) - 1:
+                return mean, var
+            key, sub = jax.random.split(key)
+            eps = jax.random.normal(sub, mean.shape, mean.dtype)
+            F = F @ jnp.asarray(self.mean_weights[i], F.dtype) + (mean + jnp.sqrt(jnp.maximum(var, 0.0)) * eps).T
+        raise AssertionError("unreachable: a deep GP has at least one layer")
+
+    def model(self, X: Array, y: Array) -> None:
+        """Sample every layer, then score a minibatch with one doubly-stochastic pass (BSGP Eq. 16)."""
+        self.check_data(X, y)
+        likelihood = self._likelihood_sample()
+        layers = [self._layer_sample(i) for i in range(self.num_layers)]
+        n = X.shape[0]
+        key = numpyro.prng_key()
+        if key is None:
+            raise ValueError("DeepBSGP.model needs a PRNG key (run it under numpyro.handlers.seed or an MCMC kernel)")
+        key_batch, key_prop = jax.random.split(key)
+        if self.batch_size is not None and self.batch_size < n:
+            draw = jax.random.randint(key_batch, (self.batch_size,), 0, n)
+            with (
+                numpyro.handlers.substitute(data={"data": draw}),
+                numpyro.plate("data", n, subsample_size=self.batch_size) as idx,
+            ):
+                self._score(likelihood, layers, X[idx], y[idx], key_prop)
+        else:
+            with numpyro.plate("data", n):
+                self._score(likelihood, layers, X, y, key_prop)
+
+    def _score(self, likelihood: Likelihood, layers: Sequence, Xb: Array, yb: Array, key: Array) -> None:
+        mean, var = self._propagate(layers, Xb, key)
+        Yb = yb[None, :] if yb.ndim == 1 else yb.T
+        numpyro.factor("y", jnp.sum(data_log_likelihood(likelihood, self.data_term, Yb, mean, var), axis=0))
+
+    def check_data(self, X: Array, y: Array | None = None) -> None:
+        """Eager checks: finite X [N, D_0] and y [N] or [N, P] with P = widths[-1]."""
+        if not any(isinstance(a, jax.core.Tracer) for a in (X, y) if a is not None):
+            validation.check_inputs(X, y)
+            validation.check_same_dim(self.Z[0], X)
+            if y is not None and (1 if np.ndim(y) == 1 else np.shape(y)[1]) != self.num_latent:
+                raise ValueError(f"y: expected {self.num_latent} output column(s) (widths[-1])")
+
+    # ---- prediction from posterior draws --------------------------------------------------------------------
+    def _layers_from(self, params: Mapping[str, Array]) -> list[tuple[Kernel, Array, Array]]:
+        layers = []
+        for i, kernel in enumerate(self.kernels):
+            values = {k: params[f"layer{i}.kernel.{k}"] for k in kernel.parameters()}
+            layers.append((kernel.with_parameters(values), params[f"layer{i}.Z"], params[f"layer{i}.u"]))
+        return layers
+
+    def fitted(self, params: Mapping[str, Array]) -> tuple[None, Likelihood]:
+        """(None, the likelihood at a draw's values, else the point estimate ``params[site]``, else its init)."""
+        values = {k: params.get(f"likelihood.{k}", v) for k, v in self.likelihood.parameters().items()}
+        return None, self.likelihood.with_parameters(values)
+
+    def predict_f(self, params: Mapping[str, Array], X_new: Array, *, key: Array | None = None, **_: Array):
+        """The last layer's Gaussian at X_new [S, D_0] given one draw of the inner layers: ([S] or [S, P], same)."""
+        if key is None:
+            raise ValueError("key: DeepBSGP.predict_f propagates a random draw through the inner layers; pass a key")
+        mean, var = self._propagate(self._layers_from(params), jnp.asarray(X_new), key)
+        return as_output_columns(mean, var, self.num_latent == 1)
+
+    def predict_log_density(
+        self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array | None = None, **_: Array
+    ) -> Array:
+        """log p(y_new | draw, one inner-layer draw): [S] or [S, P]."""
+        _, likelihood = self.fitted(params)
+        mean, var = self.predict_f(params, X_new, key=key)
+        return likelihood.log_predictive_density(jnp.asarray(y_new), mean, var)
+
+
+def deep_bsgp(
+    X: Array,
+    num_outputs: int,
+    likelihood: Likelihood,
+    *,
+    num_layers: int,
+    Z: Array,
+    hidden_width: int | None = None,
+    **options: Any,
+) -> DeepBSGP:
+    """The paper's architecture: ``num_layers`` layers, inner width D (``hidden_width``), Z [M, D] (k-means on X)
+    for the first layer and Z W for the others, linear means from :func:`linear_mean_weights` on inner layers."""
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
+    D = int(np.shape(X)[1])
+    width = D if hidden_width is None else hidden_width
+    widths = [width] * (num_layers - 1) + [num_outputs]
+    dims = [D] + widths[:-1]
+    weights = [linear_mean_weights(X, dims[i], dims[i + 1]) for i in range(num_layers - 1)]
+    Zs = [np.asarray(Z)]
+    for W in weights:
+        Zs.append(Zs[-1] @ W)
+    return DeepBSGP(Z=Zs, widths=widths, likelihood=likelihood, mean_weights=weights, **options)
