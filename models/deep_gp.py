@@ -221,6 +221,13 @@ class DeepBSGP:
         mean, var = self._propagate(self._layers_from(params), jnp.asarray(X_new), key)
         return as_output_columns(mean, var, self.num_latent == 1)
 
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """Not defined: given a draw, the data term still depends on the random inner-layer propagation."""
+        raise NotImplementedError(
+            "DeepBSGP: its data term depends on a random draw of the inner layers, so it has no pointwise "
+            "log-likelihood per posterior draw; az.loo / az.waic need a shallow model"
+        )
+
     def predict_log_density(
         self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array | None = None, **_: Array
     ) -> Array:

@@ -1,9 +1,10 @@
-"""The ``ppl-sparsegp`` command line: fit GPR, SGPR, SVGP or SGPMC to a dataset, evaluate it, write the results.
+"""The ``ppl-sparsegp`` command line: fit GPR, SGPR, SVGP, SGPMC or BSGP to a dataset, evaluate it, write the results.
 
 Usage::
 
     ppl-sparsegp fit {svgp,sgpr,gpr} [--data diabetes] [--split 0] [--inducing 128] [--steps 2000] ... [--out DIR]
     ppl-sparsegp fit sgpmc [--engine nuts|hmc|sghmc|sgld] [--warmup 500] [--samples 1000] ...   (see cli_mcmc)
+    ppl-sparsegp fit bsgp [--data boston] [--layers 1] [--z-prior normal|dpp|strauss|uniform] ...  (see cli_bsgp)
     ppl-sparsegp diagnose RUN_DIR
 
 ``ppl-sparsegp fit --help`` lists every option with its default. One run:
@@ -47,7 +48,7 @@ import numpy as np
 import numpyro
 import optax
 
-from ppl_sparsegp import cli_mcmc, data, kernels, likelihoods, results, validation
+from ppl_sparsegp import cli_bsgp, cli_mcmc, data, kernels, likelihoods, results, validation
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
@@ -57,7 +58,7 @@ from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
-METHODS = ("svgp", "sgpr", "gpr", "sgpmc")
+METHODS = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp")
 INITIALISERS = ("kmeans", "random", "greedy")
 DTYPES = ("float64", "float32")
 GPR_MAX_N = 5000
@@ -81,8 +82,9 @@ DEFAULTS = {
     "checkpoint_every": 500,
 }
 _SVGP_ONLY = ("whiten", "q_diag")
-_UNCOLLAPSED_ONLY = ("batch_size", "likelihood")  # svgp and sgpmc
+_UNCOLLAPSED_ONLY = ("batch_size", "likelihood")  # svgp, sgpmc and bsgp
 _SPARSE_ONLY = ("inducing", "init")
+_NOT_BSGP = ("steps", "lr", "checkpoint_every", "kernel", "kernel_variance")  # None in the parser, so bsgp can refuse
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -104,12 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit a GP to a dataset, evaluate it on the test set and write the results",
         description="Fit a GP (svgp, sgpr or gpr) by SVI with Adam; write results.json, params.npz and fit.png "
         "to --out. Data are standardised with training statistics; metrics are in original units. Re-running the "
-        "same command resumes from OUT/checkpoint.npz.",
+        "same command resumes from OUT/checkpoint.npz. sgpmc and bsgp sample by MCMC (see their option groups).",
     )
     fit.add_argument(
         "method",
         choices=METHODS,
-        help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact), sgpmc (MCMC over v and θ, Z from svgp)",
+        help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact), sgpmc (MCMC over v and θ, Z from svgp), "
+        "bsgp (SGHMC or NUTS over v, Z and θ; deep with --layers > 1)",
     )
 
     d = DEFAULTS
@@ -119,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=d["data"],
         metavar="NAME",
         help="dataset for ppl_sparsegp.data.load_dataset, e.g. diabetes, breast_cancer, kin8nm, wilson/elevators, "
-        f"raetsch/banana, snelson, bsgp/boston (default: {d['data']}, bundled with scikit-learn)",
+        f"raetsch/banana, snelson, bsgp/boston; for bsgp a bare BSGP name (boston, yacht, ...) means bsgp/<name> "
+        f"(default: {d['data']}, bundled with scikit-learn)",
     )
     group.add_argument(
         "--split", type=int, default=d["split"], help=f"split index or seed of the dataset (default: {d['split']})"
@@ -128,17 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     group = fit.add_argument_group("model")
     group.add_argument(
         "--kernel",
-        default=d["kernel"],
+        default=None,
         metavar="NAME",
         help="ARD kernel: rbf, matern12, matern32, matern52, linear, periodic, or a '+'-joined sum such as "
-        f"rbf+linear (default: {d['kernel']})",
+        f"rbf+linear; not bsgp (default: {d['kernel']})",
     )
     group.add_argument(
         "--kernel-variance",
         type=float,
-        default=d["kernel_variance"],
+        default=None,
         metavar="V",
-        help=f"initial kernel variance(s), > 0, standardised units (default: {d['kernel_variance']})",
+        help=f"initial kernel variance(s), > 0, standardised units; not bsgp (default: {d['kernel_variance']})",
     )
     group.add_argument(
         "--lengthscale",
@@ -147,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="L",
         help="initial value of every ARD lengthscale, > 0, standardised units (default: 1.0; sgpmc: sqrt(D), "
         "since from 1.0 the Gamma prior can pull a high-dimensional Gaussian fit into the all-short-lengthscales "
-        "mode where the GP explains nothing)",
+        "mode where the GP explains nothing; not bsgp)",
     )
     group.add_argument(
         "--noise-variance",
@@ -155,27 +159,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="V",
         help="initial noise variance, > 0, standardised units; for studentt the squared scale; not for "
-        f"bernoulli (default: {d['noise_variance']})",
+        f"bernoulli (default: {d['noise_variance']}; bsgp: 1.0)",
     )
     group.add_argument(
         "--likelihood",
         default=None,
         metavar="NAME",
-        help="svgp only: gaussian or studentt for regression data, bernoulli (= probit), probit or logit for "
-        "binary data (default: gaussian for regression, probit for binary)",
+        help="svgp, sgpmc and bsgp: gaussian or studentt for regression data, bernoulli (= probit), probit or logit "
+        "for binary data (default: gaussian for regression, probit for binary)",
     )
     group.add_argument(
         "--inducing",
         type=int,
         default=None,
         metavar="M",
-        help=f"number of inducing points, 1 <= M <= N; svgp and sgpr only (default: {d['inducing']})",
+        help=f"number of inducing points, 1 <= M <= N; sparse methods, per layer for bsgp (default: {d['inducing']}; "
+        "bsgp: 100)",
     )
     group.add_argument(
         "--init",
         choices=INITIALISERS,
         default=None,
-        help=f"how inducing inputs are initialised from the training inputs; svgp and sgpr only (default: {d['init']})",
+        help=f"how inducing inputs are initialised from the training inputs; sparse methods (default: {d['init']})",
     )
     group.add_argument(
         "--whiten",
@@ -194,22 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--steps",
         type=int,
-        default=d["steps"],
-        help=f"SVI steps in all, those of a resumed checkpoint included (default: {d['steps']})",
+        default=None,
+        help=f"SVI steps in all, those of a resumed checkpoint included; not bsgp (default: {d['steps']})",
     )
-    group.add_argument("--lr", type=float, default=d["lr"], help=f"Adam learning rate (default: {d['lr']})")
+    group.add_argument("--lr", type=float, default=None, help=f"Adam learning rate; not bsgp (default: {d['lr']})")
     group.add_argument(
         "--batch-size",
         type=int,
         default=None,
         metavar="B",
-        help="svgp only: minibatch size; B >= N means full batch (default: full batch)",
+        help="svgp, sgpmc (SVI fit, sghmc/sgld) and bsgp (sghmc): minibatch size; B >= N means full batch "
+        "(default: full batch; bsgp: 1000)",
     )
     group.add_argument(
         "--seed",
         type=int,
         default=d["seed"],
-        help=f"seed of the SVI key and the inducing initialisation (default: {d['seed']})",
+        help=f"seed of the SVI or MCMC key and the inducing initialisation (default: {d['seed']})",
     )
     group.add_argument(
         "--dtype",
@@ -220,9 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--checkpoint-every",
         type=int,
-        default=d["checkpoint_every"],
+        default=None,
         metavar="STEPS",
-        help=f"steps between checkpoints to OUT/checkpoint.npz (default: {d['checkpoint_every']})",
+        help=f"SVI steps between checkpoints to OUT/checkpoint.npz; not bsgp (default: {d['checkpoint_every']})",
     )
 
     group = fit.add_argument_group("output")
@@ -234,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quiet", action="store_true", help="print nothing on success, progress bar included (default: off)"
     )
     cli_mcmc.add_mcmc_arguments(fit)
+    cli_bsgp.add_bsgp_arguments(fit)
     cli_mcmc.add_diagnose_parser(commands)
     return parser
 
@@ -254,14 +261,18 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
     """
     opts = {k: v for k, v in vars(args).items() if k != "command"}
     method = opts["method"]
+    opts = cli_bsgp.resolve_bsgp_options(opts)
     for name in _SVGP_ONLY if method != "svgp" else ():
         if opts[name] is not None:
             flag = "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
-            raise ValueError(f"{flag} applies to svgp only, not {method} (sgpmc is always whitened, full q)")
-    for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc") else ():
+            why = "bsgp samples whitened inducing outputs" if method == "bsgp" else "sgpmc is always whitened, full q"
+            raise ValueError(f"{flag} applies to svgp only, not {method} ({why})")
+    for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc", "bsgp") else ():
         if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
             raise ValueError(f"--{name.replace('_', '-')} applies to svgp and sgpmc only, not {method}")
-    opts = cli_mcmc.resolve_mcmc_options(opts)
+    if method != "bsgp":  # bsgp's MCMC options are checked by resolve_bsgp_options
+        opts = {**opts, **{k: DEFAULTS[k] if opts[k] is None else opts[k] for k in _NOT_BSGP}}
+        opts = cli_mcmc.resolve_mcmc_options(opts)
     for name in _SPARSE_ONLY if method == "gpr" else ():
         if opts[name] is not None:
             raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr, sgpmc); gpr uses no inducing points")
@@ -283,7 +294,8 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
             validation.check_positive(f"--{name.replace('_', '-')}", opts[name])
 
     try:
-        kernels.kernel_from_name(opts["kernel"], 1)
+        if opts["kernel"] is not None:
+            kernels.kernel_from_name(opts["kernel"], 1)
     except ValueError as err:
         raise ValueError(f"--kernel: {err}") from None
     if opts["likelihood"] is not None:
@@ -309,7 +321,7 @@ def _check_dataset(opts: dict[str, Any], ds: Dataset) -> None:
     method, n = opts["method"], ds.X_train.shape[0]
     if ds.task not in LIKELIHOODS_BY_TASK:
         raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; fit supports regression and binary classification")
-    if method not in ("svgp", "sgpmc") and ds.task != "regression":
+    if method not in ("svgp", "sgpmc", "bsgp") and ds.task != "regression":
         raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; {method} needs regression data (use svgp)")
     if opts["likelihood"] is not None and opts["likelihood"] not in LIKELIHOODS_BY_TASK[ds.task]:
         raise ValueError(
@@ -492,8 +504,11 @@ def run_fit(opts: dict[str, Any], argv: Sequence[str] = ()) -> dict[str, Any]:
 
 def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
     dtype = np.dtype(opts["dtype"])
-    ds = _load(opts["data"], opts["split"])
+    bsgp = opts["method"] == "bsgp"
+    ds = _load(cli_bsgp.dataset_name(opts["data"]) if bsgp else opts["data"], opts["split"])
     _check_dataset(opts, ds)
+    if bsgp:
+        return cli_bsgp.run_bsgp(opts, ds, argv, versions=_versions())
     opts = _settle_likelihood(opts, ds.task)
     std, scaler = data.standardize(ds)
     if opts["method"] == "sgpmc":
@@ -616,12 +631,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        checkpoint = "mcmc.ckpt" if opts["method"] == "sgpmc" else "checkpoint.npz"
+        checkpoint = "mcmc.ckpt" if opts["method"] in ("sgpmc", "bsgp") else "checkpoint.npz"
         print(
             f"interrupted; run the same command again to resume from {Path(opts['out']) / checkpoint}", file=sys.stderr
         )
         return 130
     if not opts["quiet"]:
-        summary = cli_mcmc.summary_line if opts["method"] == "sgpmc" else _summary
+        summary = {"sgpmc": cli_mcmc.summary_line, "bsgp": cli_bsgp.summary_line}.get(opts["method"], _summary)
         print(summary(record, Path(opts["out"])))
     return 0

@@ -46,7 +46,9 @@ SG_ENGINES = ("sghmc", "sgld")
 def add_mcmc_arguments(fit: argparse.ArgumentParser) -> None:
     """The sgpmc-only options of ``fit`` (defaults ``None`` so that giving one to another method is an error)."""
     d = MCMC_DEFAULTS
-    group = fit.add_argument_group("MCMC (sgpmc only)")
+    group = fit.add_argument_group(
+        "MCMC (sgpmc; bsgp takes --engine, --chains, --step-size, --warmup, --samples, --thinning)"
+    )
     group.add_argument(
         "--engine",
         choices=ENGINES,

@@ -39,7 +39,8 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read without changing it)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -54,7 +55,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

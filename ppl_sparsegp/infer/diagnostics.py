@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from ppl_sparsegp import results
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.infer.predict import guide_draws
 
@@ -240,6 +241,7 @@ def save(idata: Any, path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~results.current_umask())  # mkstemp creates 0600; give the file the usual permissions
     try:
         idata.to_netcdf(tmp)
         os.replace(tmp, path)
