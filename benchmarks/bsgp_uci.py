@@ -1,0 +1,314 @@
+"""Reproduce BSGP's Table 6 (and Table 7's prior ablation): test MNLL of (deep) BSGP on eight UCI sets.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/bsgp_uci.py                                      # shallow, Normal prior, folds 0-2
+    .venv/bin/python benchmarks/bsgp_uci.py --iterations 1000 --kept 128         # the reduced schedule
+    .venv/bin/python benchmarks/bsgp_uci.py --datasets kin8nm protein --layers 3 # deep BSGP
+    .venv/bin/python benchmarks/bsgp_uci.py --datasets boston --priors normal dpp strauss uniform
+    .venv/bin/python benchmarks/bsgp_uci.py --quick                              # smoke test
+
+Protocol (``shared/specs/001_bsgp.md`` §2.2-2.5, §3.2): :func:`ppl_sparsegp.data.load_bsgp_uci` (80/20 split
+seeded by the fold, X standardised on the whole data, y on training statistics), M = 100 inducing inputs per
+layer from k-means on the training X (seed = fold), :func:`ppl_sparsegp.models.bsgp_fit.fit_bsgp` with the
+released sampler (scale-adapted SGHMC, ε = 0.01, momentum decay 0.05, 21 updates per iteration during warmup,
+minibatch min(1000, N), noise by Adam 0.01 on window states, the ``log E[p]`` data term), ``--kept`` draws 32
+updates apart, float64. The paper runs 10,000 iterations (210,000 updates); ``--iterations`` can shorten that,
+and the JSON records how many were run. Test MNLL in original units of the mixture over the kept draws (logsumexp
+− log S), averaged over test points (and outputs). ENERGY ships one target column here (the paper has two).
+
+Convergence: after every ``--eval-every`` iterations of warmup, the test MNLL of the mixture over the 64 states of
+the sampler's window (one per iteration, the states the noise estimate is drawn from) is recorded with the
+sampler's elapsed time; "seconds to within 0.05" is the first time that MNLL is within 0.05 of the final MNLL.
+"Updates per second" is warmup updates over warmup seconds (compilation excluded).
+
+Output: ``benchmarks/results/bsgp_uci.json``, rewritten atomically after every cell (dataset, layers, prior,
+fold); finished cells with the same settings are skipped on a rerun, and each cell checkpoints its chain to
+``benchmarks/results/bsgp_uci_runs/`` (gitignored) after every ``--eval-every`` iterations, so a killed run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import fcntl
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+from ppl_sparsegp.models.bsgp_fit import fit_bsgp  # noqa: E402
+from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
+
+from ppl_sparsegp import data, metrics  # noqa: E402
+from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results" / "bsgp_uci.json"
+RUNS = ROOT / "results" / "bsgp_uci_runs"
+SVGP_RESULTS = ROOT / "results" / "svgp_uci.json"
+
+DATASETS = ("yacht", "boston", "energy", "concrete", "kin8nm", "power", "naval", "protein")
+PRIORS = ("normal", "dpp", "strauss", "uniform")
+
+# Table 6 (BSGP rows, L = 1..3) and Table 7 (priors, L = 1): test MNLL, mean and population std over 8 folds.
+PAPER_TABLE6 = {
+    1: {"boston": 2.47, "concrete": 3.12, "energy": 0.97, "kin8nm": -1.12, "naval": -8.22, "power": 2.71,
+        "protein": 2.78, "yacht": -0.23},
+    2: {"boston": 2.47, "concrete": 3.04, "energy": 0.95, "kin8nm": -1.40, "naval": -8.23, "power": 2.67,
+        "protein": 2.63, "yacht": -0.72},
+    3: {"boston": 2.47, "concrete": 2.96, "energy": 0.95, "kin8nm": -1.41, "naval": -8.02, "power": 2.66,
+        "protein": 2.57, "yacht": -0.83},
+}  # fmt: skip
+PAPER_TABLE7 = {
+    "dpp": {"boston": 2.59, "concrete": 3.30, "energy": 1.28, "kin8nm": -1.08, "naval": -7.93, "power": 2.73,
+            "protein": 2.79, "yacht": 0.78},
+    "normal": {"boston": 2.54, "concrete": 3.12, "energy": 0.95, "kin8nm": -1.13, "naval": -8.38, "power": 2.70,
+               "protein": 2.77, "yacht": -0.32},
+    "strauss": {"boston": 2.67, "concrete": 3.20, "energy": 1.06, "kin8nm": -1.09, "naval": -8.10, "power": 2.74,
+                "protein": 2.80, "yacht": 0.11},
+    "uniform": {"boston": 2.65, "concrete": 3.21, "energy": 1.04, "kin8nm": -1.09, "naval": -8.47, "power": 2.73,
+                "protein": 2.79, "yacht": 0.21},
+}  # fmt: skip
+NUM_INDUCING = 100
+MAX_BATCH = 1000
+WITHIN = 0.05
+
+
+def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Namespace) -> dict:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ENERGY's one-output warning, recorded in the summary instead
+        raw = data.load_bsgp_uci(name, fold)
+    ds, scaler = data.standardize(raw)
+    X, y = np.asarray(ds.X_train, np.float64), np.asarray(ds.y_train, np.float64)
+    Xs, ys = np.asarray(ds.X_test, np.float64), np.asarray(ds.y_test, np.float64)
+    Z = kmeans(X, NUM_INDUCING, seed=fold)
+    RUNS.mkdir(parents=True, exist_ok=True)
+    tag = f"{name}_L{layers}_{prior}_fold{fold}_it{args.iterations}_kept{args.kept}"
+    trace: list[dict] = []
+
+    def on_piece(partial) -> None:
+        """During warmup: the test MNLL of the mixture over the sampler's window, with the elapsed time."""
+        result = partial.mcmc
+        if result.warmup_done == 0 or result.num_draws:
+            return
+        window = partial.window_draws(X, y)
+        mnll = float(-np.mean(partial.log_predictive_density(Xs, ys, samples=window, standardizer=scaler)))
+        trace.append({"iteration": result.warmup_done // 21, "seconds": result.warmup_seconds, "window_mnll": mnll})
+        print(f"    it {result.warmup_done // 21}: window MNLL {mnll:.3f} ({result.warmup_seconds:.0f}s)", flush=True)
+
+    load_before = _loadavg()
+    t0 = time.perf_counter()
+    fit = fit_bsgp(
+        X,
+        y,
+        key=jax.random.PRNGKey(fold),
+        num_layers=layers,
+        Z=Z,
+        z_prior=prior,
+        num_iterations=args.iterations,
+        num_kept=args.kept,
+        batch_size=MAX_BATCH,
+        warmup_chunk_size=21 * args.eval_every,
+        checkpoint=str(RUNS / f"{tag}.ckpt"),
+        callback=on_piece,
+    )
+    wall = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    logp = fit.log_predictive_density(Xs, ys, standardizer=scaler, key=jax.random.PRNGKey(1))
+    predict_seconds = time.perf_counter() - t1
+    mnll = float(-np.mean(logp))
+    pred = fit.predict(Xs, standardizer=scaler, key=jax.random.PRNGKey(1))
+    y_test = np.asarray(raw.y_test, np.float64)
+    within = [t["seconds"] for t in trace if t["window_mnll"] <= mnll + WITHIN]
+    samples = fit.mcmc.flat_samples()
+    noise = np.asarray(samples[next(k for k in samples if k.startswith("likelihood."))][-1])
+    warm = fit.mcmc.warmup_seconds
+    return {
+        "dataset": name,
+        "fold": fold,
+        "layers": layers,
+        "z_prior": prior,
+        "iterations": args.iterations,
+        "updates_warmup": 21 * args.iterations,
+        "kept": args.kept,
+        "n_train": int(X.shape[0]),
+        "n_test": int(Xs.shape[0]),
+        "n_outputs": int(ds.num_outputs),
+        "batch_size": min(MAX_BATCH, int(X.shape[0])),
+        "test_mnll": mnll,
+        "test_rmse": metrics.rmse(y_test, pred.y_mean),
+        "warmup_seconds": warm,
+        "sample_seconds": fit.mcmc.sample_seconds,
+        "fit_wall_seconds": wall,
+        "predict_seconds": predict_seconds,
+        "updates_per_second": 21 * args.iterations / warm if warm > 0 else None,
+        "seconds_to_within_0.05": within[0] if within else None,
+        "window_trace": trace,
+        "noise_variance_standardised": np.atleast_1d(noise).tolist(),
+        "loadavg_1min_before": load_before,
+        "loadavg_1min_after": _loadavg(),
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _svgp_mnll() -> dict:
+    """Our SVGP (benchmarks/svgp_uci.py, same splits): dataset -> fold -> test MNLL."""
+    if not SVGP_RESULTS.exists():
+        return {}
+    cells = json.loads(SVGP_RESULTS.read_text()).get("cells", {})
+    return {n: {int(f): c["test_mnll"] for f, c in folds.items() if "test_mnll" in c} for n, folds in cells.items()}
+
+
+def cell_key(cell: dict) -> str:
+    """dataset/L<layers>/<prior>/it<iterations>/kept<kept>/fold<fold>: one run's settings."""
+    return (
+        f"{cell['dataset']}/L{cell['layers']}/{cell['z_prior']}/it{cell['iterations']}/kept{cell['kept']}/"
+        f"fold{cell['fold']}"
+    )
+
+
+def summarise(cells: dict) -> dict:
+    """Mean and population std over folds for every (dataset, layers, prior, schedule)."""
+    svgp = _svgp_mnll()
+    groups: dict = {}
+    for cell in cells.values():
+        if "test_mnll" in cell:
+            settings = (cell["dataset"], cell["layers"], cell["z_prior"], cell["iterations"], cell["kept"])
+            groups.setdefault(settings, []).append(cell)
+    out = {}
+    for (name, layers, prior, iterations, kept), done in sorted(groups.items()):
+        done.sort(key=lambda c: c["fold"])
+        mnll = np.array([c["test_mnll"] for c in done])
+        folds = [c["fold"] for c in done]
+        paper = PAPER_TABLE6.get(layers, {}).get(name) if prior == "normal" else None
+        svgp_folds = [svgp[name][f] for f in folds if f in svgp.get(name, {})]
+        speeds = [c["updates_per_second"] for c in done if c["updates_per_second"]]
+        times = [c["seconds_to_within_0.05"] for c in done if c["seconds_to_within_0.05"] is not None]
+        out[f"{name}/L{layers}/{prior}/it{iterations}/kept{kept}"] = {
+            "dataset": name,
+            "layers": layers,
+            "z_prior": prior,
+            "iterations": iterations,
+            "kept": kept,
+            "folds": folds,
+            "test_mnll_mean": float(mnll.mean()),
+            "test_mnll_std": float(mnll.std()),
+            "paper_table6": paper,
+            "paper_table7": PAPER_TABLE7[prior][name] if layers == 1 else None,
+            "difference_to_table6": None if paper is None else float(mnll.mean() - paper),
+            "within_0.1_of_table6_or_better": None if paper is None else bool(mnll.mean() - paper <= 0.1),
+            "our_svgp_same_folds": float(np.mean(svgp_folds)) if len(svgp_folds) == len(folds) else None,
+            "better_than_our_svgp": bool(mnll.mean() < np.mean(svgp_folds)) if len(svgp_folds) == len(folds) else None,
+            "updates_per_second_mean": float(np.mean(speeds)) if speeds else None,
+            "seconds_to_within_0.05_mean": float(np.mean(times)) if times else None,
+            "comparable_to_paper": name != "energy",
+        }
+    return out
+
+
+def markdown_table(summary: dict) -> str:
+    lines = [
+        "| dataset | L | Z prior | iterations (× 21 updates) | kept | ours (test MNLL) | paper | ours − paper | "
+        "our SVGP (same folds) | folds | updates/s | s to within 0.05 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary.values():
+        paper = s["paper_table6"] if s["paper_table6"] is not None else s["paper_table7"]
+        diff = "" if paper is None else f"{s['test_mnll_mean'] - paper:+.2f}"
+        svgp = "" if s["our_svgp_same_folds"] is None else f"{s['our_svgp_same_folds']:.2f}"
+        speed = "" if s["updates_per_second_mean"] is None else f"{s['updates_per_second_mean']:.0f}"
+        conv = "" if s["seconds_to_within_0.05_mean"] is None else f"{s['seconds_to_within_0.05_mean']:.0f}"
+        name = s["dataset"] + ("" if s["comparable_to_paper"] else " (1 output)")
+        lines.append(
+            f"| {name} | {s['layers']} | {s['z_prior']} | {s['iterations']} | {s['kept']} | "
+            f"{s['test_mnll_mean']:.2f} ± {s['test_mnll_std']:.2f} | "
+            f"{'' if paper is None else f'{paper:.2f}'} | {diff} | {svgp} | {len(s['folds'])} | {speed} | {conv} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    parser.add_argument("--folds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--layers", nargs="+", type=int, default=[1])
+    parser.add_argument("--priors", nargs="+", default=["normal"], choices=PRIORS)
+    parser.add_argument("--iterations", type=int, default=10_000, help="warmup iterations of 21 updates")
+    parser.add_argument("--kept", type=int, default=256, help="draws kept, 32 updates apart")
+    parser.add_argument("--eval-every", type=int, default=100, help="iterations between window evaluations")
+    parser.add_argument("--quick", action="store_true", help="40 iterations, 8 draws, fold 0, runs folder")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.iterations, args.kept, args.eval_every, args.folds = 40, 8, 20, args.folds[:1]
+    if args.iterations % args.eval_every:
+        parser.error("--iterations must be a multiple of --eval-every")
+    output = args.output or (RUNS / "quick.json" if args.quick else RESULTS)
+    command = " ".join(["python", "benchmarks/bsgp_uci.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+
+    def update(cell: dict | None) -> dict:
+        RUNS.mkdir(parents=True, exist_ok=True)
+        with open(RUNS / f"{output.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            results = json.loads(output.read_text()) if output.exists() else {}
+            results.setdefault("benchmark", "BSGP Tables 6 and 7: test MNLL (original units), UCI regression")
+            results["date"] = _dt.date.today().isoformat()
+            results["environment"] = environment()
+            commands = results.setdefault("commands", [])
+            if command not in commands:
+                commands.append(command)
+            cells = {cell_key(c): c for c in results.get("cells", {}).values()}
+            if cell is not None:
+                cells[cell_key(cell)] = cell
+            results["cells"] = cells
+            results["summary"] = summarise(cells)
+            write_json_atomic(output, results)
+            return results
+
+    for layers in args.layers:
+        for prior in args.priors:
+            for name in args.datasets:
+                for fold in args.folds:
+                    settings = {"dataset": name, "layers": layers, "z_prior": prior, "fold": fold}
+                    key = cell_key({**settings, "iterations": args.iterations, "kept": args.kept})
+                    on_disk = json.loads(output.read_text()) if output.exists() else {}
+                    prev = {cell_key(c): c for c in on_disk.get("cells", {}).values()}.get(key)
+                    if prev and "test_mnll" in prev:
+                        print(f"[skip] {key}: MNLL {prev['test_mnll']:.3f}", flush=True)
+                        continue
+                    print(f"[run ] {key} ({args.iterations} iterations) load {_loadavg()}", flush=True)
+                    try:
+                        cell = run_cell(name, fold, layers, prior, args)
+                    except Exception as err:  # record and go on with the next cell
+                        traceback.print_exc()
+                        cell = {"dataset": name, "fold": fold, "layers": layers, "z_prior": prior,
+                                "iterations": args.iterations, "kept": args.kept,
+                                "error": f"{type(err).__name__}: {err}"}  # fmt: skip
+                    cell["command"] = command
+                    update(cell)
+                    if "test_mnll" in cell:
+                        print(
+                            f"[done] {key}: MNLL {cell['test_mnll']:.3f} {cell['updates_per_second']:.0f} upd/s "
+                            f"{cell['fit_wall_seconds']:.0f}s noise {np.round(cell['noise_variance_standardised'], 5)}",
+                            flush=True,
+                        )
+    print(markdown_table(update(None)["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
