@@ -364,15 +364,6 @@ def _settle_likelihood(opts: dict[str, Any], task: str) -> dict[str, Any]:
     return {**opts, "likelihood": name, "noise_variance": noise}
 
 
-def _likelihood(opts: dict[str, Any], dtype: np.dtype) -> likelihoods.Likelihood:
-    name, noise = opts["likelihood"], opts["noise_variance"]
-    if name == "gaussian":
-        return likelihoods.Gaussian(variance=np.asarray(noise, dtype=dtype))
-    if name == "studentt":
-        return likelihoods.StudentT(scale=np.asarray(math.sqrt(noise), dtype=dtype))
-    return likelihoods.likelihood_from_name(name)
-
-
 def _inducing_inputs(opts: dict[str, Any], X: np.ndarray, kernel: kernels.Kernel) -> np.ndarray:
     M, seed = opts["inducing"], opts["seed"]
     if opts["init"] == "kmeans":
@@ -391,7 +382,10 @@ def model_parts(opts: dict[str, Any], ds: Dataset) -> dict[str, Any]:
     if lengthscale is None:
         lengthscale = math.sqrt(X.shape[1]) if opts["method"] == "sgpmc" else DEFAULTS["lengthscale"]
     kernel = _kernel(opts["kernel"], X.shape[1], opts["kernel_variance"], lengthscale, dtype)
-    parts = {"kernel": kernel, "likelihood": _likelihood(opts, dtype)}
+    parts = {
+        "kernel": kernel,
+        "likelihood": likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype),
+    }
     if opts["method"] != "gpr":
         parts["Z"] = _inducing_inputs(opts, X, kernel).astype(dtype)
     return parts

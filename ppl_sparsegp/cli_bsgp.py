@@ -278,15 +278,6 @@ def _settle(opts: dict[str, Any], task: str) -> dict[str, Any]:
     return {**opts, "likelihood": name, "noise_variance": noise_variance, "noise": noise}
 
 
-def _likelihood(opts: dict[str, Any], dtype: np.dtype) -> likelihoods.Likelihood:
-    name, noise = opts["likelihood"], opts["noise_variance"]
-    if name == "gaussian":
-        return likelihoods.Gaussian(variance=np.asarray(noise, dtype=dtype))
-    if name == "studentt":
-        return likelihoods.StudentT(scale=np.asarray(math.sqrt(noise), dtype=dtype))
-    return likelihoods.likelihood_from_name(name)
-
-
 def _inducing_inputs(opts: dict[str, Any], X: np.ndarray) -> np.ndarray:
     """Initial Z [M, D] of the first layer (the deep model maps it through the inner layers' linear means)."""
     M, seed = opts["inducing"], opts["seed"]
@@ -437,7 +428,7 @@ def run_bsgp(
     out = Path(opts["out"])
     settings = _chain_settings(opts)
     resumed = _check_checkpoint(out, settings)
-    likelihood = _likelihood(opts, dtype)
+    likelihood = likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype)
     Z = _inducing_inputs(opts, X)
     sghmc = opts["engine"] == "sghmc"
     if sghmc:

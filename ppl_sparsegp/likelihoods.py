@@ -57,6 +57,7 @@ __all__ = [
     "Poisson",
     "StudentT",
     "likelihood_from_name",
+    "likelihood_with_noise",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -440,3 +441,13 @@ def likelihood_from_name(name: str, **kwargs: Any) -> Likelihood:
     if key not in _FACTORIES:
         raise ValueError(f"unknown likelihood {name!r}; valid names: {', '.join(_FACTORIES)}")
     return _FACTORIES[key](**kwargs)
+
+
+def likelihood_with_noise(name: str, noise_variance: float | None, dtype: Any) -> Likelihood:
+    """The likelihood ``name`` with its noise set from one number, as the command line gives it: the variance of a
+    Gaussian, the squared scale of a Student-t; ignored (may be None) by the others. Hyperparameters get ``dtype``."""
+    if name == "gaussian":
+        return Gaussian(variance=np.asarray(noise_variance, dtype=dtype))
+    if name == "studentt":
+        return StudentT(scale=np.asarray(math.sqrt(noise_variance), dtype=dtype))
+    return likelihood_from_name(name)
