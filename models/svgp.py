@@ -42,6 +42,7 @@ from numpyro.distributions import constraints
 
 from ppl_sparsegp import conditionals, ops, validation
 from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
 from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Likelihood
 
@@ -116,24 +117,40 @@ class SVGP(GPModel):
             raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent), got {P}")
 
     def model(self, X: Array, y: Array) -> None:
+        self._model(X, y, None)
+
+    def _model(self, X: Array, y: Array, mask: Array | None) -> None:
+        """The model over the candidates selected by ``mask`` [M] (0/1; None: all of them).
+
+        A mask zeroes the excluded rows of Kmn and decouples the excluded outputs (unwhitened only; see
+        :mod:`ppl_sparsegp.inducing.masking`), so the bound is that of the SVGP on the selected inputs.
+        """
         self.check_data(X, y)
         self._check_outputs(y)
         kernel, likelihood = self._hyper_model()
         Z = self.inducing_inputs(kernel)
-        Lmm = ops.cholesky(kernel(Z))
+        Lmm = ops.cholesky(kernel(Z)) if mask is None else masked_cholesky(kernel(Z), mask)
         u = numpyro.sample(
             "u",
             InducingPrior(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype),
         )
         if self.data_term == "analytic":
-            q_mu, q_sqrt = self.variational_parameters()
+            q_mu, q_sqrt = self._masked_q(self.variational_parameters(), mask)
         else:
             q_mu, q_sqrt = u, None
         with self._data_plate(X.shape[0]) as idx:
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
-            mean, var = conditionals.conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
+            Kmn = kernel(Z, Xb) if mask is None else mask[:, None] * kernel(Z, Xb)
+            mean, var = conditionals.conditional(Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
             Yb = yb[None, :] if yb.ndim == 1 else yb.T
             numpyro.factor("y", jnp.sum(self.data_log_likelihood(likelihood, Yb, mean, var), axis=0))
+
+    @staticmethod
+    def _masked_q(q: tuple[Array, Array], mask: Array | None) -> tuple[Array, Array]:
+        """q(u)'s (loc, scale) restricted to the candidates in ``mask`` (None: unchanged)."""
+        if mask is None:
+            return q
+        return masked_mean(q[0], mask), masked_scale(q[1], mask)
 
     def data_log_likelihood(self, likelihood: Likelihood, Y: Array, mean: Array, var: Array) -> Array:
         """The data term per point, E_{N(f; mean, var)}[log p(y | f)] (eq 4.24 / 5.26): Y, mean, var [P, B]."""
@@ -157,8 +174,12 @@ class SVGP(GPModel):
                 yield None
 
     def guide(self, X: Array, y: Array) -> None:
+        self._guide(None)
+
+    def _guide(self, mask: Array | None) -> None:
+        """The guide with q(u) restricted to the candidates in ``mask`` [M] (None: all of them)."""
         self._hyper_guide()
-        q_mu, q_sqrt = self.variational_parameters()
+        q_mu, q_sqrt = self._masked_q(self.variational_parameters(), mask)
         numpyro.sample("u", InducingPosterior(q_mu, q_sqrt))
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:

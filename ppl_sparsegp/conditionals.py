@@ -126,20 +126,22 @@ def _as_columns(y: Array) -> Array:
     return y[:, None] if y.ndim == 1 else y
 
 
-def _collapsed_terms(Kmn: Array, Kmm: Array, y: Array, noise_variance: Array):
+def _collapsed_terms(Kmn: Array, Kmm: Array, y: Array, noise_variance: Array, Lmm: Array | None = None):
     """Shared factorisations of the Titsias bound: Lmm, A = Lmm^{-1} Kmn / σ, L_B, c = L_B^{-1} A y / σ."""
     xp = ops.namespace(Kmn, Kmm)
     sigma = xp.sqrt(xp.asarray(noise_variance, dtype=Kmn.dtype))
-    Lmm = ops.cholesky(Kmm)
+    Lmm = ops.cholesky(Kmm) if Lmm is None else Lmm
     A = _project(Lmm, Kmn) / sigma
     M = Kmm.shape[-1]
     B = xp.eye(M, dtype=Kmn.dtype) + A @ ops.matrix_transpose(A)
-    LB = ops.cholesky(B)
+    LB = ops.cholesky(B, jitter=0.0)  # eigenvalues >= 1: no jitter needed (escalation still guards round-off)
     c = ops.solve_triangular(LB, A @ _as_columns(y), lower=True) / sigma  # [M, P]
     return Lmm, A, LB, c, sigma
 
 
-def sgpr_elbo(Kmn: Array, Kmm: Array, Knn_diag: Array, y: Array, noise_variance: Array) -> Array:
+def sgpr_elbo(
+    Kmn: Array, Kmm: Array, Knn_diag: Array, y: Array, noise_variance: Array, *, Lmm: Array | None = None
+) -> Array:
     """Titsias' collapsed bound (thesis eq 4.12, trace term over K_DD), summed over output columns.
 
     ``L = log N(y | 0, σ² I + Q_nn) - Tr(K_nn - Q_nn) / (2σ²)``, Q_nn = Kmn^T Kmm^{-1} Kmn,
@@ -147,6 +149,8 @@ def sgpr_elbo(Kmn: Array, Kmm: Array, Knn_diag: Array, y: Array, noise_variance:
 
     Args:
         Kmn: [M, N]; Kmm: [M, M]; Knn_diag: [N]; y: [N] or [N, P]; noise_variance: scalar σ².
+        Lmm: a Cholesky factor of Kmm computed by the caller (e.g. :func:`ppl_sparsegp.inducing.masking.
+            masked_cholesky`); None: ``ops.cholesky(Kmm)``.
 
     Returns:
         scalar bound (sum over the P output columns, which share the kernel and the noise).
@@ -154,7 +158,7 @@ def sgpr_elbo(Kmn: Array, Kmm: Array, Knn_diag: Array, y: Array, noise_variance:
     xp = ops.namespace(Kmn, Kmm)
     Y = _as_columns(y)
     N, P = Y.shape
-    _, A, LB, c, sigma = _collapsed_terms(Kmn, Kmm, y, noise_variance)
+    _, A, LB, c, sigma = _collapsed_terms(Kmn, Kmm, y, noise_variance, Lmm)
     sigma2 = sigma * sigma
     log_det = P * (0.5 * ops.logdet_from_cholesky(LB) + 0.5 * N * xp.log(sigma2))
     quad = 0.5 * xp.sum(Y * Y) / sigma2 - 0.5 * xp.sum(c * c)

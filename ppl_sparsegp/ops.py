@@ -195,13 +195,17 @@ def _jax_cholesky_primitive():
             level = _jitter_level(j0, A, k + 1)
             L = jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
             ok = jnp.all(jnp.isfinite(L))
-            jax.debug.callback(
-                _warn_from_device, level, ok, jnp.logical_or(ok, k + 1 == MAX_ESCALATIONS), not_done(state)
+            # pure_callback with vmap_method="broadcast_all" calls the host once per batch; jax.debug.callback
+            # would emit one call per batch element, so the program (and its compile time) grew with the batch.
+            # The returned zero is added to the counter to keep the call alive.
+            flags = (level, ok, jnp.logical_or(ok, k + 1 == MAX_ESCALATIONS), not_done(state))
+            token = jax.pure_callback(
+                _warn_from_device, jax.ShapeDtypeStruct((), jnp.int32), *flags, vmap_method="broadcast_all"
             )
-            return k + 1, L
+            return k + 1 + token, L
 
         L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
-        return lax.while_loop(not_done, try_next, (jnp.asarray(0), L0))[1]
+        return lax.while_loop(not_done, try_next, (jnp.asarray(0, dtype=jnp.int32), L0))[1]
 
     @partial(jax.custom_jvp, nondiff_argnums=(1,))
     def chol(A, j0):
@@ -224,15 +228,26 @@ def _jittered_cholesky_jax(A: Array, j0: float) -> Array:
     return _jax_cholesky_primitive()(A, j0)
 
 
-def _warn_from_device(level, ok, final, active) -> None:
+def _warn_from_device(level, ok, final, active) -> np.ndarray:
     """Host side of the jax Cholesky's escalation: warn once a matrix succeeded at a raised jitter, or failed at
-    the last one. Under vmap the arguments are batched and matrices that needed no (more) jitter are inactive."""
+    the last one. Under vmap the arguments are batched and matrices that needed no (more) jitter are inactive.
+    Returns zeros of the batch shape (the token that keeps the call in the program)."""
     mask = np.asarray(active, bool)
     levels, oks, finals = (np.ravel(np.broadcast_to(np.asarray(a), mask.shape)[mask]) for a in (level, ok, final))
     for level_i, ok_i, final_i in zip(levels, oks, finals, strict=True):
         if final_i:
             message = _jitter_message if ok_i else _failure_message
             warnings.warn(message(float(level_i)), JitterWarning, stacklevel=2)
+    return np.zeros(mask.shape, dtype=np.int32)
+
+
+def stop_gradient(x: Array) -> Array:
+    """``x`` as a constant for automatic differentiation (jax ``lax.stop_gradient``, torch ``detach``)."""
+    if is_jax(x):
+        import jax
+
+        return jax.lax.stop_gradient(x)
+    return x.detach() if is_torch(x) else x
 
 
 def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:

@@ -1,0 +1,185 @@
+"""Masked sparse GP algebra equals the algebra on the selected sub-blocks (spec 000 §3.3, checks U4 and U5)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+from numpyro.infer import TraceMeanField_ELBO
+from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.svgp import SVGP
+
+from ppl_sparsegp import conditionals, ops
+from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
+from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.likelihoods import Bernoulli, Gaussian
+
+K = 9
+MASKS = [
+    np.array([1, 0, 1, 1, 0, 0, 1, 0, 1.0]),
+    np.array([0, 0, 0, 0, 1, 0, 0, 0, 0.0]),
+    np.ones(K),
+]
+
+
+def data(rng, n=40):
+    X = rng.uniform(-3, 3, size=(n, 2))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.normal(size=n)
+    Z = rng.uniform(-3, 3, size=(K, 2))
+    return X, y, Z
+
+
+def kernel():
+    return RBF(variance=1.3, lengthscale=np.array([0.9, 1.4]))
+
+
+def random_q(rng, P=1):
+    q_mu = rng.normal(size=(P, K))
+    R = np.tril(0.3 * rng.normal(size=(P, K, K)), -1) + np.stack([np.diag(rng.uniform(0.3, 1.0, K))] * P)
+    return q_mu, R
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_masked_cholesky_is_the_factor_of_the_included_block(rng, mask):
+    _, _, Z = data(rng)
+    Kmm = np.asarray(kernel()(jnp.asarray(Z)))
+    L = np.asarray(masked_cholesky(jnp.asarray(Kmm), jnp.asarray(mask)))
+    index, out = np.flatnonzero(mask), np.flatnonzero(mask == 0)
+    np.testing.assert_allclose(L[np.ix_(index, index)], np.asarray(ops.cholesky(Kmm[np.ix_(index, index)])), atol=1e-14)
+    np.testing.assert_array_equal(L[np.ix_(out, out)], np.eye(out.size))
+    np.testing.assert_array_equal(L[np.ix_(out, index)], 0.0)
+    np.testing.assert_array_equal(L[np.ix_(index, out)], 0.0)
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_masked_scale_factors_the_marginal_covariance(rng, mask):
+    q_mu, R = random_q(rng, P=2)
+    index = np.flatnonzero(mask)
+    S_II = (R @ np.swapaxes(R, -1, -2))[:, index][:, :, index]
+    got = np.asarray(masked_scale(jnp.asarray(R), jnp.asarray(mask)))
+    np.testing.assert_allclose(got[:, index][:, :, index], np.linalg.cholesky(S_II), atol=1e-13)
+    np.testing.assert_allclose(got @ np.swapaxes(got, -1, -2), _masked_covariance(R, mask), atol=1e-13)
+    diag = np.abs(rng.normal(size=(2, K))) + 0.1
+    np.testing.assert_array_equal(masked_scale(jnp.asarray(diag), jnp.asarray(mask)), diag * mask + (1 - mask))
+    np.testing.assert_array_equal(masked_mean(jnp.asarray(q_mu), jnp.asarray(mask)), q_mu * mask)
+
+
+def _masked_covariance(R, mask):
+    S = R @ np.swapaxes(R, -1, -2)
+    return mask[:, None] * S * mask[None, :] + np.diag(1 - mask)
+
+
+def test_masking_gives_the_same_numbers_on_jax_and_torch(rng):
+    _, _, Z = data(rng)
+    Kmm = np.asarray(kernel()(jnp.asarray(Z)))
+    _, R = random_q(rng, P=2)
+    mask = MASKS[0]
+    for fn, arg in ((masked_cholesky, Kmm), (masked_scale, R)):
+        on_jax = np.asarray(fn(jnp.asarray(arg), jnp.asarray(mask)))
+        on_torch = fn(torch.tensor(arg), torch.tensor(mask)).numpy()
+        np.testing.assert_allclose(on_torch, on_jax, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_collapsed_masked_bound_is_the_sgpr_bound_of_the_subset(rng, mask):
+    X, y, Z = data(rng)
+    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    masked = float(selective.subset_bound({}, X, y, mask))
+    sgpr, params = selective.prune({}, mask)
+    direct = float(sgpr.elbo(params, X, y))
+    assert masked == pytest.approx(direct, rel=1e-9)
+
+
+def test_collapsed_bound_of_the_empty_subset_is_the_prior_only_bound(rng):
+    X, y, Z = data(rng)
+    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    got = float(selective.subset_bound({}, X, y, np.zeros(K)))
+    noise = 0.05
+    expected = -0.5 * len(y) * np.log(2 * np.pi * noise) - 0.5 * np.sum(y**2) / noise - 0.5 * len(y) * 1.3 / noise
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_collapsed_bound_does_not_decrease_when_a_point_is_added(rng):
+    """Spec check U7: at fixed hyperparameters every extra inducing point can only tighten Titsias' bound."""
+    X, y, Z = data(rng)
+    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    mask = np.zeros(K)
+    previous = float(selective.subset_bound({}, X, y, mask))
+    for k in rng.permutation(K):
+        mask[k] = 1.0
+        current = float(selective.subset_bound({}, X, y, mask))
+        assert current >= previous - 1e-9
+        previous = current
+
+
+def _masked_elbo(selective, params, X, y, mask):
+    """The selective SVGP's ELBO with the inclusion mask fixed (its model and guide given the mask)."""
+    mask = jnp.asarray(mask)
+    model = functools.partial(selective._model, mask=mask)
+
+    def guide(X, y):
+        selective._guide(mask)
+
+    return -float(TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), params, model, guide, X, y))
+
+
+@pytest.mark.parametrize("q_diag", [False, True])
+@pytest.mark.parametrize("likelihood", [Gaussian(variance=0.05), Bernoulli(link="probit")], ids=["gauss", "probit"])
+@pytest.mark.parametrize("mask", MASKS)
+def test_uncollapsed_masked_elbo_is_the_svgp_elbo_of_the_subset(rng, mask, likelihood, q_diag):
+    """Spec check U4: q(u | s) = the Gaussian marginal N(m_s, S_ss) of one unwhitened q over all candidates."""
+    X, y, Z = data(rng)
+    if isinstance(likelihood, Bernoulli):
+        y = (y > 0).astype(float)
+    selective = SelectiveSVGP(kernel=kernel(), likelihood=likelihood, Z=Z, q_diag=q_diag, alpha=0.1)
+    q_mu, R = random_q(rng)
+    params = {"u_loc": jnp.asarray(q_mu)}
+    params.update({"u_scale": jnp.asarray(np.abs(R[:, np.arange(K), np.arange(K)]))} if q_diag else {})
+    params.update({} if q_diag else {"u_scale_tril": jnp.asarray(R)})
+    masked = _masked_elbo(selective, params, X, y, mask)
+    index = np.flatnonzero(mask)
+    svgp = SVGP(kernel=kernel(), likelihood=likelihood, Z=Z[index], whiten=False, q_diag=q_diag)
+    sub = {"u_loc": jnp.asarray(q_mu[:, index])}
+    if q_diag:
+        sub["u_scale"] = params["u_scale"][:, index]
+    else:
+        S_II = (R @ np.swapaxes(R, -1, -2))[:, index][:, :, index]
+        sub["u_scale_tril"] = jnp.asarray(np.linalg.cholesky(S_II))
+    direct = float(svgp.elbo(sub, X, y))
+    assert masked == pytest.approx(direct, rel=1e-10)
+    assert float(selective.subset_bound(params, X, y, mask)) == pytest.approx(direct, rel=1e-10)
+
+
+def test_selective_svgp_refuses_whitened_parameters(rng):
+    _, _, Z = data(rng)
+    with pytest.raises(ValueError, match="whiten"):
+        SelectiveSVGP(kernel=kernel(), likelihood=Gaussian(), Z=Z, whiten=True)
+
+
+def test_pruned_sgpr_keeps_fitted_values_and_predicts(rng):
+    X, y, Z = data(rng)
+    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    params = {"kernel.variance": jnp.asarray(0.7), "Z": jnp.asarray(Z + 0.1), "inclusion_probs": jnp.full(K, 0.3)}
+    sgpr, sub = selective.prune(params, MASKS[0])
+    index = np.flatnonzero(MASKS[0])
+    np.testing.assert_array_equal(sgpr.Z, Z[index] + 0.1)
+    assert "inclusion_probs" not in sub and float(sub["kernel.variance"]) == 0.7
+    mean, var = sgpr.predict_f(sub, X[:5], X=X, y=y)
+    assert mean.shape == (5,) and np.all(np.asarray(var) > 0)
+    Kmn = sgpr.fitted(sub)[0](jnp.asarray(Z[index] + 0.1), jnp.asarray(X))
+    assert np.asarray(Kmn).shape == (index.size, len(X))
+    with pytest.raises(ValueError, match="mask"):
+        selective.prune(params, np.zeros(K))
+    with pytest.raises(ValueError, match="mask"):
+        selective.prune(params, np.full(K, 0.5))
+
+
+def test_conditionals_accept_a_precomputed_factor(rng):
+    X, y, Z = data(rng)
+    k = kernel()
+    Kmm, Kmn = k(jnp.asarray(Z)), k(jnp.asarray(Z), jnp.asarray(X))
+    plain = conditionals.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05)
+    given = conditionals.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05, Lmm=ops.cholesky(Kmm))
+    assert float(given) == float(plain)

@@ -1,0 +1,130 @@
+"""fit_selective end to end: the prior strength sets the count, frozen vs joint selection, pruned models, bad input."""
+
+import jax
+import numpy as np
+import pytest
+from ppl_sparsegp.models.selective_fit import fit_selective, sample_subset
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
+
+from ppl_sparsegp.infer import diagnostics
+from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.likelihoods import Bernoulli
+
+CANDIDATES = np.linspace(0, 10, 15)[:, None]
+
+
+@pytest.fixture(scope="module")
+def wiggly():
+    """A function with detail everywhere on [0, 10], so each of the 15 evenly spread candidates is informative."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 10, size=(300, 1))
+    return X, np.sin(3 * X[:, 0]) + 0.1 * rng.normal(size=300)
+
+
+def test_stronger_priors_keep_fewer_points(wiggly):
+    """Spec checks B4 and "α → 0 keeps nearly all, a large α few": E|S| strictly decreases in α."""
+    X, y = wiggly
+    fits = {
+        alpha: fit_selective(X, y, candidates=CANDIDATES, alpha=alpha, pre_steps=300, selection_steps=300, post_steps=0)
+        for alpha in (1e-3, 20.0, 200.0)
+    }
+    counts = [fits[a].expected_count for a in sorted(fits)]
+    assert counts[0] > 14.0 and fits[1e-3].selected_count >= 14
+    assert counts[0] > counts[1] + 2 > counts[2] + 2
+    assert counts[2] < 3.0 and 1 <= fits[200.0].selected_count <= 4
+    weak = fits[1e-3]
+    assert isinstance(weak.model, SGPR) and weak.model.Z.shape == (weak.selected_count, 1)
+    kept = CANDIDATES[weak.mask == 1]
+    np.testing.assert_allclose(
+        np.sort(weak.model.Z[:, 0]), np.sort(np.asarray(weak.selective_params["Z"])[weak.mask == 1, 0])
+    )
+    assert kept.shape == weak.model.Z.shape
+
+
+def test_frozen_selection_leaves_the_gp_alone_and_joint_selection_trains_it(wiggly):
+    X, y = wiggly
+    frozen = fit_selective(X, y, candidates=CANDIDATES, alpha=1.0, pre_steps=0, selection_steps=50, post_steps=0)
+    np.testing.assert_array_equal(frozen.selective_params["kernel.lengthscale"], np.ones(1))
+    np.testing.assert_array_equal(frozen.selective_params["Z"], CANDIDATES)
+    joint = fit_selective(
+        X, y, candidates=CANDIDATES, alpha=1.0, pre_steps=0, selection_steps=50, post_steps=0, selection="joint"
+    )
+    assert not np.allclose(joint.selective_params["kernel.lengthscale"], 1.0)
+    assert joint.selective_params["inclusion_probs"].shape == (15,)
+    assert set(joint.losses) == {"selection", "post"} and joint.losses["selection"].shape == (50,)
+
+
+@pytest.mark.slow
+def test_uncollapsed_classification_prunes_to_an_ordinary_svgp(rng):
+    X = rng.uniform(-3, 3, size=(200, 1))
+    y = (np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=200) > 0).astype(float)
+    fit = fit_selective(
+        X,
+        y,
+        candidates=20,
+        alpha=0.5,
+        bound="uncollapsed",
+        likelihood=Bernoulli(link="probit"),
+        kernel=RBF(variance=1.0, lengthscale=1.0),
+        pre_steps=300,
+        selection_steps=100,
+        post_steps=100,
+        batch_size=64,
+        key=1,
+    )
+    assert isinstance(fit.model, SVGP) and not fit.model.whiten
+    M = fit.selected_count
+    assert 1 <= M <= 20 and fit.params["u_loc"].shape == (1, M) and fit.params["u_scale_tril"].shape == (1, M, M)
+    assert 0 < fit.expected_count < 20 and 0 < fit.count_variance < 5
+    mean, var = fit.model.predict_y(fit.params, X[:10])
+    assert np.all((np.asarray(mean) > 0) & (np.asarray(mean) < 1)) and mean.shape == (10,)
+    accuracy = np.mean((np.asarray(fit.model.predict_y(fit.params, X)[0]) > 0.5) == y)
+    assert accuracy > 0.8
+    idata = diagnostics.from_svi(fit.model, fit.params, X, y, num_draws=20, key=jax.random.PRNGKey(0))
+    assert idata.posterior["u"].shape[-1] == M
+
+
+def test_an_empty_q_is_redrawn_then_refused():
+    with pytest.raises(ValueError, match="lower alpha"):
+        sample_subset(np.full(5, 1e-12), jax.random.PRNGKey(0))
+    mask = sample_subset(np.array([1e-12, 1e-12, 0.5]), jax.random.PRNGKey(0))
+    assert mask.tolist() == [0.0, 0.0, 1.0]
+
+
+X_OK = np.linspace(0, 1, 20)[:, None]
+Y_OK = np.sin(X_OK[:, 0])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"),
+    [
+        ({"bound": "titsias"}, "bound"),
+        ({"selection": "both"}, "selection"),
+        ({"pre_steps": -1}, "pre_steps"),
+        ({"selection_steps": 0}, "selection_steps"),
+        ({"post_steps": 1.5}, "post_steps"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"selection_learning_rate": -1.0}, "selection_learning_rate"),
+        ({"candidates": 25}, "num_inducing|candidates|M"),
+        ({"candidates": np.zeros((4, 2))}, "candidates"),
+        ({"candidates": np.array([[np.nan]])}, "candidates"),
+        ({"alpha": -0.1}, "alpha"),
+        ({"initial_inclusion": 1.0}, "initial_inclusion"),
+        ({"likelihood": Bernoulli()}, "likelihood"),
+        ({"batch_size": 8}, "batch_size"),
+        ({"init": "grid"}, "init"),
+        ({"num_particles": 0}, "num_particles"),
+    ],
+)
+def test_bad_settings_are_refused_before_any_fit(overrides, name):
+    settings = {"candidates": 5, "pre_steps": 10, "selection_steps": 10, "post_steps": 10, **overrides}
+    with pytest.raises(ValueError, match=name):
+        fit_selective(X_OK, Y_OK, **settings)
+
+
+def test_bad_data_is_refused():
+    with pytest.raises(ValueError, match="X"):
+        fit_selective(np.array([[np.nan]] * 20), Y_OK, candidates=5)
+    with pytest.raises(ValueError, match="y"):
+        fit_selective(X_OK, Y_OK[:-1], candidates=5)
