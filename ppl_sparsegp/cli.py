@@ -1,10 +1,12 @@
-"""The ``ppl-sparsegp`` command line: fit GPR, SGPR, SVGP, SGPMC or BSGP to a dataset, evaluate it, write the results.
+"""The ``ppl-sparsegp`` command line: fit GPR, SGPR, SVGP, SGPMC, BSGP or selective to a dataset, evaluate it, write
+the results.
 
 Usage::
 
     ppl-sparsegp fit {svgp,sgpr,gpr} [--data diabetes] [--split 0] [--inducing 128] [--steps 2000] ... [--out DIR]
     ppl-sparsegp fit sgpmc [--engine nuts|hmc|sghmc|sgld] [--warmup 500] [--samples 1000] ...   (see cli_mcmc)
     ppl-sparsegp fit bsgp [--data boston] [--layers 1] [--z-prior normal|dpp|strauss|uniform] ...  (see cli_bsgp)
+    ppl-sparsegp fit selective [--candidates 100] [--alpha 0.1] [--bound collapsed|uncollapsed] ... (see cli_selective)
     ppl-sparsegp diagnose RUN_DIR
 
 ``ppl-sparsegp fit --help`` lists every option with its default. One run:
@@ -48,7 +50,7 @@ import numpy as np
 import numpyro
 import optax
 
-from ppl_sparsegp import cli_bsgp, cli_mcmc, data, kernels, likelihoods, results, validation
+from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, kernels, likelihoods, results, validation
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
@@ -58,7 +60,7 @@ from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
-METHODS = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp")
+METHODS = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "selective")
 INITIALISERS = ("kmeans", "random", "greedy")
 DTYPES = ("float64", "float32")
 GPR_MAX_N = 5000
@@ -82,7 +84,7 @@ DEFAULTS = {
     "checkpoint_every": 500,
 }
 _SVGP_ONLY = ("whiten", "q_diag")
-_UNCOLLAPSED_ONLY = ("batch_size", "likelihood")  # svgp, sgpmc and bsgp
+_UNCOLLAPSED_ONLY = ("batch_size", "likelihood")  # svgp, sgpmc, bsgp and selective (uncollapsed bound)
 _SPARSE_ONLY = ("inducing", "init")
 _NOT_BSGP = ("steps", "lr", "checkpoint_every", "kernel", "kernel_variance")  # None in the parser, so bsgp can refuse
 
@@ -106,13 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit a GP to a dataset, evaluate it on the test set and write the results",
         description="Fit a GP (svgp, sgpr or gpr) by SVI with Adam; write results.json, params.npz and fit.png "
         "to --out. Data are standardised with training statistics; metrics are in original units. Re-running the "
-        "same command resumes from OUT/checkpoint.npz. sgpmc and bsgp sample by MCMC (see their option groups).",
+        "same command resumes from OUT/checkpoint.npz. sgpmc and bsgp sample by MCMC, and selective chooses the "
+        "inducing points from K candidates (see their option groups).",
     )
     fit.add_argument(
         "method",
         choices=METHODS,
         help="svgp (any likelihood), sgpr (collapsed bound), gpr (exact), sgpmc (MCMC over v and θ, Z from svgp), "
-        "bsgp (SGHMC or NUTS over v, Z and θ; deep with --layers > 1)",
+        "bsgp (SGHMC or NUTS over v, Z and θ; deep with --layers > 1), selective (probabilistic selection of the "
+        "inducing points from --candidates K, then a pruned sgpr or svgp)",
     )
 
     d = DEFAULTS
@@ -159,28 +163,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="V",
         help="initial noise variance, > 0, standardised units; for studentt the squared scale; not for "
-        f"bernoulli (default: {d['noise_variance']}; bsgp: 1.0)",
+        f"bernoulli (default: {d['noise_variance']}; bsgp and selective: 1.0)",
     )
     group.add_argument(
         "--likelihood",
         default=None,
         metavar="NAME",
-        help="svgp, sgpmc and bsgp: gaussian or studentt for regression data, bernoulli (= probit), probit or logit "
-        "for binary data (default: gaussian for regression, probit for binary)",
+        help="svgp, sgpmc, bsgp and selective (--bound uncollapsed): gaussian or studentt for regression data, "
+        "bernoulli (= probit), probit or logit for binary data (default: gaussian for regression, probit for binary)",
     )
     group.add_argument(
         "--inducing",
         type=int,
         default=None,
         metavar="M",
-        help=f"number of inducing points, 1 <= M <= N; sparse methods, per layer for bsgp (default: {d['inducing']}; "
-        "bsgp: 100)",
+        help="number of inducing points, 1 <= M <= N; sparse methods, per layer for bsgp, not selective (default: "
+        f"{d['inducing']}; bsgp: 100)",
     )
     group.add_argument(
         "--init",
         choices=INITIALISERS,
         default=None,
-        help=f"how inducing inputs are initialised from the training inputs; sparse methods (default: {d['init']})",
+        help="how inducing inputs are initialised from the training inputs; sparse methods; selective: how its "
+        f"candidates are drawn, random or kmeans (default: {d['init']}; selective: random)",
     )
     group.add_argument(
         "--whiten",
@@ -200,16 +205,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help=f"SVI steps in all, those of a resumed checkpoint included; not bsgp (default: {d['steps']})",
+        help=f"SVI steps in all, those of a resumed checkpoint included; not bsgp or selective (default: {d['steps']})",
     )
-    group.add_argument("--lr", type=float, default=None, help=f"Adam learning rate; not bsgp (default: {d['lr']})")
+    group.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"Adam learning rate (selective: of the GP parameters); not bsgp (default: {d['lr']})",
+    )
     group.add_argument(
         "--batch-size",
         type=int,
         default=None,
         metavar="B",
-        help="svgp, sgpmc (SVI fit, sghmc/sgld) and bsgp (sghmc): minibatch size; B >= N means full batch "
-        "(default: full batch; bsgp: 1000)",
+        help="svgp, sgpmc (SVI fit, sghmc/sgld), bsgp (sghmc) and selective (--bound uncollapsed): minibatch size; "
+        "B >= N means full batch (default: full batch; bsgp: 1000)",
     )
     group.add_argument(
         "--seed",
@@ -228,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEPS",
-        help=f"SVI steps between checkpoints to OUT/checkpoint.npz; not bsgp (default: {d['checkpoint_every']})",
+        help="SVI steps between checkpoints to OUT/checkpoint.npz; not bsgp or selective (default: "
+        f"{d['checkpoint_every']})",
     )
 
     group = fit.add_argument_group("output")
@@ -241,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_mcmc.add_mcmc_arguments(fit)
     cli_bsgp.add_bsgp_arguments(fit)
+    cli_selective.add_selective_arguments(fit)
     cli_mcmc.add_diagnose_parser(commands)
     return parser
 
@@ -262,21 +274,23 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = {k: v for k, v in vars(args).items() if k != "command"}
     method = opts["method"]
     opts = cli_bsgp.resolve_bsgp_options(opts)
+    opts = cli_selective.resolve_selective_options(opts)
     for name in _SVGP_ONLY if method != "svgp" else ():
         if opts[name] is not None:
             flag = "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
             why = "bsgp samples whitened inducing outputs" if method == "bsgp" else "sgpmc is always whitened, full q"
             raise ValueError(f"{flag} applies to svgp only, not {method} ({why})")
-    for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc", "bsgp") else ():
+    for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc", "bsgp", "selective") else ():
         if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
             raise ValueError(f"--{name.replace('_', '-')} applies to svgp and sgpmc only, not {method}")
     if method != "bsgp":  # bsgp's MCMC options are checked by resolve_bsgp_options
-        opts = {**opts, **{k: DEFAULTS[k] if opts[k] is None else opts[k] for k in _NOT_BSGP}}
+        unused = cli_selective.NOT_FOR_SELECTIVE if method == "selective" else {}
+        opts = {**opts, **{k: DEFAULTS[k] if opts[k] is None else opts[k] for k in _NOT_BSGP if k not in unused}}
         opts = cli_mcmc.resolve_mcmc_options(opts)
     for name in _SPARSE_ONLY if method == "gpr" else ():
         if opts[name] is not None:
             raise ValueError(f"--{name} applies to sparse methods (svgp, sgpr, sgpmc); gpr uses no inducing points")
-    if method != "gpr":
+    if method not in ("gpr", "selective"):  # selective's --init default is set by resolve_selective_options
         opts["inducing"] = DEFAULTS["inducing"] if opts["inducing"] is None else opts["inducing"]
         opts["init"] = opts["init"] or DEFAULTS["init"]
     if method == "svgp":
@@ -304,6 +318,8 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError as err:
             raise ValueError(f"--likelihood: {err}") from None
         opts["likelihood"] = opts["likelihood"].lower()
+    if method == "selective":
+        cli_selective.check_bound(opts)
     if opts["out"] is None:
         opts["out"] = Path("runs") / f"{method}-{opts['data'].replace('/', '_')}-{opts['split']}"
     return opts
@@ -317,12 +333,16 @@ def _load(name: str, split: int) -> Dataset:
 
 
 def _check_dataset(opts: dict[str, Any], ds: Dataset) -> None:
-    """Checks that need the dataset: its task against method and likelihood, N against gpr and --inducing."""
+    """Checks that need the dataset: its task against method and likelihood, N against gpr, --inducing, --candidates."""
     method, n = opts["method"], ds.X_train.shape[0]
     if ds.task not in LIKELIHOODS_BY_TASK:
         raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; fit supports regression and binary classification")
-    if method not in ("svgp", "sgpmc", "bsgp") and ds.task != "regression":
-        raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; {method} needs regression data (use svgp)")
+    needs_regression = method in ("sgpr", "gpr") or (method == "selective" and opts["bound"] == "collapsed")
+    if needs_regression and ds.task != "regression":
+        what, use = (
+            ("selective --bound collapsed", "--bound uncollapsed") if method == "selective" else (method, "svgp")
+        )
+        raise ValueError(f"--data: {ds.name} is a {ds.task} dataset; {what} needs regression data (use {use})")
     if opts["likelihood"] is not None and opts["likelihood"] not in LIKELIHOODS_BY_TASK[ds.task]:
         raise ValueError(
             f"--likelihood {opts['likelihood']!r} does not fit {ds.task} data ({ds.name}); "
@@ -337,6 +357,8 @@ def _check_dataset(opts: dict[str, Any], ds: Dataset) -> None:
         )
     if opts["inducing"] is not None:
         validation.check_inducing_count(opts["inducing"], n, name="--inducing")
+    if method == "selective":
+        cli_selective.check_dataset(opts, ds)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -360,7 +382,8 @@ def _settle_likelihood(opts: dict[str, Any], task: str) -> dict[str, Any]:
     name = opts["likelihood"] or ("gaussian" if task == "regression" else "probit")
     noise = opts["noise_variance"]
     if task == "regression" and noise is None:
-        noise = DEFAULTS["noise_variance"]
+        defaults = cli_selective.SELECTIVE_DEFAULTS if opts["method"] == "selective" else DEFAULTS
+        noise = defaults["noise_variance"]
     return {**opts, "likelihood": name, "noise_variance": noise}
 
 
@@ -386,7 +409,7 @@ def model_parts(opts: dict[str, Any], ds: Dataset) -> dict[str, Any]:
         "kernel": kernel,
         "likelihood": likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype),
     }
-    if opts["method"] != "gpr":
+    if opts["method"] not in ("gpr", "selective"):  # selective draws its candidates itself
         parts["Z"] = _inducing_inputs(opts, X, kernel).astype(dtype)
     return parts
 
@@ -507,6 +530,18 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
     std, scaler = data.standardize(ds)
     if opts["method"] == "sgpmc":
         return cli_mcmc.run_sgpmc(opts, model_parts(opts, std), ds, std, scaler, argv)
+    if opts["method"] == "selective":
+        return cli_selective.run_selective(
+            opts,
+            model_parts(opts, std),
+            ds,
+            std,
+            scaler,
+            argv,
+            predictor=compiled_predictor,
+            curve_1d=_curve_1d,
+            versions=_versions(),
+        )
     out = Path(opts["out"])
     checkpoint = out / "checkpoint.npz"
     resumed_from = _checkpoint_step(checkpoint)
@@ -625,12 +660,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        if opts["method"] == "selective":
+            print("interrupted; selective keeps no checkpoint, so a re-run starts from the beginning", file=sys.stderr)
+            return 130
         checkpoint = "mcmc.ckpt" if opts["method"] in ("sgpmc", "bsgp") else "checkpoint.npz"
         print(
             f"interrupted; run the same command again to resume from {Path(opts['out']) / checkpoint}", file=sys.stderr
         )
         return 130
     if not opts["quiet"]:
-        summary = {"sgpmc": cli_mcmc.summary_line, "bsgp": cli_bsgp.summary_line}.get(opts["method"], _summary)
+        summaries = {"sgpmc": cli_mcmc.summary_line, "bsgp": cli_bsgp.summary_line}
+        summary = {**summaries, "selective": cli_selective.summary_line}.get(opts["method"], _summary)
         print(summary(record, Path(opts["out"])))
     return 0
