@@ -1,6 +1,10 @@
-"""Test configuration: float64 everywhere (oracle comparisons), CPU only, a shared random generator."""
+"""Test configuration: float64 everywhere (oracle comparisons), CPU only, a shared random generator, and a
+compilation cache private to the test session."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see ppl_sparsegp.ops.blas_threads
@@ -10,6 +14,15 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+
+# Many tests run the same program more than once (a killed run and its resumption, the same fit in another test),
+# each time through fresh jit wrappers that miss JAX's in-memory caches. JAX's persistent compilation cache, keyed
+# on the compiled program, lets those repeats load the executable instead of compiling it again. The folder is new
+# for every session and removed at exit, so nothing carries over between runs: each session compiles everything
+# once, as a user's process would.
+_COMPILATION_CACHE = tempfile.mkdtemp(prefix="ppl-sparsegp-test-jax-cache-")
+atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
+jax.config.update("jax_compilation_cache_dir", _COMPILATION_CACHE)
 
 
 @pytest.fixture

@@ -179,6 +179,9 @@ def test_sghmc_with_fixed_z_and_theta_samples_the_closed_form_posterior_of_v(pro
     assert np.max(np.abs(v.std(0) / sd - 1)) < 0.1
 
 
+# fit_bsgp end to end compiles the SGHMC chain, its point estimates and the mixture predictive (20-30 s): `make
+# test-slow`. The default run covers the same path through `fit bsgp` on yacht (tests/test_cli_bsgp.py).
+@pytest.mark.slow
 def test_fit_bsgp_samples_z_noise_and_hyperparameters_and_predicts(problem):
     X, y, _ = problem
     fit = fit_bsgp(X, y, key=jax.random.PRNGKey(0), num_inducing=M, num_iterations=150, num_kept=20)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -33,6 +34,16 @@ def diabetes_test_sd() -> float:
     return float(np.std(data.load_dataset("diabetes").y_test))
 
 
+SVGP_RUN = ("svgp", "--checkpoint-every", "100", *FAST)
+
+
+@pytest.fixture(scope="module")
+def svgp_run(tmp_path_factory) -> tuple[dict, object]:
+    """One ``fit svgp --steps 200`` on diabetes (checkpointed every 100 steps), made once for the module: the
+    end-to-end test checks its outputs and the resume test continues a copy of its folder."""
+    return fit(tmp_path_factory.mktemp("svgp"), *SVGP_RUN, "--steps", "200")
+
+
 def check_outputs(folder, expected_params: dict[str, tuple[int, ...]]) -> None:
     """The three output files exist; params.npz loads without pickle and holds the expected shapes."""
     assert (folder / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -45,8 +56,8 @@ def check_outputs(folder, expected_params: dict[str, tuple[int, ...]]) -> None:
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_svgp_on_diabetes_end_to_end(tmp_path, diabetes_test_sd):
-    record, folder = fit(tmp_path, "svgp", "--steps", "200", *FAST)
+def test_svgp_on_diabetes_end_to_end(svgp_run, diabetes_test_sd):
+    record, folder = svgp_run
     m = record["metrics"]
     assert record["method"] == "svgp" and record["data"] == "embedded/diabetes" and record["split"] == 0
     assert record["n_train"] == 353 and record["n_eval"] == 89 and record["evaluated_on"] == "test"
@@ -100,9 +111,11 @@ def test_float32_run_stores_float32_parameters(tmp_path):
         assert params["u_loc"].dtype == np.float32 and params["kernel.lengthscale"].dtype == np.float32
 
 
-def test_a_stopped_run_resumes_from_its_checkpoint(tmp_path, capsys):
-    common = ("svgp", "--checkpoint-every", "100", *FAST)
-    first, folder = fit(tmp_path, *common, "--steps", "200")
+def test_a_stopped_run_resumes_from_its_checkpoint(svgp_run, tmp_path, capsys):
+    common = SVGP_RUN
+    first, first_folder = svgp_run  # a finished 200-step run: copied, so that the shared folder stays as it was
+    folder = tmp_path / "out"
+    shutil.copytree(first_folder, folder)
     assert first["resumed_from_step"] == 0 and first["steps"] == 200
     with np.load(folder / "checkpoint.npz") as ckpt:
         assert int(ckpt["step"]) == 200
@@ -196,13 +209,23 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--noise",
         "--iterations",
         "--kept",
+        "--candidates",
+        "--alpha",
+        "--bound",
+        "--selection",
+        "--particles",
+        "--initial-inclusion",
+        "--pre-steps",
+        "--selection-steps",
+        "--post-steps",
+        "--selection-lr",
     ]
     for option in options:
         assert option in text, option
     assert set(re.findall(r"--[a-z][a-z0-9-]*", text)) == {*options, "--help"}
     for default in ("default: diabetes", "default: 128", "default: kmeans", "default: 2000", "default: 0.01"):
         assert default in text
-    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc,bsgp}" in text
+    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc,bsgp,selective}" in text
 
 
 @pytest.mark.slow  # about 80 s: an SVGP fit and two NUTS chains in 30 dimensions; `make test-slow` runs it

@@ -89,6 +89,11 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert idata.posterior["u"].dims == ("chain", "draw", "latent", "inducing_point")
     assert idata.posterior["kernel.lengthscale"].dims == ("chain", "draw", "input_dim")
     assert {"likelihood.variance", "kernel.variance"} <= set(idata.posterior.data_vars)
+    # fit_bsgp's scheme (its own end-to-end test in tests/test_bsgp.py is slow): Z is sampled, so its draws differ;
+    # the noise is a point estimate, moved by the warmup from --noise-variance 1.0, then fixed while sampling
+    assert np.ptp(Z.values, axis=1).max() > 0
+    noise = idata.posterior["likelihood.variance"].values
+    assert np.all(noise == noise.flat[0]) and noise.flat[0] < 1.0
     assert idata.log_likelihood["y"].shape == (1, 4, 246)
     assert np.all(np.isfinite(idata.log_likelihood["y"].values)) and "lp" in idata.sample_stats
     assert record["files"]["posterior_groups"] == ["posterior", "sample_stats", "observed_data", "log_likelihood"]
@@ -184,7 +189,7 @@ def test_help_documents_the_bsgp_options(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for option in ("--layers", "--z-prior", "--data-term", "--noise", "--iterations", "--kept"):
         assert option in text, option
-    assert "{svgp,sgpr,gpr,sgpmc,bsgp}" in text and "BSGP (bsgp only)" in text
+    assert "{svgp,sgpr,gpr,sgpmc,bsgp,selective}" in text and "BSGP (bsgp only)" in text
     assert "{normal,dpp,strauss,uniform}" in text and "{log_expected,expected_log}" in text
     for default in ("default: 10000", "default: 256", "default: normal", "default: log_expected", "bsgp: 100"):
         assert default in text, default
