@@ -1,0 +1,220 @@
+"""The informativeness experiment on synthetic 1-D data (Uhrenholt et al. 2021, Fig. 3; spec 000 §5.3).
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/selective_synthetic.py                  # 3 conditions x 5 intensities x 3 seeds
+    .venv/bin/python benchmarks/selective_synthetic.py --seeds 0        # one seed (resumes: finished cells skipped)
+    .venv/bin/python benchmarks/selective_synthetic.py --quick          # smoke test, written to results/..._runs/
+
+Claim to reproduce: the number of inducing points the point process selects **decreases monotonically** as the
+points become less informative, through (i) more observation noise σ, (ii) a smoother function (longer lengthscale
+γ), (iii) more clustered inputs (concentration β), and the selected models' gap to the exact GP is comparable to
+that of fixed-M baselines at the same M (the paper gives no numbers, only Fig. 3).
+
+Protocol (paper App. C.3.1; intensity grids from the released code, which the paper does not state):
+
+* data: N = 500, x ~ U[0, 100] (noise, smoothness) or an equal mixture of 5 normals N(μ_j, 1/β) with μ_j = 10, 30,
+  50, 70, 90 (clustering); f ~ GP(0, RBF(variance 1, lengthscale γ)); y = f + N(0, σ²). Defaults σ = 0.1, γ = 1
+  (paper). Grids: σ ∈ {0.300, 0.405, 0.548, 0.740, 1.000}, γ ∈ {0.800, 1.064, 1.414, 1.880, 2.500},
+  β ∈ {0.030, 0.061, 0.122, 0.248, 0.500}. x and y are standardised.
+* method: :func:`models.selective_fit.fit_selective`, collapsed bound, K = 80 k-means candidates (as the code),
+  α = 0.05, λ₀ = 0.5, S = 4, Adam 0.01 (GP) / 0.2 (λ), frozen GP while selecting, then one subset sampled, pruned
+  and post-trained. Schedule: 1000 pre-training steps (the paper's 200 do not bring the lengthscale from its
+  initial 1 down to ~0.035 in standardised units at this learning rate), 600 selection and 200 post-training steps.
+* baseline: SGPR with fixed M ∈ {20, 40, 80} k-means inducing inputs, 1200 Adam steps (one seed).
+* metric: E|S| = Σλ and Var|S| after selection, |S| of the sampled subset, and the gap log p*(y) − ELBO in nats,
+  where log p*(y) is the log marginal likelihood of an exact GP fitted by Adam (300 steps at 0.05).
+
+Output: ``benchmarks/results/selective_synthetic.json``, rewritten atomically after every cell; cells already in
+it are skipped when the script runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from ppl_sparsegp.models.gpr import GPR  # noqa: E402
+from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
+from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
+from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
+
+from ppl_sparsegp import kernels, likelihoods  # noqa: E402
+from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
+from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results" / "selective_synthetic.json"
+QUICK_RESULTS = ROOT / "results" / "selective_synthetic_runs" / "quick.json"
+
+GRIDS = {
+    "noise": (0.300, 0.405, 0.548, 0.740, 1.000),
+    "lengthscale": (0.800, 1.064, 1.414, 1.880, 2.500),
+    "clustering": (0.030, 0.061, 0.122, 0.248, 0.500),
+}
+DEFAULT_NOISE, DEFAULT_LENGTHSCALE = 0.1, 1.0
+CLUSTER_MEANS = (10.0, 30.0, 50.0, 70.0, 90.0)
+N, K, ALPHA = 500, 80, 0.05
+SCHEDULE = {"pre_steps": 1000, "selection_steps": 600, "post_steps": 200}
+BASELINE_M = (20, 40, 80)
+BASELINE_STEPS = 1200
+
+
+def synthetic_data(condition: str, intensity: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x [N, 1], y [N]) for one condition at one intensity, both standardised."""
+    rng = np.random.default_rng([seed, list(GRIDS).index(condition), GRIDS[condition].index(intensity)])
+    noise = intensity if condition == "noise" else DEFAULT_NOISE
+    lengthscale = intensity if condition == "lengthscale" else DEFAULT_LENGTHSCALE
+    if condition == "clustering":
+        centre = rng.choice(CLUSTER_MEANS, size=N)
+        x = centre + rng.normal(size=N) / np.sqrt(intensity)
+    else:
+        x = rng.uniform(0.0, 100.0, size=N)
+    x = np.sort(x)
+    Kxx = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / lengthscale**2)
+    f = np.linalg.cholesky(Kxx + 1e-8 * np.eye(N)) @ rng.normal(size=N)
+    y = f + noise * rng.normal(size=N)
+    return ((x - x.mean()) / x.std())[:, None], (y - y.mean()) / y.std()
+
+
+def _kernel() -> kernels.RBF:
+    return kernels.RBF(variance=1.0, lengthscale=np.ones(1))
+
+
+def exact_log_marginal(X: np.ndarray, y: np.ndarray, seed: int) -> float:
+    gp = GPR(kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0))
+    fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.05), num_steps=300, key=seed, progress=False)
+    return float(gp.log_marginal_likelihood(fit.params, X, y))
+
+
+def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int) -> float:
+    gp = SGPR(kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0), Z=kmeans(X, M, seed=seed))
+    fit = fit_svi(
+        gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=BASELINE_STEPS, key=seed, progress=False
+    )
+    return float(gp.elbo(fit.params, X, y))
+
+
+def run_cell(condition: str, intensity: float, seed: int, schedule: dict, baseline: bool) -> dict:
+    X, y = synthetic_data(condition, intensity, seed)
+    t0 = time.perf_counter()
+    log_marginal = exact_log_marginal(X, y, seed)
+    fit = fit_selective(
+        X, y, candidates=K, alpha=ALPHA, init="kmeans", kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0),
+        key=seed, **schedule,
+    )  # fmt: skip
+    post_bound = float(fit.model.elbo(fit.params, X, y))
+    record = {
+        "condition": condition,
+        "intensity": intensity,
+        "seed": seed,
+        "expected_count": fit.expected_count,
+        "count_sd": float(np.sqrt(fit.count_variance)),
+        "selected_count": fit.selected_count,
+        "log_marginal_exact": log_marginal,
+        "post_trained_elbo": post_bound,
+        "gap_nats": log_marginal - post_bound,
+        "lengthscale": float(np.asarray(fit.params["kernel.lengthscale"])[0]),
+        "noise_variance": float(fit.params["likelihood.variance"]),
+        "seconds": {**fit.seconds, "total": time.perf_counter() - t0},
+        "loadavg": _loadavg(),
+    }
+    if baseline:
+        record["baseline_gap_nats"] = {str(M): log_marginal - baseline_bound(X, y, M, seed) for M in BASELINE_M}
+    return record
+
+
+def summarise(cells: dict) -> dict:
+    """Per condition: mean E|S| over seeds at each intensity, Spearman ρ(intensity, E|S|), adjacent inversions."""
+    out = {}
+    for condition, grid in GRIDS.items():
+        rows = []
+        for intensity in grid:
+            found = [c for c in cells.values() if c["condition"] == condition and c["intensity"] == intensity]
+            if found:
+                rows.append(
+                    {
+                        "intensity": intensity,
+                        "seeds": len(found),
+                        "expected_count": float(np.mean([c["expected_count"] for c in found])),
+                        "count_sd": float(np.mean([c["count_sd"] for c in found])),
+                        "selected_count": float(np.mean([c["selected_count"] for c in found])),
+                        "gap_nats": float(np.mean([c["gap_nats"] for c in found])),
+                    }
+                )
+        if len(rows) >= 2:
+            counts = [r["expected_count"] for r in rows]
+            rho = spearmanr([r["intensity"] for r in rows], counts).statistic
+            inversions = sum(b > a for a, b in zip(counts, counts[1:], strict=False))
+            out[condition] = {"rows": rows, "spearman_rho": float(rho), "adjacent_inversions": inversions}
+    return out
+
+
+def markdown_table(summary: dict) -> str:
+    lines = ["| condition | intensity | E\\|S\\| (mean over seeds) | sd\\|S\\| | sampled \\|S\\| | gap (nats) |"]
+    lines.append("|---|---|---|---|---|---|")
+    for condition, block in summary.items():
+        for r in block["rows"]:
+            lines.append(
+                f"| {condition} | {r['intensity']:.3f} | {r['expected_count']:.1f} | {r['count_sd']:.1f} | "
+                f"{r['selected_count']:.1f} | {r['gap_nats']:.1f} |"
+            )
+        lines.append(f"| {condition}: Spearman ρ = {block['spearman_rho']:.2f}, "
+                     f"adjacent inversions = {block['adjacent_inversions']} | | | | | |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--conditions", nargs="+", choices=list(GRIDS), default=list(GRIDS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--baseline-seeds", nargs="+", type=int, default=[0], help="seeds that also fit baselines")
+    parser.add_argument("--quick", action="store_true", help="10x shorter schedule, written to the runs folder")
+    args = parser.parse_args(argv)
+    path = QUICK_RESULTS if args.quick else RESULTS
+    schedule = {k: v // 10 for k, v in SCHEDULE.items()} if args.quick else SCHEDULE
+    document = {"cells": {}}
+    if path.exists():
+        document = json.loads(path.read_text())
+    cells = document["cells"]
+    for seed in args.seeds:
+        for condition in args.conditions:
+            for intensity in GRIDS[condition]:
+                key = f"{condition}/{intensity}/{seed}"
+                if key in cells:
+                    continue
+                cells[key] = run_cell(condition, intensity, seed, schedule, seed in args.baseline_seeds)
+                print(key, {k: cells[key][k] for k in ("expected_count", "selected_count", "gap_nats")}, flush=True)
+                document.update(
+                    {
+                        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+                        "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                        "environment": environment(),
+                        "settings": {"N": N, "K": K, "alpha": ALPHA, **schedule, "baseline_M": BASELINE_M},
+                        "summary": summarise(cells),
+                    }
+                )
+                write_json_atomic(path, document)
+    print(markdown_table(summarise(cells)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
