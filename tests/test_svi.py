@@ -1,5 +1,7 @@
 """The SVI fit loop: convergence, checkpoint/resume, early stopping, callbacks, errors, float32."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,10 +49,23 @@ def _svgp_problem(rng, dtype=np.float64):
     return gp, X, y
 
 
-def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path):
+SVGP_FIT = dict(optimizer=optax.adam(0.01), key=3, progress=False, steps_per_dispatch=50)
+
+
+@pytest.fixture(scope="module")
+def svgp_full_run(tmp_path_factory):
+    """An uninterrupted 300-step SVGP fit (the SVGP compilation takes most of ten seconds), made once for the module;
+    its checkpoint, written once at the end, is the other model's checkpoint of the refusal test."""
+    gp, X, y = _svgp_problem(np.random.default_rng(0))
+    ckpt = tmp_path_factory.mktemp("svgp") / "full.npz"
+    full = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, checkpoint_every=1000, **SVGP_FIT)
+    return full, ckpt
+
+
+def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_full_run):
     gp, X, y = _svgp_problem(rng)
-    kw = dict(optimizer=optax.adam(0.01), key=3, progress=False, steps_per_dispatch=50)
-    full = fit_svi(gp.model, gp.guide, X, y, num_steps=300, **kw)
+    kw = SVGP_FIT
+    full, _ = svgp_full_run
     ckpt = tmp_path / "run.npz"
 
     def kill_after_200(step, losses, params):
@@ -76,10 +91,10 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path):
         np.testing.assert_array_equal(resumed.params[name], full.params[name])
 
 
-def test_checkpoint_from_another_model_is_refused(rng, tmp_path):
-    gp, X, y = _svgp_problem(rng)
+def test_checkpoint_from_another_model_is_refused(tmp_path, svgp_full_run):
+    _, svgp_checkpoint = svgp_full_run
     ckpt = tmp_path / "run.npz"
-    fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=10, checkpoint=ckpt, progress=False)
+    shutil.copyfile(svgp_checkpoint, ckpt)  # an SVGP checkpoint, offered to a one-parameter model
     with pytest.raises(ValueError, match="checkpoint"):
         fit_svi(_normal_model, _normal_guide, jnp.ones(3), optimizer=optax.adam(0.01), num_steps=10, checkpoint=ckpt)
 
