@@ -28,7 +28,7 @@ def test_gaussian_sgpmc_with_z_equal_x_samples_the_exact_gp_posterior():
     model = SGPMC(kernel=kernel, likelihood=likelihood, Z=X, fixed=ALL_FIXED)
     res = run_mcmc(NUTS(model.model), jnp.asarray(X), jnp.asarray(y), num_warmup=300, num_samples=1000,
                    num_chains=2, key=jax.random.PRNGKey(0))  # fmt: skip
-    f = jax.vmap(lambda v: model.predict_f({"u": v}, jnp.asarray(X))[0])(res.flat_samples()["u"])
+    f = jax.jit(jax.vmap(lambda v: model.predict_f({"u": v}, jnp.asarray(X))[0]))(res.flat_samples()["u"])
     mean, var = GPR(kernel=kernel, likelihood=likelihood).predict_f({}, jnp.asarray(X), X=X, y=y)
     sd = np.sqrt(np.asarray(var))
     # 2000 draws with ESS in the hundreds: mean errors are a few % of the posterior sd, variances within 15 %
