@@ -14,12 +14,21 @@
 
 Defaults follow the paper (App. C.1, C.3.2): Adam 0.01 for the GP, 0.2 for λ, S = 4 draws, λ₀ = 0.5, and the UCI
 schedule 2500 / 1500 / 1000 steps of full-batch training.
+
+Checkpoints: with ``checkpoint_dir`` each phase keeps its SVI state in ``checkpoint_dir/selective_<phase>.npz``
+(:func:`ppl_sparsegp.infer.svi.fit_svi` checkpoints, written atomically every ``checkpoint_every`` steps and on
+Ctrl-C). Calling again with the same arguments resumes: finished phases are read back, not re-run, and the subset
+is drawn with the same key from the same λ, so a resumed fit equals an uninterrupted one. A phase that runs any
+step deletes the later phases' checkpoints, which no longer follow from it (e.g. after raising
+``selection_steps``). Delete the folder (or its files) to start afresh after changing any other setting.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import jax
@@ -42,6 +51,7 @@ Array = Any
 
 BOUNDS = ("collapsed", "uncollapsed")
 SELECTION_MODES = ("frozen", "joint")
+PHASES = ("pre", "selection", "post")
 INITIALISATIONS = ("random", "kmeans")
 MAX_EMPTY_REDRAWS = 20
 
@@ -130,6 +140,21 @@ def sample_subset(probs: Array, key: Array) -> np.ndarray:
     )
 
 
+def selection_optimizer(
+    gp_update: optax.GradientTransformation, selection_learning_rate: float
+) -> optax.GradientTransformation:
+    """Adam at ``selection_learning_rate`` for λ (``"inclusion_probs"``), ``gp_update`` for every other parameter."""
+    return optax.multi_transform(
+        {"inclusion": optax.adam(selection_learning_rate), "gp": gp_update},
+        lambda tree: {name: "inclusion" if name == INCLUSION_PARAM else "gp" for name in tree},
+    )
+
+
+def phase_checkpoint(checkpoint_dir: str | os.PathLike | None, phase: str) -> Path | None:
+    """The checkpoint file of one phase (``"pre"``, ``"selection"`` or ``"post"``) in ``checkpoint_dir``."""
+    return None if checkpoint_dir is None else Path(checkpoint_dir) / f"selective_{phase}.npz"
+
+
 def _fit(model, X, y, optimizer, steps, key, **options) -> SVIResult:
     return fit_svi(model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps, key=key, **options)
 
@@ -144,11 +169,16 @@ def post_train(
     key: Array,
     learning_rate: float = 0.01,
     progress: bool = False,
+    **checkpointing: Any,
 ) -> tuple[dict[str, Array], np.ndarray]:
-    """Train a pruned model from ``params`` for ``steps`` Adam steps -> (fitted params, loss trace)."""
+    """Train a pruned model from ``params`` for ``steps`` Adam steps -> (fitted params, loss trace).
+
+    ``checkpointing``: ``checkpoint`` and ``checkpoint_every`` of :func:`ppl_sparsegp.infer.svi.fit_svi`.
+    """
     if steps == 0:
         return dict(params), np.zeros(0)
-    result = _fit(model, X, y, optax.adam(learning_rate), steps, key, init_params=params, progress=progress)
+    optimizer = optax.adam(learning_rate)
+    result = _fit(model, X, y, optimizer, steps, key, init_params=params, progress=progress, **checkpointing)
     return result.params, result.losses
 
 
@@ -173,6 +203,8 @@ def fit_selective(
     batch_size: int | None = None,
     key: int | Array = 0,
     progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int = 500,
 ) -> SelectiveFit:
     """Pre-train on K candidates, learn which to keep, sample a subset, prune and post-train.
 
@@ -192,6 +224,8 @@ def fit_selective(
         batch_size: minibatch size of the uncollapsed bound (None: full batch).
         key: integer seed or JAX key.
         progress: show progress bars.
+        checkpoint_dir: a folder for the phases' checkpoints (created; see the module docstring), or None.
+        checkpoint_every: steps between checkpoint writes within a phase.
 
     Returns:
         A :class:`SelectiveFit`.
@@ -204,6 +238,19 @@ def fit_selective(
     post_steps = _check_steps("post_steps", post_steps, 0)
     learning_rate = _check_rate("learning_rate", learning_rate)
     selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
+    checkpoint_every = _check_steps("checkpoint_every", checkpoint_every, 1)
+    if checkpoint_dir is not None and Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
+        raise ValueError(f"checkpoint_dir: expected a folder, got the file {checkpoint_dir}")
+
+    def checkpointing(phase: str) -> dict[str, Any]:
+        return {"checkpoint": phase_checkpoint(checkpoint_dir, phase), "checkpoint_every": checkpoint_every}
+
+    def invalidate_after(phase: str, result: SVIResult) -> None:
+        """A phase that ran steps makes the later phases' checkpoints stale: delete them."""
+        if checkpoint_dir is not None and result.steps_run:
+            for later in PHASES[PHASES.index(phase) + 1 :]:
+                phase_checkpoint(checkpoint_dir, later).unlink(missing_ok=True)
+
     X, y = np.asarray(X), np.asarray(y)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     pre_key, selection_key, prune_key, post_key, init_key = jax.random.split(key, 5)
@@ -222,31 +269,34 @@ def fit_selective(
         selective = SelectiveSVGP(**common, **svgp, alpha=alpha, initial_inclusion=initial_inclusion)
     loss = ScoreFunctionELBO(num_particles, pathwise=selection == "joint")
     base.check_data(X, y)
+    if checkpoint_dir is not None:
+        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
 
     losses, seconds, params = {}, {}, {}
     t0 = time.perf_counter()
     if pre_steps:
-        pre = _fit(base, X, y, optax.adam(learning_rate), pre_steps, pre_key, progress=progress)
+        pre = _fit(base, X, y, optax.adam(learning_rate), pre_steps, pre_key, progress=progress, **checkpointing("pre"))
         params, losses["pre"] = pre.params, pre.losses
+        invalidate_after("pre", pre)
     seconds["pre"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     gp_update = optax.adam(learning_rate) if selection == "joint" else optax.set_to_zero()
-    optimizer = optax.multi_transform(
-        {"inclusion": optax.adam(selection_learning_rate), "gp": gp_update},
-        lambda tree: {name: "inclusion" if name == INCLUSION_PARAM else "gp" for name in tree},
-    )
+    optimizer = selection_optimizer(gp_update, selection_learning_rate)
     chosen = _fit(
-        selective, X, y, optimizer, selection_steps, selection_key, loss=loss, init_params=params, progress=progress
-    )
+        selective, X, y, optimizer, selection_steps, selection_key, loss=loss, init_params=params, progress=progress,
+        **checkpointing("selection"),
+    )  # fmt: skip
     losses["selection"] = chosen.losses
+    invalidate_after("selection", chosen)
     seconds["selection"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     mask = sample_subset(chosen.params[INCLUSION_PARAM], prune_key)
     pruned, pruned_params = selective.prune(chosen.params, mask)
     fitted, losses["post"] = post_train(
-        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress
-    )
+        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress,
+        **checkpointing("post"),
+    )  # fmt: skip
     seconds["post"] = time.perf_counter() - t0
     return SelectiveFit(pruned, fitted, selective, chosen.params, mask, losses, seconds)

@@ -238,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="STEPS",
-        help="SVI steps between checkpoints to OUT/checkpoint.npz; not bsgp or selective (default: "
-        f"{d['checkpoint_every']})",
+        help="SVI steps between checkpoints to OUT/checkpoint.npz (selective: OUT/selective_<phase>.npz); not bsgp "
+        f"(default: {d['checkpoint_every']})",
     )
 
     group = fit.add_argument_group("output")
@@ -660,10 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        if opts["method"] == "selective":
-            print("interrupted; selective keeps no checkpoint, so a re-run starts from the beginning", file=sys.stderr)
-            return 130
-        checkpoint = "mcmc.ckpt" if opts["method"] in ("sgpmc", "bsgp") else "checkpoint.npz"
+        checkpoints = {"sgpmc": "mcmc.ckpt", "bsgp": "mcmc.ckpt", "selective": "selective_<phase>.npz"}
+        checkpoint = checkpoints.get(opts["method"], "checkpoint.npz")
         print(
             f"interrupted; run the same command again to resume from {Path(opts['out']) / checkpoint}", file=sys.stderr
         )

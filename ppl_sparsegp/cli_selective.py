@@ -13,10 +13,11 @@ Options (see ``ppl-sparsegp fit --help``): ``--candidates`` (100, at most N), ``
 (0.5), ``--pre-steps`` (2500), ``--selection-steps`` (1500), ``--post-steps`` (1000), ``--selection-lr`` (0.2), and
 the shared ``--lr`` (0.01), ``--init`` (random or kmeans; default random), ``--kernel``, ``--kernel-variance``,
 ``--lengthscale``, ``--noise-variance`` (default 1.0, the paper's), ``--likelihood`` and ``--batch-size``
-(uncollapsed only), ``--seed``, ``--dtype``. ``--steps``, ``--checkpoint-every``, ``--inducing``, ``--whiten`` and
+(uncollapsed only), ``--seed``, ``--dtype``, ``--checkpoint-every``. ``--steps``, ``--inducing``, ``--whiten`` and
 ``--q-diag`` are errors with selective, as are the MCMC and bsgp options, and the selective options with any other
 method; every check happens before anything is loaded or compiled, and a problem is one line ``error: ...``, exit
-code 2. There is no checkpoint: an interrupted run starts again from the beginning.
+code 2. Each phase checkpoints its SVI state to ``OUT/selective_<phase>.npz`` (every ``--checkpoint-every`` steps
+and on Ctrl-C); re-running the same command resumes where it stopped (delete those files to start again).
 
 Outputs in ``--out`` (default ``runs/selective-<data>-<split>``), each written atomically:
 
@@ -46,7 +47,15 @@ import numpy as np
 from ppl_sparsegp import results, validation
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.models._base import to_numpy_params
-from ppl_sparsegp.models.selective_fit import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveFit, fit_selective
+from ppl_sparsegp.models.selective_fit import (
+    BOUNDS,
+    INITIALISATIONS,
+    PHASES,
+    SELECTION_MODES,
+    SelectiveFit,
+    fit_selective,
+    phase_checkpoint,
+)
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 SELECTIVE_DEFAULTS = {
@@ -78,12 +87,10 @@ SELECTIVE_ONLY = (
 """Options of selective alone (default ``None`` in the parser, so that giving one to another method is an error)."""
 NOT_FOR_SELECTIVE = {
     "steps": "it trains in three phases: use --pre-steps, --selection-steps and --post-steps",
-    "checkpoint_every": "selective keeps no checkpoint",
     "inducing": "the number of inducing points is learned; --candidates sets how many it chooses from",
     "whiten": "selective's q(u) is unwhitened, so that a subset of it is a marginal of u",
     "q_diag": "selective's q(u) has a full covariance",
 }
-PHASES = ("pre", "selection", "post")
 
 
 def _flag(name: str) -> str:
@@ -105,9 +112,9 @@ def add_selective_arguments(fit: argparse.ArgumentParser) -> None:
         f"takes --lr (GP learning rate; default: 0.01), --init random|kmeans (candidates; default: {d['init']}), "
         "--kernel, --kernel-variance, --lengthscale, --noise-variance (default: "
         f"{d['noise_variance']}), --likelihood and --batch-size (both with --bound uncollapsed), --seed, --dtype. "
-        "Not --steps, --inducing, --checkpoint-every, --whiten, --q-diag, nor the MCMC or BSGP options. Writes "
-        "params.npz (the pruned model), selection.npz (inclusion probabilities and mask), fit.png and results.json; "
-        "no checkpoint.",
+        "--checkpoint-every. Not --steps, --inducing, --whiten, --q-diag, nor the MCMC or BSGP options. Writes "
+        "params.npz (the pruned model), selection.npz (inclusion probabilities and mask), fit.png, results.json and "
+        "one checkpoint per phase (OUT/selective_<phase>.npz; the same command resumes from them).",
     )
     group.add_argument(
         "--candidates",
@@ -343,6 +350,8 @@ def run_selective(
         batch_size=batch,
         key=opts["seed"],
         progress=not (opts["no_progress"] or opts["quiet"]),
+        checkpoint_dir=out,
+        checkpoint_every=opts["checkpoint_every"],
     )
     fit_seconds = time.perf_counter() - start
 
@@ -403,7 +412,12 @@ def run_selective(
         "backend": jax.default_backend(),
         "versions": dict(versions or {}),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "files": {"params": "params.npz", "selection": "selection.npz", "figure": "fit.png"},
+        "files": {
+            "params": "params.npz",
+            "selection": "selection.npz",
+            "figure": "fit.png",
+            "checkpoints": [phase_checkpoint(out, p).name for p in PHASES],
+        },
     }
     if not has_test:
         record["note"] = f"{ds.name} has no test targets; the metrics are on the training data"

@@ -19,7 +19,8 @@ from ppl_sparsegp import cli_selective, data
 from ppl_sparsegp.cli import main
 
 TINY = ("--candidates", "20", "--pre-steps", "50", "--selection-steps", "30", "--post-steps", "30", "--no-progress")
-OUTPUTS = {"results.json", "params.npz", "selection.npz", "fit.png"}
+CHECKPOINTS = [f"selective_{phase}.npz" for phase in ("pre", "selection", "post")]
+OUTPUTS = {"results.json", "params.npz", "selection.npz", "fit.png", *CHECKPOINTS}
 
 
 @pytest.fixture
@@ -86,6 +87,7 @@ def test_selective_on_diabetes_end_to_end(tmp_path, capsys):
     assert (o["alpha"], o["particles"], o["initial_inclusion"], o["selection_lr"]) == (0.1, 4, 0.5, 0.2)
     assert (o["init"], o["lr"], o["noise_variance"], o["kernel"]) == ("random", 0.01, 1.0, "rbf")
     assert o["steps"] is None and o["inducing"] is None and o["batch_size"] is None
+    assert o["checkpoint_every"] == 500 and record["files"]["checkpoints"] == CHECKPOINTS
 
     printed = capsys.readouterr().out
     first = printed.splitlines()[0]
@@ -113,7 +115,7 @@ SELECTIVE_ERRORS = [
     (("selective", "--q-diag"), "error: --q-diag does not apply to selective"),
     (("selective", "--steps", "100"), "error: --steps does not apply to selective (it trains in three phases"),
     (("selective", "--inducing", "10"), "error: --inducing does not apply to selective"),
-    (("selective", "--checkpoint-every", "10"), "error: --checkpoint-every does not apply to selective"),
+    (("selective", "--checkpoint-every", "0"), "error: --checkpoint-every must be a positive integer, got 0"),
     (("selective", "--prior", "gamma"), "error: --prior applies to sgpmc only, not selective"),
     (("selective", "--engine", "nuts"), "error: --engine applies to sgpmc only, not selective"),
     (("selective", "--layers", "2"), "error: --layers applies to bsgp only, not selective"),
@@ -183,14 +185,15 @@ def test_options_that_do_not_fit_the_dataset_are_refused_before_compilation(
     assert not (tmp_path / "out").exists()
 
 
-def test_an_interrupted_selective_run_says_there_is_no_checkpoint(tmp_path, capsys, monkeypatch):
+def test_an_interrupted_selective_run_names_its_checkpoints(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
+        assert kwargs["checkpoint_dir"] == tmp_path / "out" and kwargs["checkpoint_every"] == 500
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli_selective, "fit_selective", interrupted)
     assert main(["fit", "selective", *TINY, "--out", str(tmp_path / "out")]) == 130
     assert capsys.readouterr().err == (
-        "interrupted; selective keeps no checkpoint, so a re-run starts from the beginning\n"
+        f"interrupted; run the same command again to resume from {tmp_path / 'out' / 'selective_<phase>.npz'}\n"
     )
     assert not (tmp_path / "out").exists()
 

@@ -56,6 +56,26 @@ def test_frozen_selection_leaves_the_gp_alone_and_joint_selection_trains_it(wigg
 
 
 @pytest.mark.slow
+def test_a_resumed_fit_equals_an_uninterrupted_one(wiggly, tmp_path):
+    """Phase checkpoints: a longer selection resumes from the stored one, the stale post-training checkpoint is
+    dropped, and the result equals a fit that never stopped; an unchanged call reads every phase back."""
+    X, y = wiggly
+    settings = {"candidates": CANDIDATES, "alpha": 1.0, "pre_steps": 40, "post_steps": 20, "checkpoint_every": 10}
+    straight = fit_selective(X, y, selection_steps=30, **settings)
+    fit_selective(X, y, selection_steps=10, checkpoint_dir=tmp_path, **settings)
+    assert {p.name for p in tmp_path.iterdir()} == {f"selective_{p}.npz" for p in ("pre", "selection", "post")}
+    resumed = fit_selective(X, y, selection_steps=30, checkpoint_dir=tmp_path, **settings)
+    again = fit_selective(X, y, selection_steps=30, checkpoint_dir=tmp_path, **settings)
+    for fit in (resumed, again):
+        np.testing.assert_array_equal(fit.mask, straight.mask)
+        np.testing.assert_array_equal(fit.inclusion_probs, straight.inclusion_probs)
+        for phase in ("pre", "selection", "post"):
+            np.testing.assert_array_equal(fit.losses[phase], straight.losses[phase])
+        for name, value in straight.params.items():
+            np.testing.assert_array_equal(fit.params[name], value)
+
+
+@pytest.mark.slow
 def test_uncollapsed_classification_prunes_to_an_ordinary_svgp(rng):
     X = rng.uniform(-3, 3, size=(200, 1))
     y = (np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=200) > 0).astype(float)
@@ -115,12 +135,21 @@ Y_OK = np.sin(X_OK[:, 0])
         ({"batch_size": 8}, "batch_size"),
         ({"init": "grid"}, "init"),
         ({"num_particles": 0}, "num_particles"),
+        ({"checkpoint_every": 0}, "checkpoint_every"),
     ],
 )
 def test_bad_settings_are_refused_before_any_fit(overrides, name):
     settings = {"candidates": 5, "pre_steps": 10, "selection_steps": 10, "post_steps": 10, **overrides}
     with pytest.raises(ValueError, match=name):
         fit_selective(X_OK, Y_OK, **settings)
+
+
+def test_a_file_as_checkpoint_folder_is_refused(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        fit_selective(X_OK, Y_OK, candidates=5, checkpoint_dir=taken)
+    assert taken.read_text() == "not a folder"
 
 
 def test_bad_data_is_refused():
