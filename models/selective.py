@@ -38,7 +38,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -46,8 +46,8 @@ import numpyro
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp import conditionals, ops
-from ppl_sparsegp.inducing.masking import masked_cholesky
+from ppl_sparsegp import conditionals
+from ppl_sparsegp.inducing.masking import masked_cholesky, subset_q
 from ppl_sparsegp.inducing.subset_prior import IndependentInclusion, SubsetPointProcess
 from ppl_sparsegp.infer.score_function import BASELINE_SITE, score_function_baseline
 
@@ -174,6 +174,9 @@ class SelectiveSVGP(SubsetSelection, SVGP):
 
     whiten: bool = False
 
+    pruned_class: ClassVar[type[SVGP]] = SVGP
+    """The ordinary model :meth:`prune` returns (a subclass sets its own, e.g. a GP-LVM)."""
+
     def __post_init__(self) -> None:
         if self.whiten:
             raise ValueError(
@@ -194,15 +197,13 @@ class SelectiveSVGP(SubsetSelection, SVGP):
         return model.elbo(sparse, X, y)
 
     def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SVGP, dict[str, Array]]:
-        """An ordinary (unwhitened) SVGP on the candidates in ``mask`` [K], with q(u_s) = N(m_s, S_ss)."""
+        """An ordinary (unwhitened) ``pruned_class`` on the candidates in ``mask`` [K], with q(u_s) = N(m_s, S_ss)."""
         index = self._selected(mask)
         sparse = self._sparse_gp_params(params, index)
-        sparse["u_loc"] = jnp.asarray(params["u_loc"])[:, index]
-        if self.q_diag:
-            sparse["u_scale"] = jnp.asarray(params["u_scale"])[:, index]
-        else:
-            R = jnp.asarray(params["u_scale_tril"])
-            S = R @ jnp.swapaxes(R, -1, -2)
-            sparse["u_scale_tril"] = ops.cholesky(S[:, index][:, :, index], jitter=0.0)
-        model = SVGP(**{**_base_fields(self, SVGP), "Z": np.asarray(sparse["Z"])})
+        scale_site = "u_scale" if self.q_diag else "u_scale_tril"
+        sparse["u_loc"], sparse[scale_site] = subset_q(
+            jnp.asarray(params["u_loc"]), jnp.asarray(params[scale_site]), index
+        )
+        pruned = self.pruned_class
+        model = pruned(**{**_base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
         return model, sparse

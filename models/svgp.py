@@ -138,12 +138,16 @@ class SVGP(GPModel):
             q_mu, q_sqrt = self._masked_q(self.variational_parameters(), mask)
         else:
             q_mu, q_sqrt = u, None
-        with self._data_plate(X.shape[0]) as idx:
-            Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+        with self._data_plate(y.shape[0]) as idx:
+            Xb, yb = self._batch_inputs(X, idx), (y if idx is None else y[idx])
             Kmn = kernel(Z, Xb) if mask is None else mask[:, None] * kernel(Z, Xb)
             mean, var = conditionals.conditional(Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
             Yb = yb[None, :] if yb.ndim == 1 else yb.T
             numpyro.factor("y", jnp.sum(self.data_log_likelihood(likelihood, Yb, mean, var), axis=0))
+
+    def _batch_inputs(self, X: Array, idx: Array | None) -> Array:
+        """The inputs of the data points in the current batch: X [N, D] -> [B, D] (a hook for latent inputs)."""
+        return X if idx is None else X[idx]
 
     @staticmethod
     def _masked_q(q: tuple[Array, Array], mask: Array | None) -> tuple[Array, Array]:
@@ -156,22 +160,9 @@ class SVGP(GPModel):
         """The data term per point, E_{N(f; mean, var)}[log p(y | f)] (eq 4.24 / 5.26): Y, mean, var [P, B]."""
         return likelihood.variational_expectation(Y, mean, var)
 
-    @contextmanager
     def _data_plate(self, n: int):
-        """The ``"data"`` plate; yields the subsample indices, or None when all n points are used."""
-        if self.batch_size is not None and self.batch_size < n:
-            # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
-            # batch); an outer handler that substitutes the "data" plate still takes precedence.
-            draw = jax.random.randint(numpyro.prng_key(), (self.batch_size,), 0, n)
-            with (
-                handlers.substitute(data={"data": draw}),
-                numpyro.plate("data", n, subsample_size=self.batch_size) as idx,
-            ):
-                yield idx
-        else:
-            scale = 1.0 if self.num_data is None else self.num_data / n
-            with numpyro.handlers.scale(scale=scale), numpyro.plate("data", n):
-                yield None
+        """The ``"data"`` plate of :func:`data_plate` with this model's ``batch_size`` and ``num_data``."""
+        return data_plate(n, self.batch_size, self.num_data)
 
     def guide(self, X: Array, y: Array) -> None:
         self._guide(None)
@@ -234,3 +225,22 @@ class SVGP(GPModel):
             full_cov=full_cov,
         )
         return as_output_columns(mean, var, self.num_latent == 1)
+
+
+@contextmanager
+def data_plate(n: int, batch_size: int | None, num_data: int | None):
+    """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
+
+    ``batch_size=B < n`` draws B i.i.d. indices (the data term is scaled by n/B); otherwise the plate covers all
+    n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
+    """
+    if batch_size is not None and batch_size < n:
+        # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
+        # batch); an outer handler that substitutes the "data" plate still takes precedence.
+        draw = jax.random.randint(numpyro.prng_key(), (batch_size,), 0, n)
+        with handlers.substitute(data={"data": draw}), numpyro.plate("data", n, subsample_size=batch_size) as idx:
+            yield idx
+    else:
+        scale = 1.0 if num_data is None else num_data / n
+        with numpyro.handlers.scale(scale=scale), numpyro.plate("data", n):
+            yield None

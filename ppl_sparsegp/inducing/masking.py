@@ -74,3 +74,19 @@ def masked_scale(q_sqrt: Array, mask: Array) -> Array:
     masked = mask[:, None] * S * mask[None, :]
     eye = xp.eye(q_sqrt.shape[-1], dtype=q_sqrt.dtype)
     return ops.cholesky(masked + eye * (1.0 - mask)[None, :], jitter=0.0)
+
+
+def subset_q(q_mu: Array, q_sqrt: Array, index: Array) -> tuple[Array, Array]:
+    """The marginal q(u_I) = N(m_I, S_II) of the candidates ``index`` (what pruning keeps; Gaussian marginalisation).
+
+    Args:
+        q_mu: m [P, K]; q_sqrt: lower-triangular R [P, K, K] (S = R Rᵀ) or the diagonal [P, K] of a mean-field q.
+        index: integer indices I [M] of the kept candidates.
+
+    Returns:
+        (m_I [P, M], the Cholesky factor of S_II [P, M, M], or the kept diagonal [P, M]).
+    """
+    if q_sqrt.ndim == 2:
+        return q_mu[:, index], q_sqrt[:, index]
+    S = q_sqrt @ ops.matrix_transpose(q_sqrt)
+    return q_mu[:, index], ops.cholesky(S[:, index][:, :, index], jitter=0.0)
