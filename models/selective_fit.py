@@ -192,6 +192,7 @@ def fit_selective(
     likelihood: Likelihood | None = None,
     kernel: Kernel | None = None,
     init: Literal["random", "kmeans"] = "random",
+    learn_candidates: bool = True,
     initial_inclusion: float = 0.5,
     num_particles: int = 4,
     selection: Literal["frozen", "joint"] = "frozen",
@@ -217,6 +218,8 @@ def fit_selective(
             likelihood, minibatches through ``batch_size``).
         likelihood: default Gaussian with variance 1; kernel: default RBF-ARD with unit variance and lengthscales
             (the paper's initial values).
+        learn_candidates: let Adam move the candidate inputs in the pre-training (and joint) phases, as the paper
+            does, or keep them exactly where given (``False``, e.g. for a fixed grid of candidates).
         initial_inclusion: λ₀ of every candidate; num_particles: S draws per selection step.
         selection: ``"frozen"`` (only λ learns) or ``"joint"`` (every parameter learns).
         pre_steps, selection_steps, post_steps: Adam steps of the three phases (pre and post may be 0).
@@ -233,6 +236,8 @@ def fit_selective(
     validation.check_inputs(X, y)
     _check_choice("bound", bound, BOUNDS)
     _check_choice("selection", selection, SELECTION_MODES)
+    if not isinstance(learn_candidates, bool | np.bool_):
+        raise ValueError(f"learn_candidates: expected True or False, got {learn_candidates!r}")
     pre_steps = _check_steps("pre_steps", pre_steps, 0)
     selection_steps = _check_steps("selection_steps", selection_steps, 1)
     post_steps = _check_steps("post_steps", post_steps, 0)
@@ -258,7 +263,7 @@ def fit_selective(
     D = X.shape[1]
     kernel = kernel or RBF(variance=1.0, lengthscale=np.ones(D, dtype=X.dtype))
     likelihood = likelihood or Gaussian(variance=1.0)
-    common = {"kernel": kernel, "likelihood": likelihood, "Z": Z}
+    common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(learn_candidates)}
     if bound == "collapsed":
         if batch_size is not None:
             raise ValueError("batch_size: the collapsed bound needs the full batch; use bound='uncollapsed'")

@@ -55,6 +55,16 @@ def test_frozen_selection_leaves_the_gp_alone_and_joint_selection_trains_it(wigg
     assert set(joint.losses) == {"selection", "post"} and joint.losses["selection"].shape == (50,)
 
 
+def test_fixed_candidates_stay_where_they_are_given(wiggly):
+    X, y = wiggly
+    fit = fit_selective(
+        X, y, candidates=CANDIDATES, alpha=1.0, pre_steps=0, selection_steps=10, post_steps=10,
+        learn_candidates=False,
+    )  # fmt: skip
+    assert "Z" not in fit.selective_params and "Z" not in fit.params and not fit.model.learn_Z
+    np.testing.assert_array_equal(fit.model.Z, CANDIDATES[fit.mask == 1])
+
+
 @pytest.mark.slow
 def test_a_resumed_fit_equals_an_uninterrupted_one(wiggly, tmp_path):
     """Phase checkpoints: a longer selection resumes from the stored one, the stale post-training checkpoint is
@@ -136,6 +146,7 @@ Y_OK = np.sin(X_OK[:, 0])
         ({"init": "grid"}, "init"),
         ({"num_particles": 0}, "num_particles"),
         ({"checkpoint_every": 0}, "checkpoint_every"),
+        ({"learn_candidates": "no"}, "learn_candidates"),
     ],
 )
 def test_bad_settings_are_refused_before_any_fit(overrides, name):
