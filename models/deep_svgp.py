@@ -1,0 +1,406 @@
+"""Doubly-stochastic variational deep GP (Salimbeni & Deisenroth 2017; Uhrenholt et al. 2021 App. A; spec 000 §4.1).
+
+Layer ℓ = 0..L-1 maps its input H^ℓ [B, D_ℓ] (H^0 = X) to F^{ℓ+1} [B, D_{ℓ+1}] (D_L = P outputs)::
+
+    u^{ℓ,d} ~ N(0, K_ℓ(Z^ℓ, Z^ℓ))                 one per output dimension d; Z^ℓ [M_ℓ, D_ℓ] shared by them
+    F^{ℓ+1}_{:,d} = H^ℓ W^ℓ_{:,d} + g^{ℓ,d}(H^ℓ),    g^{ℓ,d} | u^{ℓ,d} the GP prior conditional
+    H^{ℓ+1} = F^{ℓ+1} (+ X with ``add_input``: "the observed input added to the second layer", paper C.4)
+    y_n | F^L_n ~ p(y_n | F^L_n)                     any likelihood of ppl_sparsegp.likelihoods
+
+W^ℓ is a fixed linear mean on inner layers (:func:`models.deep_gp.linear_mean_weights`, or None: zero mean); the
+last layer has zero mean. Guide: q(u^{ℓ,d}) = N(m^{ℓ,d}, S^{ℓ,d}) over u itself (default; a subset of it is the
+marginal of the selected points) or, with ``whiten=True``, over v = L⁻¹u.
+
+Bound (paper Eq. 6)::
+
+    ELBO = Σ_n E_{q(F^L_n)}[log p(y_n | F^L_n)] − Σ_ℓ Σ_d KL[q(u^{ℓ,d}) ‖ p(u^{ℓ,d})],
+
+where q(F^{ℓ+1}_n | H^ℓ_n) is Gaussian per point with mean h W + a_nᵀ m and variance k(h, h) − a_nᵀ(K − S)a_n,
+a_n = K⁻¹ k(Z, h) (App. A, with its sign typo corrected; :func:`ppl_sparsegp.conditionals.conditional`). The
+data term is estimated from ``num_samples`` = S propagated samples: each inner layer's F is drawn pointwise by
+reparameterisation, F = μ + σ ε, and the last layer's expectation is exact (Gaussian) or Gauss-Hermite
+(``Likelihood.variational_expectation``), averaged over the S samples. The KLs are closed form
+(:mod:`ppl_sparsegp.distributions`). Minibatches: ``batch_size`` subsamples the ``"data"`` plate (data term
+scaled by N/B, KLs counted once; :func:`models.svgp.data_plate`).
+
+Masks: ``_model(X, y, masks)`` / ``_guide(masks)`` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate the
+bound of the deep GP on the selected inducing inputs at fixed shapes (:mod:`ppl_sparsegp.inducing.masking`;
+unwhitened only), as :class:`models.selective_deep.SelectiveDeepSVGP` needs.
+
+Sites: params ``"layer<ℓ>.kernel.<name>"`` (e.g. ``"layer0.kernel.lengthscale"`` [D_ℓ]), ``"likelihood.<name>"``,
+``"layer<ℓ>.Z"`` [M_ℓ, D_ℓ]; latent ``"layer<ℓ>.u"`` [D_{ℓ+1}, M_ℓ]; guide params ``"layer<ℓ>.u_loc"``
+[D_{ℓ+1}, M_ℓ] and ``"layer<ℓ>.u_scale_tril"`` [D_{ℓ+1}, M_ℓ, M_ℓ]; plate ``"data"``; factor ``"y"`` [B].
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+from jax.scipy.special import logsumexp
+from numpyro.distributions import constraints
+
+from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
+from ppl_sparsegp.kernels import RBF, Kernel
+from ppl_sparsegp.likelihoods import Likelihood
+
+from ._base import _is_concrete
+from .deep_gp import linear_mean_weights
+from .svgp import data_plate
+
+Array = Any
+
+
+class Layer(NamedTuple):
+    """One layer at given values: kernel, Z [M, D_in], Lmm [M, M], q_mu [D_out, M], q_sqrt [D_out, M, M], mask."""
+
+    kernel: Kernel
+    Z: Array
+    Lmm: Array
+    q_mu: Array
+    q_sqrt: Array
+    mask: Array | None
+
+
+def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer{' or None' if allow_none else ''}, got {value!r}")
+
+
+@dataclass(eq=False)
+class DeepSVGP:
+    """Doubly-stochastic deep GP with ``len(Z)`` layers; see the module docstring for the model and its sites.
+
+    Args:
+        Z: initial inducing inputs per layer, [M_ℓ, D_ℓ] each (D_0 = D of X, D_ℓ = widths[ℓ-1]).
+        widths: output widths D_1..D_L; D_L = P, the number of output columns of y.
+        likelihood: e.g. ``Gaussian(variance=1.0)``; its hyperparameters are learned.
+        kernels: one per layer (default RBF-ARD, variance 1, lengthscales 1).
+        mean_weights: W^ℓ [D_ℓ, D_{ℓ+1}] or None (zero mean) for each of the L − 1 inner layers.
+        add_input: add X to the input of every layer after the first (needs inner widths equal to D).
+        whiten: q over v = L⁻¹u instead of u (a masked model needs False).
+        num_samples: S, propagated samples for the data term.
+        batch_size: subsample B points per step through the ``"data"`` plate (None: all N).
+        num_data: the full N when the caller passes minibatches itself.
+        inner_scale: initial q(u) square root of inner layers, as a multiple of the prior's (the last layer's is
+            the prior's), so that inner layers start close to their mean path.
+    """
+
+    Z: Sequence[Array]
+    widths: Sequence[int]
+    likelihood: Likelihood
+    kernels: Sequence[Kernel] | None = None
+    mean_weights: Sequence[Array | None] = ()
+    add_input: bool = False
+    whiten: bool = False
+    num_samples: int = 1
+    batch_size: int | None = None
+    num_data: int | None = None
+    inner_scale: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if isinstance(self.Z, np.ndarray | jax.Array) or not self.Z:
+            raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
+        self.Z = [np.asarray(z) for z in self.Z]
+        for i, z in enumerate(self.Z):
+            validation.check_inputs(z, x_name=f"Z[{i}]")
+        L = len(self.Z)
+        if len(self.widths) != L or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in self.widths):
+            raise ValueError(f"widths: expected {L} positive integers (one per layer), got {self.widths!r}")
+        self.widths = [int(w) for w in self.widths]
+        for i in range(1, L):
+            if self.Z[i].shape[1] != self.widths[i - 1]:
+                raise ValueError(f"Z[{i}]: expected {self.widths[i - 1]} columns (the width of layer {i - 1})")
+        if self.add_input and any(w != self.input_dims[0] for w in self.widths[:-1]):
+            raise ValueError(f"add_input: needs every inner width equal to D = {self.input_dims[0]}")
+        self.mean_weights = list(self.mean_weights)
+        if len(self.mean_weights) != L - 1:
+            raise ValueError(f"mean_weights: expected {L - 1} entries (inner layers), got {len(self.mean_weights)}")
+        for i, W in enumerate(self.mean_weights):
+            if W is not None and np.shape(W) != (self.input_dims[i], self.widths[i]):
+                raise ValueError(f"mean_weights[{i}]: expected None or shape {(self.input_dims[i], self.widths[i])}")
+        if self.kernels is None:
+            self.kernels = [RBF(variance=1.0, lengthscale=np.ones(d)) for d in self.input_dims]
+        self.kernels = list(self.kernels)
+        if len(self.kernels) != L:
+            raise ValueError(f"kernels: expected {L} kernels (one per layer), got {len(self.kernels)}")
+        for name in ("add_input", "whiten"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+        _positive_int("num_samples", self.num_samples)
+        _positive_int("batch_size", self.batch_size, allow_none=True)
+        _positive_int("num_data", self.num_data, allow_none=True)
+        if self.batch_size is not None and self.num_data is not None:
+            raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
+        s = self.inner_scale
+        if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
+            raise ValueError(f"inner_scale: expected a positive number, got {s!r}")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.Z)
+
+    @property
+    def input_dims(self) -> list[int]:
+        """D_ℓ, the input width of every layer."""
+        return [int(z.shape[1]) for z in self.Z]
+
+    @property
+    def num_inducing(self) -> list[int]:
+        """M_ℓ of every layer."""
+        return [int(z.shape[0]) for z in self.Z]
+
+    @property
+    def num_latent(self) -> int:
+        return self.widths[-1]
+
+    # ---- sites ----------------------------------------------------------------------------------------------
+    def _hyper_model(self) -> tuple[list[Kernel], Likelihood]:
+        """Every kernel and likelihood hyperparameter as a positive param; the rebuilt kernels and likelihood."""
+
+        def param(site: str, init: Array) -> Array:
+            return numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
+
+        kernels = [
+            k.with_parameters({n: param(f"layer{i}.kernel.{n}", v) for n, v in k.parameters().items()})
+            for i, k in enumerate(self.kernels)
+        ]
+        lik = {n: param(f"likelihood.{n}", v) for n, v in self.likelihood.parameters().items()}
+        return kernels, self.likelihood.with_parameters(lik)
+
+    def fitted(self, params: Mapping[str, Array]) -> tuple[list[Kernel], Likelihood]:
+        """Kernels and likelihood at fitted values (``params[site]``, else the initial value)."""
+        kernels = [
+            k.with_parameters({n: params.get(f"layer{i}.kernel.{n}", v) for n, v in k.parameters().items()})
+            for i, k in enumerate(self.kernels)
+        ]
+        lik = {n: params.get(f"likelihood.{n}", v) for n, v in self.likelihood.parameters().items()}
+        return kernels, self.likelihood.with_parameters(lik)
+
+    def variational_parameters(self, i: int) -> tuple[Array, Array]:
+        """Layer i's q(u) params: (u_loc [D_{i+1}, M_i], u_scale_tril [D_{i+1}, M_i, M_i]), initialised at zero
+        mean and the prior's square root (times ``inner_scale`` on inner layers)."""
+        root = jnp.asarray(self._initial_roots[i])
+        P, M = self.widths[i], root.shape[0]
+        loc = numpyro.param(f"layer{i}.u_loc", jnp.zeros((P, M), dtype=root.dtype))
+        scale = numpyro.param(
+            f"layer{i}.u_scale_tril", jnp.broadcast_to(root, (P, M, M)), constraint=constraints.lower_cholesky
+        )
+        return loc, scale
+
+    @functools.cached_property
+    def _initial_roots(self) -> list[np.ndarray]:
+        """Initial q(u) square root [M_ℓ, M_ℓ] of every layer (computed once, eagerly, outside any trace)."""
+        roots = []
+        for i, (kernel, Z) in enumerate(zip(self.kernels, self.Z, strict=True)):
+            root = np.eye(Z.shape[0], dtype=Z.dtype) if self.whiten else np.asarray(ops.cholesky(kernel(Z)))
+            roots.append(root * (1.0 if i == self.num_layers - 1 else self.inner_scale))
+        return roots
+
+    def _layer(self, kernel: Kernel, Z: Array, q: tuple[Array, Array], mask: Array | None) -> Layer:
+        """A :class:`Layer` with Lmm and q restricted to the candidates in ``mask`` [M] (None: all)."""
+        Kmm = kernel(Z)
+        if mask is None:
+            return Layer(kernel, Z, ops.cholesky(Kmm), q[0], q[1], None)
+        return Layer(kernel, Z, masked_cholesky(Kmm, mask), masked_mean(q[0], mask), masked_scale(q[1], mask), mask)
+
+    def model(self, X: Array, y: Array) -> None:
+        self._model(X, y, None)
+
+    def _model(self, X: Array, y: Array, masks: Sequence[Array] | None) -> None:
+        """The model over the inducing inputs selected by ``masks`` (one 0/1 array [M_ℓ] per layer; None: all)."""
+        self.check_data(X, y)
+        kernels, likelihood = self._hyper_model()
+        layers = []
+        for i, kernel in enumerate(kernels):
+            Z = numpyro.param(f"layer{i}.Z", jnp.asarray(self.Z[i]))
+            layer = self._layer(kernel, Z, self.variational_parameters(i), None if masks is None else masks[i])
+            Lmm = None if self.whiten else layer.Lmm
+            numpyro.sample(f"layer{i}.u", InducingPrior(self.widths[i], Z.shape[0], Lmm, Z.dtype))
+            layers.append(layer)
+        key = numpyro.prng_key()
+        if key is None:
+            raise ValueError("DeepSVGP.model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
+        with data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
+            Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+            numpyro.factor("y", self._expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
+
+    def guide(self, X: Array, y: Array) -> None:
+        self._guide(None)
+
+    def _guide(self, masks: Sequence[Array] | None) -> None:
+        """q(u^ℓ) of every layer, restricted to the candidates in ``masks`` (None: all)."""
+        for i in range(self.num_layers):
+            loc, scale = self.variational_parameters(i)
+            if masks is not None:
+                loc, scale = masked_mean(loc, masks[i]), masked_scale(scale, masks[i])
+            numpyro.sample(f"layer{i}.u", InducingPosterior(loc, scale))
+
+    # ---- the bound --------------------------------------------------------------------------------------------
+    def _propagate(self, layers: Sequence[Layer], X: Array, key: Array, num_samples: int) -> tuple[Array, Array]:
+        """S doubly-stochastic passes: the last layer's marginal (mean, var) [S, P, N] given one reparameterised
+        draw of every inner layer per pass (Salimbeni & Deisenroth 2017, Eq. 10-11); X [N, D]."""
+        N = X.shape[0]
+        X_rep = jnp.tile(X, (num_samples, 1))  # [S N, D], sample-major
+        H = X_rep
+        keys = jax.random.split(key, max(self.num_layers - 1, 1))
+        for i, layer in enumerate(layers):
+            Kmn = layer.kernel(layer.Z, H)
+            Kmn = Kmn if layer.mask is None else layer.mask[:, None] * Kmn
+            mean, var = conditionals.conditional(
+                Kmn, layer.Lmm, layer.kernel.diag(H), layer.q_mu, layer.q_sqrt, whiten=self.whiten
+            )
+            if i == self.num_layers - 1:
+                shape = (mean.shape[0], num_samples, N)
+                return jnp.swapaxes(mean.reshape(shape), 0, 1), jnp.swapaxes(var.reshape(shape), 0, 1)
+            eps = jax.random.normal(keys[i], mean.shape, mean.dtype)
+            F = (mean + jnp.sqrt(jnp.maximum(var, 0.0)) * eps).T
+            W = self.mean_weights[i]
+            F = F if W is None else F + H @ jnp.asarray(W, H.dtype)
+            H = F + X_rep if self.add_input else F
+        raise AssertionError("unreachable: a deep GP has at least one layer")
+
+    def _expected_log_likelihood(
+        self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array, key: Array, num_samples: int
+    ) -> Array:
+        """(1/S) Σ_s Σ_p E_{q(F^L_{np} | s)}[log p(y_np | F^L_np)] per point: X [B, D], y [B] or [B, P] -> [B]."""
+        mean, var = self._propagate(layers, X, key, num_samples)
+        Y = y[None, :] if y.ndim == 1 else y.T
+        return jnp.mean(jnp.sum(likelihood.variational_expectation(Y, mean, var), axis=1), axis=0)
+
+    def layers(self, params: Mapping[str, Array], masks: Sequence[Array] | None = None) -> list[Layer]:
+        """Every layer at fitted ``params``, restricted to ``masks`` (one 0/1 array [M_ℓ] per layer; None: all)."""
+        kernels, _ = self.fitted(params)
+        out = []
+        for i, kernel in enumerate(kernels):
+            Z = jnp.asarray(params.get(f"layer{i}.Z", self.Z[i]))
+            q = (jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]))
+            mask = None if masks is None else jnp.asarray(masks[i], Z.dtype)
+            out.append(self._layer(kernel, Z, q, mask))
+        return out
+
+    def elbo(
+        self,
+        params: Mapping[str, Array],
+        X: Array,
+        y: Array,
+        key: Array,
+        *,
+        masks: Sequence[Array] | None = None,
+        num_samples: int | None = None,
+    ) -> Array:
+        """The full-batch bound (paper Eq. 6) at ``params``, its data term from ``num_samples`` propagated samples
+        drawn with ``key`` (default ``self.num_samples``); ``masks`` restrict every layer to a subset (scalar)."""
+        layers = self.layers(params, masks)
+        _, likelihood = self.fitted(params)
+        S = num_samples or self.num_samples
+        data = jnp.sum(self._expected_log_likelihood(layers, likelihood, jnp.asarray(X), jnp.asarray(y), key, S))
+        kl = sum(conditionals.kl_qu_pu(la.q_mu, la.q_sqrt, None if self.whiten else la.Lmm) for la in layers)
+        return data - kl
+
+    def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
+        """Eager checks (skipped for traced values): finite X [N, D_0], y [N] or [N, P] with P = widths[-1]."""
+        if _is_concrete(X, y):
+            validation.check_inputs(X, y)
+            validation.check_same_dim(self.Z[0], X, z_name="Z[0]")
+            if y is not None and (1 if np.ndim(y) == 1 else np.shape(y)[1]) != self.num_latent:
+                raise ValueError(f"y: expected {self.num_latent} output column(s) (widths[-1])")
+
+    # ---- prediction ------------------------------------------------------------------------------------------
+    def predict_f(
+        self, params: Mapping[str, Array], X_new: Array, *, key: Array, num_samples: int | None = None
+    ) -> tuple[Array, Array]:
+        """The S Gaussians of the predictive mixture of F^L at X_new [N*, D]: means and variances [S, N*] (or
+        [S, N*, P]), one per propagated draw of the inner layers."""
+        S = num_samples or self.num_samples
+        mean, var = self._propagate(self.layers(params), jnp.asarray(X_new), key, S)
+        if self.num_latent == 1:
+            return mean[:, 0], var[:, 0]
+        return jnp.swapaxes(mean, 1, 2), jnp.swapaxes(var, 1, 2)
+
+    def predict_y(
+        self, params: Mapping[str, Array], X_new: Array, *, key: Array, num_samples: int | None = None
+    ) -> tuple[Array, Array]:
+        """Mean and variance of the predictive mixture of y at X_new [N*, D]: [N*] (or [N*, P]) each."""
+        _, likelihood = self.fitted(params)
+        mean, var = likelihood.predict_mean_and_var(*self.predict_f(params, X_new, key=key, num_samples=num_samples))
+        mixture_mean = jnp.mean(mean, axis=0)
+        return mixture_mean, jnp.mean(var + mean**2, axis=0) - mixture_mean**2
+
+    def predict_log_density(
+        self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array, num_samples: int | None = None
+    ) -> Array:
+        """log (1/S) Σ_s p(y_new | draw s) per test point: X_new [N*, D], y_new [N*] (or [N*, P]) -> same as y."""
+        _, likelihood = self.fitted(params)
+        mean, var = self.predict_f(params, X_new, key=key, num_samples=num_samples)
+        logp = likelihood.log_predictive_density(jnp.asarray(y_new)[None], mean, var)
+        return logsumexp(logp, axis=0) - math.log(mean.shape[0])
+
+
+def deep_svgp(
+    X: Array,
+    num_outputs: int,
+    likelihood: Likelihood,
+    *,
+    Z: Array | Sequence[Array],
+    num_layers: int = 2,
+    add_input: bool = False,
+    inner_mean: Literal["linear", "zero"] = "linear",
+    inner_kernel_variance: float = 0.1,
+    **options: Any,
+) -> DeepSVGP:
+    """A :class:`DeepSVGP` of width D = X.shape[1] on its inner layers, RBF-ARD kernels (lengthscales 1; variance
+    1 on the last layer and ``inner_kernel_variance`` on inner ones, as the released code's layer-wise start).
+
+    Args:
+        X: training inputs [N, D] (for the linear mean, :func:`models.deep_gp.linear_mean_weights`).
+        num_outputs: P.
+        likelihood: the likelihood of y.
+        Z: inducing inputs in the space of X: one array [M, D] for every layer, or one [M_ℓ, D] per layer. Layer
+            ℓ's are mapped along the initial mean path (inner q(u) ≈ 0): H^{ℓ+1} = H^ℓ W^ℓ (+ Z with ``add_input``).
+        num_layers: L >= 1.
+        add_input: X added to the input of every later layer (the paper's kin8nm set-up).
+        inner_mean: ``"linear"`` (W^ℓ = identity) or ``"zero"`` on inner layers.
+        options: further :class:`DeepSVGP` fields (``num_samples``, ``batch_size``, ``whiten``, ...).
+    """
+    _positive_int("num_layers", num_layers)
+    _positive_int("num_outputs", num_outputs)
+    if inner_mean not in ("linear", "zero"):
+        raise ValueError(f"inner_mean: expected 'linear' or 'zero', got {inner_mean!r}")
+    D = int(np.shape(X)[1])
+    Zs = [np.asarray(Z)] * num_layers if isinstance(Z, np.ndarray | jax.Array) else [np.asarray(z) for z in Z]
+    if len(Zs) != num_layers:
+        raise ValueError(f"Z: expected one array or {num_layers} arrays (one per layer), got {len(Zs)}")
+    W = linear_mean_weights(X, D, D) if inner_mean == "linear" else None
+    mapped = []
+    for i, z in enumerate(Zs):
+        validation.check_same_dim(z, X, z_name=f"Z[{i}]")
+        H = z
+        for _ in range(i if W is not None or add_input else 0):  # zero mean, no input: keep z (not all at 0)
+            H = (0.0 if W is None else H @ W) + (z if add_input else 0.0)
+        mapped.append(H)
+    kernels = [
+        RBF(variance=1.0 if i == num_layers - 1 else inner_kernel_variance, lengthscale=np.ones(D))
+        for i in range(num_layers)
+    ]
+    widths = [D] * (num_layers - 1) + [num_outputs]
+    return DeepSVGP(
+        Z=mapped,
+        widths=widths,
+        likelihood=likelihood,
+        kernels=kernels,
+        mean_weights=[W] * (num_layers - 1),
+        add_input=add_input,
+        **options,
+    )

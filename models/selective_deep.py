@@ -1,0 +1,369 @@
+"""Probabilistic selection of inducing points in a deep GP (Uhrenholt et al. 2021 §5.2, App. A; spec 000 §4.1).
+
+Every layer ℓ of a :class:`models.deep_svgp.DeepSVGP` gets its own candidate set Z*^ℓ [K_ℓ, D_ℓ], an inclusion
+mask s^ℓ ∈ {0,1}^{K_ℓ} under its own prior and its own guide::
+
+    s^ℓ ~ p_{α_ℓ}(s^ℓ) ∝ exp(−α_ℓ |s^ℓ|²)            SubsetPointProcess(K_ℓ, α_ℓ), one per layer
+    q(s^1..s^L) = Π_ℓ Π_k Bernoulli(s^ℓ_k | λ^ℓ_k)     IndependentInclusion(λ^ℓ), one per layer
+    ELBO = E_q[L(s^1..s^L)] − Σ_ℓ KL[q_{λ^ℓ} ‖ p_{α_ℓ}]
+
+L(s) is the deep GP bound (paper Eq. 6) with q(u^{ℓ,d} | s^ℓ) the sub-vector and sub-block of one unwhitened
+N(m^{ℓ,d}, S^{ℓ,d}) over all K_ℓ candidates, evaluated at fixed shapes by masking. One joint sample of all layers'
+masks per particle, Σ_ℓ log q_{λ^ℓ}(s^ℓ) as its score, one shared baseline: all λ^ℓ learn jointly by
+:class:`ppl_sparsegp.infer.score_function.ScoreFunctionELBO` (the per-layer allocation becomes inference).
+``alpha_per_output=True`` uses α_ℓ = α × D_{ℓ+1} (the released code's choice, which the paper does not state:
+each selected point costs D_{ℓ+1} KL terms).
+
+:func:`fit_selective_deep` runs the paper's procedure: pre-train the deep GP on all candidates, select (GP frozen
+by default, as the released code), sample one joint subset, prune, post-train.
+
+Sites (beyond :class:`DeepSVGP`'s): latent ``"layer<ℓ>.inclusion"`` [K_ℓ], guide param
+``"layer<ℓ>.inclusion_probs"`` [K_ℓ] (λ^ℓ in (0, 1)), the guide's mutable ``"score_function_baseline"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import optax
+from numpyro.distributions import constraints
+from numpyro.distributions.kl import kl_divergence
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.inducing.masking import subset_q
+from ppl_sparsegp.inducing.subset_prior import IndependentInclusion, SubsetPointProcess
+from ppl_sparsegp.infer.score_function import BASELINE_SITE, ScoreFunctionELBO, score_function_baseline
+from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.likelihoods import Gaussian, Likelihood
+
+from .deep_svgp import DeepSVGP, deep_svgp
+from .selective_fit import (
+    INITIALISATIONS,
+    MAX_EMPTY_REDRAWS,
+    SELECTION_MODES,
+    _check_choice,
+    _check_rate,
+    _check_steps,
+    candidate_inputs,
+    post_train,
+)
+
+Array = Any
+
+
+def inclusion_site(layer: int) -> str:
+    return f"layer{layer}.inclusion"
+
+
+def inclusion_param(layer: int) -> str:
+    return f"layer{layer}.inclusion_probs"
+
+
+def _is_selection_param(name: str) -> bool:
+    return name == BASELINE_SITE or name.endswith(".inclusion_probs")
+
+
+def _check_number(name: str, value: Any, low: float, high: float, closed_low: bool) -> float:
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not ((value >= low if closed_low else value > low) and value < high):
+        interval = f"{'[' if closed_low else '('}{low}, {high})"
+        raise ValueError(f"{name}: expected a number in {interval}, got {value!r}")
+    return float(value)
+
+
+@dataclass(eq=False, kw_only=True)
+class SelectiveDeepSVGP(DeepSVGP):
+    """A :class:`DeepSVGP` whose layer ℓ uses a random subset of its K_ℓ candidates ``Z[ℓ]`` (unwhitened q).
+
+    Args (beyond :class:`DeepSVGP`'s):
+        alpha: prior strength α >= 0, one for every layer or a sequence of L.
+        alpha_per_output: multiply layer ℓ's α by its output width D_{ℓ+1} (the released code).
+        initial_inclusion: λ₀ of every candidate, in (0, 1).
+    """
+
+    alpha: float | Sequence[float] = 0.05
+    alpha_per_output: bool = False
+    initial_inclusion: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.whiten:
+            raise ValueError("whiten: SelectiveDeepSVGP needs whiten=False (a subset of whitened v is no marginal)")
+        super().__post_init__()
+        L = self.num_layers
+        given = list(self.alpha) if isinstance(self.alpha, Sequence | np.ndarray) else [self.alpha] * L
+        if len(given) != L:
+            raise ValueError(f"alpha: expected one number or {L} (one per layer), got {self.alpha!r}")
+        self.alpha = [_check_number("alpha", a, 0.0, math.inf, closed_low=True) for a in given]
+        if not isinstance(self.alpha_per_output, bool):
+            raise ValueError(f"alpha_per_output: expected True or False, got {self.alpha_per_output!r}")
+        _check_number("initial_inclusion", self.initial_inclusion, 0.0, 1.0, closed_low=False)
+
+    @property
+    def alphas(self) -> list[float]:
+        """α_ℓ of every layer's prior (× D_{ℓ+1} with ``alpha_per_output``)."""
+        return [a * (w if self.alpha_per_output else 1) for a, w in zip(self.alpha, self.widths, strict=True)]
+
+    def inclusion_priors(self) -> list[SubsetPointProcess]:
+        return [SubsetPointProcess(K, a) for K, a in zip(self.num_inducing, self.alphas, strict=True)]
+
+    def model(self, X: Array, y: Array) -> None:
+        dtype = jnp.asarray(self.Z[0]).dtype
+        masks = [numpyro.sample(inclusion_site(i), p).astype(dtype) for i, p in enumerate(self.inclusion_priors())]
+        self._model(X, y, masks)
+
+    def guide(self, X: Array, y: Array) -> None:
+        score_function_baseline()
+        masks = []
+        for i, K in enumerate(self.num_inducing):
+            dtype = jnp.asarray(self.Z[i]).dtype
+            init = jnp.full((K,), self.initial_inclusion, dtype=dtype)
+            probs = numpyro.param(inclusion_param(i), init, constraint=constraints.unit_interval)
+            masks.append(numpyro.sample(inclusion_site(i), IndependentInclusion(probs)).astype(dtype))
+        self._guide(masks)
+
+    def inclusion_probabilities(self, params: Mapping[str, Array]) -> list[np.ndarray]:
+        """Fitted λ^ℓ [K_ℓ] of every layer (the initial value where ``params`` has none)."""
+        return [
+            np.asarray(params.get(inclusion_param(i), np.full(K, self.initial_inclusion)))
+            for i, K in enumerate(self.num_inducing)
+        ]
+
+    def kl_selection(self, params: Mapping[str, Array]) -> list[float]:
+        """KL[q_{λ^ℓ} ‖ p_{α_ℓ}] of every layer at fitted λ."""
+        probs = self.inclusion_probabilities(params)
+        return [
+            float(kl_divergence(IndependentInclusion(jnp.asarray(p)), prior))
+            for p, prior in zip(probs, self.inclusion_priors(), strict=True)
+        ]
+
+    def _selected(self, masks: Sequence[Array]) -> list[np.ndarray]:
+        """Indices of the selected candidates of every layer; raises on a malformed or empty mask."""
+        if len(masks) != self.num_layers:
+            raise ValueError(f"masks: expected {self.num_layers} masks (one per layer), got {len(masks)}")
+        indices = []
+        for i, (mask, K) in enumerate(zip(masks, self.num_inducing, strict=True)):
+            m = np.asarray(mask)
+            if m.shape != (K,) or not np.all((m == 0) | (m == 1)):
+                raise ValueError(f"masks[{i}]: expected a 0/1 array of shape ({K},), got {m!r}")
+            if not m.any():
+                raise ValueError(f"masks[{i}]: selects no candidate; every layer needs at least one inducing point")
+            indices.append(np.flatnonzero(m))
+        return indices
+
+    def prune(self, params: Mapping[str, Array], masks: Sequence[Array]) -> tuple[DeepSVGP, dict[str, Array]]:
+        """An ordinary :class:`DeepSVGP` on the selected candidates and its parameters: Z^ℓ restricted to the
+        kept rows, q(u^ℓ_I) = N(m_I, S_II) (Gaussian marginal), every other fitted value carried over."""
+        pruned = {k: v for k, v in params.items() if not _is_selection_param(k)}
+        for i, index in enumerate(self._selected(masks)):
+            pruned[f"layer{i}.Z"] = jnp.asarray(params.get(f"layer{i}.Z", self.Z[i]))[index]
+            pruned[f"layer{i}.u_loc"], pruned[f"layer{i}.u_scale_tril"] = subset_q(
+                jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]), index
+            )
+        base = {f.name: getattr(self, f.name) for f in dataclasses.fields(DeepSVGP)}
+        base["Z"] = [np.asarray(pruned[f"layer{i}.Z"]) for i in range(self.num_layers)]
+        return DeepSVGP(**base), pruned
+
+
+def sample_joint_subset(probs: Sequence[Array], key: Array) -> list[np.ndarray]:
+    """One joint draw of every layer's mask [K_ℓ] from q, redrawn (up to 20 times) while any layer is empty."""
+    qs = [IndependentInclusion(np.asarray(p)) for p in probs]
+    for k in jax.random.split(key, MAX_EMPTY_REDRAWS):
+        masks = [np.asarray(q.sample(sub)) for q, sub in zip(qs, jax.random.split(k, len(qs)), strict=True)]
+        if all(m.any() for m in masks):
+            return masks
+    expected = ", ".join(f"{float(np.sum(p)):.3g}" for p in probs)
+    raise ValueError(
+        f"every one of {MAX_EMPTY_REDRAWS} joint subsets drawn from q left some layer empty (E|S| per layer: "
+        f"{expected}); lower alpha or give the model more signal"
+    )
+
+
+@dataclass
+class SelectiveDeepFit:
+    """What :func:`fit_selective_deep` returns.
+
+    Attributes:
+        model, params: the pruned, post-trained :class:`DeepSVGP` and its fitted parameters.
+        selective, selective_params: the model over all candidates and its values after the selection phase.
+        pretrained_params: the values after pre-training (pass as ``init_params`` with ``pre_steps=0`` to select
+            again from them, e.g. with another α).
+        masks: the drawn subset of every layer, [K_ℓ] 0/1 each.
+        losses: phase ("pre", "selection", "post") -> loss trace; seconds: phase -> wall-clock seconds.
+    """
+
+    model: DeepSVGP
+    params: dict[str, Array]
+    selective: SelectiveDeepSVGP
+    selective_params: dict[str, Array]
+    pretrained_params: dict[str, Array]
+    masks: list[np.ndarray]
+    losses: dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def inclusion_probs(self) -> list[np.ndarray]:
+        """λ^ℓ [K_ℓ] of every layer after selection."""
+        return self.selective.inclusion_probabilities(self.selective_params)
+
+    @property
+    def selected_counts(self) -> list[int]:
+        """|S^ℓ| of the kept subset of every layer."""
+        return [int(np.sum(m)) for m in self.masks]
+
+    @property
+    def expected_counts(self) -> list[float]:
+        """E_q|S^ℓ| = Σ_k λ^ℓ_k of every layer."""
+        return [float(np.sum(p)) for p in self.inclusion_probs]
+
+
+def _check_batch(name: str, value: Any) -> int | None:
+    return None if value is None else _check_steps(name, value, 1)
+
+
+def _candidates(X: np.ndarray, candidates: Any, num_layers: int, init: str, key: Array) -> list[np.ndarray]:
+    """Per-layer candidates in the space of X: K random rows (or k-means centres) per layer, or the given arrays."""
+    seeds = [int(s) for s in jax.random.randint(key, (num_layers,), 0, 2**31 - 1)]
+    if isinstance(candidates, int | np.integer) and not isinstance(candidates, bool):
+        if not 1 <= candidates <= X.shape[0]:
+            raise ValueError(f"candidates: expected an integer in [1, N = {X.shape[0]}], got {candidates!r}")
+        return [candidate_inputs(X, int(candidates), init, seed=s) for s in seeds]
+    if isinstance(candidates, np.ndarray | jax.Array) or not isinstance(candidates, Sequence):
+        raise ValueError(f"candidates: expected an integer K or a list of {num_layers} arrays [K_ℓ, D]")
+    if len(candidates) != num_layers:
+        raise ValueError(f"candidates: expected {num_layers} arrays (one per layer), got {len(candidates)}")
+    return [candidate_inputs(X, np.asarray(c), init, seed=s) for c, s in zip(candidates, seeds, strict=True)]
+
+
+def fit_selective_deep(
+    X: Array,
+    y: Array,
+    *,
+    candidates: int | Sequence[Array] = 150,
+    num_layers: int = 2,
+    alpha: float | Sequence[float] = 0.05,
+    alpha_per_output: bool = False,
+    add_input: bool = False,
+    inner_mean: Literal["linear", "zero"] = "linear",
+    likelihood: Likelihood | None = None,
+    init: Literal["random", "kmeans"] = "random",
+    initial_inclusion: float = 0.5,
+    num_particles: int = 4,
+    num_samples: int = 1,
+    selection: Literal["frozen", "joint"] = "frozen",
+    pre_steps: int = 1000,
+    selection_steps: int = 500,
+    post_steps: int = 1500,
+    learning_rate: float = 0.01,
+    selection_learning_rate: float = 0.2,
+    batch_size: int | None = 1000,
+    selection_batch_size: int | None = None,
+    init_params: Mapping[str, Array] | None = None,
+    key: int | Array = 0,
+    progress: bool = False,
+) -> SelectiveDeepFit:
+    """Pre-train a deep GP on K candidates per layer, learn which to keep, sample one joint subset, prune, post-train.
+
+    Args:
+        X: inputs [N, D]; y: targets [N] or [N, P].
+        candidates: K per layer (random rows of X, as the paper, or k-means centres with ``init="kmeans"``) or a
+            list of L arrays [K_ℓ, D] in the space of X (mapped along the initial mean path, see
+            :func:`models.deep_svgp.deep_svgp`).
+        num_layers: L; alpha: α (one, or one per layer); alpha_per_output: α_ℓ × D_{ℓ+1}.
+        add_input, inner_mean: the architecture (:func:`models.deep_svgp.deep_svgp`); the paper's kin8nm model is
+            ``add_input=True, inner_mean="zero"``.
+        likelihood: default ``Gaussian(1.0)`` (paper App. C.1).
+        initial_inclusion: λ₀; num_particles: S joint mask draws per selection step (paper: 4).
+        num_samples: propagated samples of the deep GP's data term per evaluation.
+        selection: ``"frozen"`` (GP fixed while selecting, the released code) or ``"joint"`` (pathwise too).
+        pre_steps, selection_steps, post_steps: Adam steps of the three phases (pre and post may be 0).
+        learning_rate: Adam step for the GP; selection_learning_rate: for λ (paper: 0.01 and 0.2).
+        batch_size: minibatch of the pre- and post-training bound; selection_batch_size: of the selection bound
+            (None: full batch, the least noisy learning signal).
+        init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``).
+        key: integer seed or JAX key; progress: show progress bars.
+
+    Returns:
+        A :class:`SelectiveDeepFit`.
+    """
+    validation.check_inputs(X, y)
+    num_layers = _check_steps("num_layers", num_layers, 1)
+    _check_choice("selection", selection, SELECTION_MODES)
+    _check_choice("init", init, INITIALISATIONS)
+    pre_steps = _check_steps("pre_steps", pre_steps, 0)
+    selection_steps = _check_steps("selection_steps", selection_steps, 1)
+    post_steps = _check_steps("post_steps", post_steps, 0)
+    learning_rate = _check_rate("learning_rate", learning_rate)
+    selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
+    batch_size = _check_batch("batch_size", batch_size)
+    selection_batch_size = _check_batch("selection_batch_size", selection_batch_size)
+    if likelihood is not None and not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood: expected a ppl_sparsegp.likelihoods.Likelihood, got {likelihood!r}")
+    X, y = np.asarray(X), np.asarray(y)
+    key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
+    pre_key, selection_key, prune_key, post_key, init_key = jax.random.split(key, 5)
+    Z = _candidates(X, candidates, num_layers, init, init_key)
+    outputs = 1 if y.ndim == 1 else y.shape[1]
+    architecture = {"num_layers": num_layers, "add_input": add_input, "inner_mean": inner_mean}
+    base = deep_svgp(
+        X, outputs, likelihood or Gaussian(1.0), Z=Z, **architecture, num_samples=num_samples, batch_size=batch_size
+    )
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(DeepSVGP)}
+    selective = SelectiveDeepSVGP(
+        **{**fields, "batch_size": selection_batch_size},
+        alpha=alpha,
+        alpha_per_output=alpha_per_output,
+        initial_inclusion=initial_inclusion,
+    )
+    loss = ScoreFunctionELBO(num_particles, pathwise=selection == "joint")
+    base.check_data(X, y)
+
+    def fit(model, steps, k, optimizer, params, **options):
+        return fit_svi(
+            model.model,
+            model.guide,
+            X,
+            y,
+            optimizer=optimizer,
+            num_steps=steps,
+            key=k,
+            init_params=params,
+            progress=progress,
+            **options,
+        )
+
+    losses, seconds = {}, {}
+    params = dict(init_params or {})
+    t0 = time.perf_counter()
+    if pre_steps:
+        pre = fit(base, pre_steps, pre_key, optax.adam(learning_rate), params or None)
+        params, losses["pre"] = pre.params, pre.losses
+    seconds["pre"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    gp_update = optax.adam(learning_rate) if selection == "joint" else optax.set_to_zero()
+    optimizer = optax.multi_transform(
+        {"inclusion": optax.adam(selection_learning_rate), "gp": gp_update},
+        lambda tree: {name: "inclusion" if name.endswith(".inclusion_probs") else "gp" for name in tree},
+    )
+    chosen = fit(selective, selection_steps, selection_key, optimizer, params or None, loss=loss)
+    losses["selection"] = chosen.losses
+    seconds["selection"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    masks = sample_joint_subset(selective.inclusion_probabilities(chosen.params), prune_key)
+    pruned, pruned_params = selective.prune(chosen.params, masks)
+    pruned = dataclasses.replace(pruned, batch_size=batch_size)
+    fitted, losses["post"] = post_train(
+        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress
+    )
+    seconds["post"] = time.perf_counter() - t0
+    return SelectiveDeepFit(pruned, fitted, selective, chosen.params, params, masks, losses, seconds)
