@@ -1,0 +1,198 @@
+"""Bayesian GP-LVM: a sparse variational GP whose inputs are latent (Titsias & Lawrence 2010; spec 000 §4.2).
+
+Generative model over observations Y [N, D] with latent inputs X [N, Q] (Uhrenholt et al. 2021, §5.3 and App. A,
+the GP-LVM as a one-layer special case of the deep GP)::
+
+    x_n ~ N(0, I_Q)                                      latent inputs
+    u_d ~ N(0, Kmm),  d = 1..D                           unwhitened inducing outputs at Z [M, Q], one per output
+    f_d(x_n) | u_d ~ p(f | u_d)                          D outputs sharing one (RBF-ARD) kernel over latent space
+    y_nd | f_d(x_n) ~ N(f_d(x_n), σ²)                    (any likelihood of :mod:`ppl_sparsegp.likelihoods`)
+
+Guide: q(x_n) = N(μ_n, diag s_n²) and q(u_d) = N(m_d, S_d). The bound is the uncollapsed one (spec §4.2)::
+
+    L = Σ_n E_{q(x_n)} E_{q(f(x_n))}[log p(y_n | f(x_n))] − Σ_d KL[q(u_d) ‖ p(u_d)] − Σ_n KL[q(x_n) ‖ p(x_n)],
+
+with the inner expectation over f in closed form (Gaussian likelihood) or by Gauss-Hermite, exactly as in
+:class:`SVGP`, and the outer one over x_n by one reparameterised draw per step. Both KLs are closed form
+(``TraceMeanField_ELBO`` through NumPyro's registered KLs). The model *is* the SVGP model with the inputs of each
+batch drawn from the latent prior instead of read from data (the hook ``_batch_inputs``), so minibatching, masks
+and the data term are SVGP's: ``batch_size=B`` subsamples the plate ``"data"``, which scales the data term and the
+latent KL by N/B; the guide draws the latents of the same rows (the model replays the guide's plate indices).
+
+Initialise μ by :func:`pca_latents` (PCA of Y rescaled to unit variance per latent dimension, as the released
+code of Uhrenholt et al.); fix the noise with ``fixed=("likelihood.variance",)`` (their code fixes σ² = 0.01 on
+standardised Y).
+
+Sites: those of :class:`SVGP` (``"u"`` [D, M], param ``"Z"`` [M, Q] unless ``learn_Z=False``, plate ``"data"``,
+factor ``"y"``) plus the latent ``"X"`` [B, Q] in the plate and the guide params ``"X_loc"`` [N, Q] and
+``"X_scale"`` [N, Q] (positive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.kl import kl_divergence
+
+from ppl_sparsegp import ops, validation
+
+from ._base import _is_concrete
+from .svgp import SVGP
+
+Array = Any
+
+LATENT_SITE = "X"
+LATENT_LOC, LATENT_SCALE = "X_loc", "X_scale"
+
+
+def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
+    """PCA initialisation of the latent means: the top ``latent_dim`` principal scores of Y, unit variance each.
+
+    Args:
+        Y: observations [N, D]; latent_dim: Q with 1 <= Q <= min(N, D).
+
+    Returns:
+        [N, Q]: (Y − mean) V_Q / std, V_Q the leading right singular vectors, each column scaled to unit variance
+        (the scale of the prior N(0, I)).
+    """
+    Y = np.asarray(Y)
+    validation.check_inputs(Y, x_name="Y")
+    if (
+        isinstance(latent_dim, bool)
+        or not isinstance(latent_dim, int | np.integer)
+        or not (1 <= latent_dim <= min(Y.shape))
+    ):
+        raise ValueError(f"latent_dim: expected an integer in [1, min(N, D) = {min(Y.shape)}], got {latent_dim!r}")
+    centred = Y - Y.mean(axis=0)
+    _, _, Vt = np.linalg.svd(centred, full_matrices=False)
+    scores = centred @ Vt[:latent_dim].T
+    return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
+
+
+@dataclass(eq=False)
+class BayesianGPLVM(SVGP):
+    """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q].
+
+    Args (beyond :class:`SVGP`'s; ``num_latent`` must be D, ``whiten`` must stay False):
+        X_init: initial latent means μ [N, Q] (e.g. :func:`pca_latents`); fixes N and Q.
+        X_scale_init: initial latent standard deviation s (every n, q), > 0.
+    """
+
+    X_init: Array = None
+    X_scale_init: float = 0.1
+    whiten: bool = False
+
+    def __post_init__(self) -> None:
+        if self.X_init is None:
+            raise ValueError("X_init: expected initial latent means of shape [N, Q] (see pca_latents), got None")
+        validation.check_inputs(self.X_init, x_name="X_init")
+        validation.check_positive("X_scale_init", self.X_scale_init)
+        if self.whiten:
+            raise ValueError("whiten: BayesianGPLVM parameterises q(u) over u itself (unwhitened); pass whiten=False")
+        if self.num_data is not None:
+            raise ValueError("num_data: the latents are indexed by row, so minibatch through batch_size instead")
+        super().__post_init__()
+        validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
+
+    @property
+    def num_points(self) -> int:
+        return int(np.shape(self.X_init)[0])
+
+    @property
+    def latent_dim(self) -> int:
+        return int(np.shape(self.X_init)[1])
+
+    def check_data(self, Y: Array | None = None, y: Array | None = None, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``).
+
+        Called as ``check_data(Y)`` by ``fit_svi`` and as ``check_data(None, Y)`` by the SVGP model body, whose
+        inputs are latent here. Traced values are skipped.
+        """
+        Y = y if Y is None else Y
+        if _is_concrete(Y):
+            validation.check_inputs(Y, x_name="Y")
+            if Y.ndim != 2 or Y.shape[0] != self.num_points or Y.shape[1] != self.num_latent:
+                raise ValueError(
+                    f"Y: expected shape [N, D] = [{self.num_points}, {self.num_latent}] (rows of X_init, "
+                    f"num_latent), got {Y.shape}"
+                )
+        super().check_data(jnp.asarray(self.X_init), init_params=init_params)
+
+    def model(self, Y: Array) -> None:
+        self._model(None, jnp.asarray(Y), None)
+
+    def guide(self, Y: Array) -> None:
+        self._guide(None)
+
+    def _batch_inputs(self, X: None, idx: Array | None) -> Array:
+        """The latent inputs of the batch rows, drawn from the prior N(0, I): [B, Q]."""
+        batch = self.num_points if idx is None else idx.shape[0]
+        zeros = jnp.zeros((batch, self.latent_dim), dtype=jnp.asarray(self.X_init).dtype)
+        return numpyro.sample(LATENT_SITE, dist.Normal(zeros, 1.0).to_event(1))
+
+    def _guide(self, mask: Array | None) -> None:
+        super()._guide(mask)
+        loc, scale = self.latent_parameters()
+        with self._data_plate(self.num_points) as idx:
+            batch = (loc, scale) if idx is None else (loc[idx], scale[idx])
+            numpyro.sample(LATENT_SITE, dist.Normal(*batch).to_event(1))
+
+    def prior_initialisation(self) -> dict[str, Array]:
+        """Initial q(u_d) covariances S_d = Kmm at the initial kernel (q(u) = p(u) when m = 0), for ``init_params``.
+
+        The default S_d = I adds Kmnᵀ Kmm⁻¹ (I − Kmm) Kmm⁻¹ Kmn to every predictive variance of the unwhitened
+        parameterisation, which explodes when Kmm is ill-conditioned, as on a dense grid of candidates.
+        Returns ``{"u_scale_tril": [D, M, M]}`` (or ``{"u_scale": [D, M]}`` when ``q_diag``).
+        """
+        Kmm = self.kernel(jnp.asarray(self.Z))
+        if self.q_diag:
+            return {"u_scale": jnp.broadcast_to(jnp.sqrt(jnp.diag(Kmm)), (self.num_latent, self.num_inducing))}
+        shape = (self.num_latent, self.num_inducing, self.num_inducing)
+        return {"u_scale_tril": jnp.broadcast_to(ops.cholesky(Kmm), shape)}
+
+    def latent_parameters(self) -> tuple[Array, Array]:
+        """The guide's q(X) parameters as NumPyro params: (X_loc [N, Q], X_scale [N, Q] positive)."""
+        init = jnp.asarray(self.X_init)
+        loc = numpyro.param(LATENT_LOC, init)
+        scale_init = jnp.full(init.shape, self.X_scale_init, dtype=init.dtype)
+        return loc, numpyro.param(LATENT_SCALE, scale_init, constraint=constraints.positive)
+
+    def _q_latent(self, params: Mapping[str, Array]) -> dist.Distribution:
+        return dist.Normal(jnp.asarray(params[LATENT_LOC]), jnp.asarray(params[LATENT_SCALE])).to_event(1)
+
+    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
+        """μ [N, Q], the fitted latent means (the embedding of Y)."""
+        return np.asarray(params[LATENT_LOC])
+
+    def kl_latent(self, params: Mapping[str, Array]) -> Array:
+        """Σ_n KL[q(x_n) ‖ N(0, I)] = ½ Σ_nq (s² + μ² − 1 − log s²), closed form (scalar)."""
+        q = self._q_latent(params)
+        return jnp.sum(kl_divergence(q, dist.Normal(jnp.zeros_like(q.mean), 1.0).to_event(1)))
+
+    def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
+        """Full-batch Monte Carlo estimate of the bound L (module docstring) with ``num_samples`` draws of X.
+
+        Each draw X⁽ˢ⁾ = μ + s ⊙ ε⁽ˢ⁾ enters the SVGP bound at those inputs, Σ_n E_q[log p(y_n|f)] − KL[q(u)‖p(u)]
+        (:meth:`SVGP.elbo`); the latent KL is exact. Unbiased for L; scalar.
+        """
+        svgp_bound = super().elbo
+
+        @jax.jit
+        def estimate(params: Mapping[str, Array], Y: Array, key: Array) -> Array:
+            draws = self._q_latent(params).sample(key, (num_samples,))
+            bounds = jax.vmap(lambda X: svgp_bound(params, X, Y))(draws)
+            return jnp.mean(bounds) - self.kl_latent(params)
+
+        return estimate(dict(params), jnp.asarray(Y), key)
+
+    def reconstruct(self, params: Mapping[str, Array]) -> tuple[Array, Array]:
+        """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ)."""
+        return self.predict_y(params, jnp.asarray(params[LATENT_LOC]))

@@ -1,0 +1,305 @@
+"""Probabilistic selection of inducing points for the Bayesian GP-LVM (Uhrenholt et al. 2021, §5.3, App. C.5).
+
+The inducing inputs of a :class:`BayesianGPLVM` are a random subset S of a **fixed** grid Z* [K, Q] of candidates
+in latent space (:func:`latent_grid`; the paper: 15 × 15 = 225 points, α = 3), with the point-process prior and
+guide of :mod:`models.selective` (spec §2, paper Eq. 2)::
+
+    s ~ p_α(s) ∝ exp(−α |s|²),   q_λ(s) = Π_k Bernoulli(s_k | λ_k)
+    ELBO = E_{q_λ(s)}[L(s)] − KL[q_λ ‖ p_α],
+
+where L(s) is the GP-LVM bound of :mod:`models.gplvm` (data term at reparameterised latent draws, closed-form
+KLs of q(u) and q(X)) with the candidates in s, evaluated by the masked construction of
+:mod:`ppl_sparsegp.inducing.masking` on one unwhitened q(u) over all K candidates. :class:`SelectiveGPLVM` is
+:class:`SelectiveSVGP`'s selection on :class:`BayesianGPLVM`'s model, so :meth:`prune` yields an ordinary
+BayesianGPLVM with the kept grid points.
+
+:func:`fit_selective_gplvm` trains everything **jointly, without phases** (paper §5.3): λ by the score-function
+estimator (Adam 0.2), the latents, kernel, q(u) (and the noise, unless fixed) by their pathwise gradient (Adam
+0.01), recording λ along the way so one can watch grid points switch on as the latents move.
+
+Sites: those of :class:`BayesianGPLVM` and of :class:`models.selective.SubsetSelection` (``"inclusion"`` [K],
+``"inclusion_probs"`` [K]).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
+from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.likelihoods import Gaussian
+
+from .gplvm import BayesianGPLVM, pca_latents
+from .selective import INCLUSION_PARAM, SelectiveSVGP
+from .selective_fit import _check_rate, _check_steps, sample_subset, selection_optimizer
+
+Array = Any
+
+GRID_MARGIN = 0.1
+"""Default padding of the grid beyond the latents' range, as a fraction of that range per dimension."""
+
+
+def latent_grid(
+    size: int = 15, *, extent: Array | None = None, latents: Array | None = None, margin: float = GRID_MARGIN
+) -> np.ndarray:
+    """A regular grid of ``size`` points per latent dimension -> candidates [size^Q, Q].
+
+    Args:
+        size: points per dimension (>= 2); the paper's GP-LVM uses 15 (225 candidates for Q = 2).
+        extent: [Q, 2], the (lower, upper) bounds of each latent dimension.
+        latents: [N, Q] latent means (e.g. the PCA initialisation) whose range, padded by ``margin`` × range on
+            each side, is the extent when ``extent`` is None.
+        margin: padding fraction (>= 0) used with ``latents``.
+
+    Returns:
+        The grid points [size^Q, Q], the last dimension varying fastest.
+    """
+    size = _check_steps("size", size, 2)
+    if extent is None:
+        if latents is None:
+            raise ValueError("extent: give the grid's extent [Q, 2] or the latents [N, Q] whose range it covers")
+        latents = np.asarray(latents)
+        validation.check_inputs(latents, x_name="latents")
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (0 <= margin < np.inf):
+            raise ValueError(f"margin: expected a finite number >= 0, got {margin!r}")
+        low, high = latents.min(axis=0), latents.max(axis=0)
+        pad = margin * (high - low)
+        bounds = np.stack([low - pad, high + pad], axis=1)
+    else:
+        bounds = np.atleast_2d(np.asarray(extent, dtype=float))
+        if bounds.ndim != 2 or bounds.shape[1] != 2 or not np.all(np.isfinite(bounds)):
+            raise ValueError(f"extent: expected finite (lower, upper) pairs of shape [Q, 2], got {extent!r}")
+        if not np.all(bounds[:, 1] > bounds[:, 0]):
+            raise ValueError(f"extent: every upper bound must exceed its lower bound, got {bounds.tolist()}")
+    axes = [np.linspace(lo, hi, size) for lo, hi in bounds]
+    return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
+
+
+@dataclass(eq=False)
+class SelectiveGPLVM(SelectiveSVGP, BayesianGPLVM):
+    """Bayesian GP-LVM over a random subset of the K candidate inducing inputs ``Z`` [K, Q] (q(u) unwhitened)."""
+
+    pruned_class: ClassVar[type[BayesianGPLVM]] = BayesianGPLVM
+
+    def model(self, Y: Array) -> None:
+        self._model(None, jnp.asarray(Y), self.inclusion_model(jnp.asarray(self.Z).dtype))
+
+    def guide(self, Y: Array) -> None:
+        self._guide(self.inclusion_guide(jnp.asarray(self.Z).dtype))
+
+    def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
+        """Full-batch estimate of E_{q_λ}[L(s)] − KL[q_λ ‖ p_α] from ``num_samples`` joint draws of (s, X)."""
+        full_batch = replace(self, batch_size=None)
+        loss = ScoreFunctionELBO(num_samples)
+        estimate = jax.jit(lambda k, p, Y: -loss.loss(k, p, full_batch.model, full_batch.guide, Y))
+        return estimate(key, dict(params), jnp.asarray(Y))
+
+    def subset_bound(
+        self, params: Mapping[str, Array], Y: Array, mask: Array, key: Array, num_samples: int = 1
+    ) -> Array:
+        """L(s): the pruned GP-LVM's bound with the candidates in ``mask`` [K] (``num_samples`` draws of X)."""
+        model, sparse = self.prune(params, mask)
+        return model.elbo(sparse, Y, key, num_samples)
+
+
+@dataclass
+class SelectiveGPLVMFit:
+    """What :func:`fit_selective_gplvm` returns.
+
+    Attributes:
+        model, params: the SelectiveGPLVM over the grid and its fitted parameters.
+        grid: the candidates [K, Q].
+        trace_steps: steps at which λ was recorded [T] (0 = before training).
+        inclusion_trace: λ at those steps [T, K]; latent_trace: the latent means there [T, N, Q].
+        losses: negative ELBO estimate per step [steps]; seconds: wall-clock time (compilation included).
+        mask, pruned, pruned_params: with ``prune=True``, one subset [K] drawn from q_λ and the ordinary
+            BayesianGPLVM on it with its parameters (otherwise None).
+    """
+
+    model: SelectiveGPLVM
+    params: dict[str, Array]
+    grid: np.ndarray
+    trace_steps: np.ndarray
+    inclusion_trace: np.ndarray
+    latent_trace: np.ndarray
+    losses: np.ndarray
+    seconds: float
+    mask: np.ndarray | None = None
+    pruned: BayesianGPLVM | None = None
+    pruned_params: dict[str, Array] | None = None
+
+    @property
+    def inclusion_probs(self) -> np.ndarray:
+        """λ [K] at the end of training."""
+        return np.asarray(self.params[INCLUSION_PARAM])
+
+    @property
+    def expected_count(self) -> float:
+        """E_q|S| = Σ_k λ_k."""
+        return float(np.sum(self.inclusion_probs))
+
+    @property
+    def count_variance(self) -> float:
+        """Var_q|S| = Σ_k λ_k (1 − λ_k)."""
+        p = self.inclusion_probs
+        return float(np.sum(p * (1 - p)))
+
+
+def gplvm_on_grid(
+    Y: Array,
+    grid: Array,
+    *,
+    latent_dim: int = 2,
+    noise_variance: float | None = 0.01,
+    latent_scale: float = 0.1,
+    batch_size: int | None = None,
+    **selection: Any,
+) -> BayesianGPLVM:
+    """The GP-LVM that :func:`fit_selective_gplvm` trains, with the grid's points as fixed inducing inputs.
+
+    RBF-ARD kernel with unit variance and lengthscales (the paper's initial values), Gaussian likelihood with
+    variance ``noise_variance`` held fixed (None: 1, learned), latent means from :func:`pca_latents` with
+    standard deviations ``latent_scale``; train it from ``model.prior_initialisation()`` (q(u) = p(u)). With
+    ``selection`` (``alpha``, ``initial_inclusion``) it returns the :class:`SelectiveGPLVM` over the grid;
+    without, an ordinary :class:`BayesianGPLVM` using every grid point.
+    """
+    Y = np.asarray(Y)
+    X_init = pca_latents(Y, latent_dim)
+    fixed = () if noise_variance is None else ("likelihood.variance",)
+    if noise_variance is not None:
+        validation.check_positive("noise_variance", noise_variance)
+    validation.check_positive("latent_scale", latent_scale)
+    common = {
+        "kernel": RBF(variance=1.0, lengthscale=np.ones(latent_dim, dtype=Y.dtype)),
+        "likelihood": Gaussian(1.0 if noise_variance is None else noise_variance),
+        "fixed": fixed,
+        "Z": np.asarray(grid, dtype=Y.dtype),
+        "learn_Z": False,
+        "X_init": X_init,
+        "X_scale_init": latent_scale,
+        "num_latent": Y.shape[1],
+        "batch_size": batch_size,
+    }
+    return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
+
+
+def fit_selective_gplvm(
+    Y: Array,
+    *,
+    latent_dim: int = 2,
+    grid_size: int = 15,
+    extent: Array | None = None,
+    alpha: float = 3.0,
+    initial_inclusion: float = 0.5,
+    noise_variance: float | None = 0.01,
+    latent_scale: float = 0.1,
+    steps: int = 300,
+    num_particles: int = 4,
+    baseline_decay: float = 0.95,
+    learning_rate: float = 0.01,
+    selection_learning_rate: float = 0.2,
+    batch_size: int | None = None,
+    key: int | Array = 0,
+    record_every: int = 10,
+    prune: bool = False,
+    progress: bool = False,
+) -> SelectiveGPLVMFit:
+    """Fit a GP-LVM whose inducing inputs are selected from a latent grid, everything jointly (paper §5.3).
+
+    Args:
+        Y: observations [N, D] (standardise them first, as the paper does).
+        latent_dim: Q; grid_size: candidates per latent dimension (K = grid_size^Q); extent: the grid's [Q, 2]
+            bounds (None: the PCA latents' range, padded 10 %).
+        alpha: prior strength α (paper: 3); initial_inclusion: λ₀ of every candidate.
+        noise_variance: fixed Gaussian noise variance (released code: 0.01 on standardised Y); None learns it.
+        latent_scale: initial standard deviation of q(x_n).
+        steps: Adam steps (full batch: one per epoch; the paper runs 300 epochs); num_particles: S draws of the
+            subset (and of the latents) per step; baseline_decay: β of the score-function baseline (0.95 as the
+            released code; a small β follows a bound that improves quickly under joint training more closely).
+        learning_rate: Adam for latents, kernel, likelihood and q(u); selection_learning_rate: Adam for λ.
+        batch_size: rows per step (None: all N).
+        key: integer seed or JAX key.
+        record_every: steps between records of λ and the latent means.
+        prune: draw one subset from the final q_λ and return the ordinary BayesianGPLVM on it.
+        progress: show a progress bar.
+
+    Returns:
+        A :class:`SelectiveGPLVMFit`.
+    """
+    Y = np.asarray(Y)
+    validation.check_inputs(Y, x_name="Y")
+    latent_dim = _check_steps("latent_dim", latent_dim, 1)
+    grid_size = _check_steps("grid_size", grid_size, 2)
+    steps = _check_steps("steps", steps, 1)
+    record_every = _check_steps("record_every", record_every, 1)
+    learning_rate = _check_rate("learning_rate", learning_rate)
+    selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
+    if not isinstance(key, int | np.integer | jax.Array) or isinstance(key, bool):
+        raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")
+    if not isinstance(prune, bool):
+        raise ValueError(f"prune: expected True or False, got {prune!r}")
+    loss = ScoreFunctionELBO(num_particles, baseline_decay=baseline_decay, pathwise=True)
+    X_init = pca_latents(Y, latent_dim)
+    grid = latent_grid(grid_size, extent=extent, latents=X_init)
+    if grid.shape[1] != latent_dim:
+        raise ValueError(f"extent: expected {latent_dim} (lower, upper) rows, one per latent dimension, got {extent!r}")
+    model = gplvm_on_grid(
+        Y,
+        grid,
+        latent_dim=latent_dim,
+        noise_variance=noise_variance,
+        latent_scale=latent_scale,
+        batch_size=batch_size,
+        alpha=alpha,
+        initial_inclusion=initial_inclusion,
+    )
+    key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
+    fit_key, prune_key = jax.random.split(key)
+
+    trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [X_init]
+
+    def record(step: int, _: np.ndarray, params: dict[str, Array]) -> None:
+        trace_steps.append(step)
+        inclusion.append(np.asarray(params[INCLUSION_PARAM]))
+        latents.append(model.latent_means(params))
+
+    optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
+    t0 = time.perf_counter()
+    result = fit_svi(
+        model.model,
+        model.guide,
+        Y,
+        optimizer=optimizer,
+        num_steps=steps,
+        key=fit_key,
+        loss=loss,
+        init_params=model.prior_initialisation(),
+        steps_per_dispatch=record_every,
+        callback=record,
+        progress=progress,
+    )
+    seconds = time.perf_counter() - t0
+    fit = SelectiveGPLVMFit(
+        model,
+        result.params,
+        grid,
+        np.asarray(trace_steps),
+        np.stack(inclusion),
+        np.stack(latents),
+        result.losses,
+        seconds,
+    )
+    if prune:
+        fit.mask = sample_subset(fit.inclusion_probs, prune_key)
+        fit.pruned, fit.pruned_params = model.prune(result.params, fit.mask)
+    return fit

@@ -1,0 +1,168 @@
+"""Selective GP-LVM: the latent grid, the masked bound against the pruned model, gradients, the fit, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro import handlers
+from numpyro.infer import TraceMeanField_ELBO
+from ppl_sparsegp.models.gplvm import BayesianGPLVM, pca_latents
+from ppl_sparsegp.models.selective import INCLUSION_PARAM
+from ppl_sparsegp.models.selective_gplvm import (
+    SelectiveGPLVM,
+    fit_selective_gplvm,
+    gplvm_on_grid,
+    latent_grid,
+)
+
+N, D, Q, SIZE = 30, 3, 2, 3
+K = SIZE**Q
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(2)
+    t = rng.uniform(-2, 2, size=(N, Q))
+    Y = np.stack([np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1]], axis=1) + 0.05 * rng.normal(size=(N, D))
+    return (Y - Y.mean(axis=0)) / Y.std(axis=0)
+
+
+@pytest.fixture(scope="module")
+def selective(data):
+    """A SelectiveGPLVM over a 3 × 3 grid and random values of every parameter (q(u) over all 9 candidates)."""
+    model = gplvm_on_grid(data, latent_grid(SIZE, latents=pca_latents(data, Q)), alpha=0.5, noise_variance=0.1)
+    rng = np.random.default_rng(3)
+    tril = np.tril(0.3 * rng.normal(size=(D, K, K)), -1) + np.eye(K) * rng.uniform(0.2, 0.6, size=(D, 1, K))
+    params = {
+        "kernel.variance": jnp.asarray(1.2),
+        "kernel.lengthscale": jnp.asarray([0.9, 1.3]),
+        "u_loc": jnp.asarray(rng.normal(size=(D, K))),
+        "u_scale_tril": jnp.asarray(tril),
+        "X_loc": jnp.asarray(model.X_init + 0.1 * rng.normal(size=(N, Q))),
+        "X_scale": jnp.asarray(rng.uniform(0.05, 0.3, size=(N, Q))),
+        INCLUSION_PARAM: jnp.asarray(rng.uniform(0.2, 0.8, size=K)),
+    }
+    return model, params
+
+
+def test_latent_grid_covers_the_padded_range_or_the_given_extent():
+    latents = np.array([[0.0, -1.0], [2.0, 3.0], [1.0, 0.0]])
+    grid = latent_grid(4, latents=latents, margin=0.5)
+    assert grid.shape == (16, 2)
+    np.testing.assert_allclose(grid.min(axis=0), [-1.0, -3.0])
+    np.testing.assert_allclose(grid.max(axis=0), [3.0, 5.0])
+    np.testing.assert_allclose(np.unique(grid[:, 0]), [-1.0, 1 / 3, 5 / 3, 3.0])
+    explicit = latent_grid(3, extent=[[-1, 1], [0, 2]])
+    np.testing.assert_allclose(explicit[:3], [[-1, 0], [-1, 1], [-1, 2]])
+    np.testing.assert_allclose(latent_grid(3, extent=(0, 1)), [[0.0], [0.5], [1.0]])
+    for kwargs, name in (
+        ({"size": 1, "extent": (0, 1)}, "size"),
+        ({}, "extent"),
+        ({"extent": [[1, 0]]}, "extent"),
+        ({"extent": [[0, 1, 2]]}, "extent"),
+        ({"latents": latents, "margin": -1.0}, "margin"),
+        ({"latents": latents[:, 0]}, "latents"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            latent_grid(**kwargs)
+
+
+def test_masked_bound_equals_the_pruned_models_bound_for_the_same_latent_draws(selective, data):
+    """L(s) of the selective model (mask and latent draw fixed) is the bound of the ordinary GP-LVM on the selected
+    grid points with q(u_s) = N(m_s, S_ss); the candidates left out, and their q(u) entries, do not matter."""
+    model, params = selective
+    mask = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1], dtype=float)
+    pruned, pruned_params = model.prune(params, mask)
+    assert isinstance(pruned, BayesianGPLVM) and not isinstance(pruned, SelectiveGPLVM)
+    np.testing.assert_allclose(pruned.Z, model.Z[mask == 1])
+    draw = np.asarray(params["X_loc"]) + np.asarray(params["X_scale"]) * np.random.default_rng(4).normal(size=(N, Q))
+    kl_selection = float(model.kl_selection(params))
+
+    def bound(m, p, fixed):
+        fix = {"X": jnp.asarray(draw), **fixed}
+        model_fn, guide_fn = handlers.substitute(m.model, data=fix), handlers.substitute(m.guide, data=fix)
+        return -TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), p, model_fn, guide_fn, jnp.asarray(data))
+
+    masked = jax.jit(lambda p: bound(model, p, {"inclusion": jnp.asarray(mask)}) + kl_selection)
+    expected = float(jax.jit(lambda p: bound(pruned, p, {}))(pruned_params))
+    np.testing.assert_allclose(float(masked(params)), expected, rtol=1e-9)
+    excluded = mask == 0
+    scrambled = {**params, "u_loc": params["u_loc"].at[:, excluded].set(5.0)}
+    np.testing.assert_allclose(float(masked(scrambled)), expected, rtol=1e-9)
+
+
+@pytest.mark.slow
+def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prunes(data):
+    """Joint training (paper §5.3): λ, latents, kernel and q(u) all move in one run; the grid stays fixed."""
+    fit = fit_selective_gplvm(data, grid_size=3, alpha=0.5, steps=6, record_every=3, key=1, prune=True)
+    initial = {"kernel.variance": 1.0, "kernel.lengthscale": 1.0, "u_loc": 0.0, "u_scale_tril": np.eye(K)}
+    for name, value in {**initial, "X_loc": fit.latent_trace[0], "X_scale": 0.1}.items():
+        assert np.all(np.isfinite(fit.params[name])) and not np.allclose(fit.params[name], value), name
+    assert "Z" not in fit.params and fit.model.Z.shape == (K, Q)
+    np.testing.assert_array_equal(fit.trace_steps, [0, 3, 6])
+    assert fit.inclusion_trace.shape == (3, K) and fit.latent_trace.shape == (3, N, Q)
+    np.testing.assert_allclose(fit.inclusion_trace[0], 0.5)
+    np.testing.assert_allclose(fit.inclusion_trace[-1], fit.inclusion_probs)
+    assert not np.allclose(fit.inclusion_probs, 0.5)
+    assert not np.allclose(fit.latent_trace[-1], fit.latent_trace[0])
+    assert fit.losses.shape == (6,) and np.all(np.isfinite(fit.losses))
+    assert fit.expected_count == pytest.approx(fit.inclusion_probs.sum())
+    assert 0 < fit.count_variance <= K / 4
+    assert fit.pruned.Z.shape == (int(fit.mask.sum()), Q)
+    assert "likelihood.variance" not in fit.params  # fixed at 0.01, as the released code
+    mean, _ = fit.pruned.reconstruct(fit.pruned_params)
+    assert mean.shape == (N, D)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"latent_dim": 0}, "latent_dim"),
+        ({"latent_dim": 4}, "latent_dim"),
+        ({"grid_size": 1}, "grid_size"),
+        ({"alpha": -1.0}, "alpha"),
+        ({"initial_inclusion": 1.0}, "initial_inclusion"),
+        ({"steps": 0}, "steps"),
+        ({"num_particles": 0}, "num_particles"),
+        ({"baseline_decay": 1.0}, "baseline_decay"),
+        ({"learning_rate": 0.0}, "learning_rate"),
+        ({"selection_learning_rate": -0.2}, "selection_learning_rate"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"record_every": 0}, "record_every"),
+        ({"noise_variance": -0.01}, "noise_variance"),
+        ({"latent_scale": 0.0}, "latent_scale"),
+        ({"extent": [[1.0, 0.0], [0.0, 1.0]]}, "extent"),
+        ({"extent": [[0.0, 1.0]]}, "extent"),
+        ({"key": "seed"}, "key"),
+        ({"prune": "yes"}, "prune"),
+    ],
+)
+def test_bad_arguments_fail_before_compiling_and_name_the_argument(data, kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        fit_selective_gplvm(data, **kwargs)
+
+
+def test_bad_data_is_rejected(data):
+    with pytest.raises(ValueError, match="Y"):
+        fit_selective_gplvm(data[:, 0])
+    with pytest.raises(ValueError, match="Y"):
+        fit_selective_gplvm(np.where(data > 1, np.inf, data))
+
+
+@pytest.mark.slow
+def test_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents():
+    """Spec check B7 in small: 80 points on a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps."""
+    rng = np.random.default_rng(0)
+    t = rng.uniform(-2, 2, size=(80, 2))
+    features = (np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1], np.tanh(t[:, 0] - t[:, 1]))
+    Y = np.stack(features, axis=1) + 0.05 * rng.normal(size=(80, 4))
+    Y = (Y - Y.mean(axis=0)) / Y.std(axis=0)
+    fit = fit_selective_gplvm(Y, grid_size=8, steps=300, record_every=100, key=0, prune=True)
+    counts = fit.inclusion_trace.sum(axis=1)
+    assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
+    assert 1 <= fit.mask.sum() < 32
+    active = fit.inclusion_probs > 0.5
+    latents = fit.model.latent_means(fit.params)
+    spacing = np.ptp(fit.grid[:, 0]) / 7
+    nearest = np.sqrt(np.min(np.sum((fit.grid[active, None] - latents[None]) ** 2, axis=-1), axis=1))
+    assert active.sum() >= 5 and np.mean(nearest <= spacing) >= 0.8
