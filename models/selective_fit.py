@@ -56,8 +56,25 @@ INITIALISATIONS = ("random", "kmeans")
 MAX_EMPTY_REDRAWS = 20
 
 
+class InclusionCounts:
+    """E|S| and Var|S| under q_λ for a fit result that has ``inclusion_probs`` λ [K]."""
+
+    inclusion_probs: np.ndarray
+
+    @property
+    def expected_count(self) -> float:
+        """E_q|S| = Σ_k λ_k."""
+        return float(np.sum(self.inclusion_probs))
+
+    @property
+    def count_variance(self) -> float:
+        """Var_q|S| = Σ_k λ_k (1 − λ_k)."""
+        p = self.inclusion_probs
+        return float(np.sum(p * (1 - p)))
+
+
 @dataclass
-class SelectiveFit:
+class SelectiveFit(InclusionCounts):
     """What :func:`fit_selective` returns.
 
     Attributes:
@@ -85,17 +102,6 @@ class SelectiveFit:
     def selected_count(self) -> int:
         """|S| of the kept subset (the pruned model's number of inducing points)."""
         return int(np.sum(self.mask))
-
-    @property
-    def expected_count(self) -> float:
-        """E_q|S| = Σ_k λ_k."""
-        return float(np.sum(self.inclusion_probs))
-
-    @property
-    def count_variance(self) -> float:
-        """Var_q|S| = Σ_k λ_k (1 − λ_k)."""
-        p = self.inclusion_probs
-        return float(np.sum(p * (1 - p)))
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

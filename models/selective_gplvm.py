@@ -41,7 +41,7 @@ from ppl_sparsegp.likelihoods import Gaussian
 
 from .gplvm import BayesianGPLVM, pca_latents
 from .selective import INCLUSION_PARAM, SelectiveSVGP
-from .selective_fit import _check_rate, _check_steps, sample_subset, selection_optimizer
+from .selective_fit import InclusionCounts, _check_rate, _check_steps, sample_subset, selection_optimizer
 
 Array = Any
 
@@ -113,7 +113,7 @@ class SelectiveGPLVM(SelectiveSVGP, BayesianGPLVM):
 
 
 @dataclass
-class SelectiveGPLVMFit:
+class SelectiveGPLVMFit(InclusionCounts):
     """What :func:`fit_selective_gplvm` returns.
 
     Attributes:
@@ -142,17 +142,6 @@ class SelectiveGPLVMFit:
     def inclusion_probs(self) -> np.ndarray:
         """λ [K] at the end of training."""
         return np.asarray(self.params[INCLUSION_PARAM])
-
-    @property
-    def expected_count(self) -> float:
-        """E_q|S| = Σ_k λ_k."""
-        return float(np.sum(self.inclusion_probs))
-
-    @property
-    def count_variance(self) -> float:
-        """Var_q|S| = Σ_k λ_k (1 − λ_k)."""
-        p = self.inclusion_probs
-        return float(np.sum(p * (1 - p)))
 
 
 def gplvm_on_grid(
