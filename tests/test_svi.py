@@ -99,6 +99,18 @@ def test_checkpoint_from_another_model_is_refused(tmp_path, svgp_full_run):
         fit_svi(_normal_model, _normal_guide, jnp.ones(3), optimizer=optax.adam(0.01), num_steps=10, checkpoint=ckpt)
 
 
+def test_init_params_read_back_as_numpy_arrays_start_the_fit_where_they_say(svgp_full_run):
+    """Parameters saved to and read from an .npz file are numpy arrays, the lower-triangular u_scale_tril included."""
+    full, _ = svgp_full_run
+    gp, X, y = _svgp_problem(np.random.default_rng(0))
+    saved = {name: np.asarray(value) for name, value in full.params.items()}
+    short = dict(SVGP_FIT, steps_per_dispatch=1)
+    as_numpy = fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params=saved, **short)
+    as_jax = fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params=dict(full.params), **short)
+    np.testing.assert_array_equal(as_numpy.losses, as_jax.losses)
+    assert as_numpy.losses[0] < full.losses[0] - 10.0  # it started from the fitted values, not the initial ones
+
+
 def test_early_stopping_and_callback_stop_the_run(rng):
     y = jnp.asarray(rng.normal(3.0, 1.0, 50))
     common = dict(optimizer=optax.adam(0.1), num_steps=20000, progress=False, steps_per_dispatch=100)

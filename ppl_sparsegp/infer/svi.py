@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import SVI, TraceMeanField_ELBO
 from numpyro.infer.elbo import ELBO
@@ -159,6 +160,9 @@ def fit_svi(
     check_data = getattr(getattr(model, "__self__", None), "check_data", None)
     if check_data is not None:  # the model is a method of a ppl_sparsegp model: validate before compiling
         check_data(*args, init_params=init_params, **kwargs)
+    # As jax arrays: NumPyro's inverse of a lower-Cholesky constraint indexes the value with traced indices, which a
+    # numpy array (e.g. one read from an .npz file) cannot take.
+    init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
