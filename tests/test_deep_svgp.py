@@ -47,6 +47,7 @@ def test_one_layer_elbo_is_the_unwhitened_svgp_elbo(rng, likelihood):
     np.testing.assert_allclose(var, np.broadcast_to(expected[1], (3, 4)), rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("add_input", [False, True])
 def test_inner_layers_with_zero_variance_reduce_to_the_mean_path(rng, add_input):
     """A near-zero inner kernel variance and q(u) = 0: F¹ = X W (+ X), so the bound is the last layer's SVGP

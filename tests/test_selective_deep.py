@@ -82,6 +82,7 @@ def test_alpha_per_output_and_the_priors(rng):
     assert len(model.kl_selection(params)) == 2
 
 
+@pytest.mark.slow
 def test_prune_restricts_every_layer_to_its_marginal(rng):
     model, params, X, y = selective_problem(rng)
     masks = [np.array([1.0, 0.0, 1.0]), np.array([0.0, 1.0, 0.0])]
