@@ -1,5 +1,5 @@
-"""Test configuration: float64 everywhere (oracle comparisons), CPU only, a shared random generator, and a
-compilation cache private to the test session."""
+"""Test configuration: float64 everywhere (oracle comparisons), CPU only and on one core, a shared random generator,
+and a compilation cache private to the test session."""
 
 import atexit
 import os
@@ -8,6 +8,12 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see ppl_sparsegp.ops.blas_threads
+# One core, before JAX starts: on a 2-core machine (CI's) jaxlib 0.10's batched LAPACK kernels (triangular solves
+# over outputs x particles, as in the deep and GP-LVM selection tests) can each wait on the 2-thread intra-op pool
+# for work only the other can run, and hang for good; with one core the pool has one thread and they run through.
+# The notebook kernels the tests start inherit it.
+if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
