@@ -128,7 +128,8 @@ class SubsetSelection:
         return kept
 
 
-def _base_fields(obj: Any, base: type) -> dict[str, Any]:
+def base_fields(obj: Any, base: type) -> dict[str, Any]:
+    """The values of ``obj``'s fields that the dataclass ``base`` declares (to build a ``base`` from ``obj``)."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(base)}
 
 
@@ -164,7 +165,7 @@ class SelectiveSGPR(SubsetSelection, SGPR):
         """An ordinary SGPR on the candidates in ``mask`` [K] and its parameters (fitted values carried over)."""
         index = self._selected(mask)
         sparse = self._sparse_gp_params(params, index)
-        model = SGPR(**{**_base_fields(self, SGPR), "Z": np.asarray(sparse["Z"])})
+        model = SGPR(**{**base_fields(self, SGPR), "Z": np.asarray(sparse["Z"])})
         return model, sparse
 
 
@@ -205,5 +206,5 @@ class SelectiveSVGP(SubsetSelection, SVGP):
             jnp.asarray(params["u_loc"]), jnp.asarray(params[scale_site]), index
         )
         pruned = self.pruned_class
-        model = pruned(**{**_base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
+        model = pruned(**{**base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
         return model, sparse

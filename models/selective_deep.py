@@ -46,6 +46,7 @@ from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.likelihoods import Gaussian, Likelihood
 
 from .deep_svgp import DeepSVGP, deep_svgp
+from .selective import base_fields
 from .selective_fit import (
     INITIALISATIONS,
     MAX_EMPTY_REDRAWS,
@@ -168,7 +169,7 @@ class SelectiveDeepSVGP(DeepSVGP):
             pruned[f"layer{i}.u_loc"], pruned[f"layer{i}.u_scale_tril"] = subset_q(
                 jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]), index
             )
-        base = {f.name: getattr(self, f.name) for f in dataclasses.fields(DeepSVGP)}
+        base = base_fields(self, DeepSVGP)
         base["Z"] = [np.asarray(pruned[f"layer{i}.Z"]) for i in range(self.num_layers)]
         return DeepSVGP(**base), pruned
 
@@ -316,7 +317,7 @@ def fit_selective_deep(
     base = deep_svgp(
         X, outputs, likelihood or Gaussian(1.0), Z=Z, **architecture, num_samples=num_samples, batch_size=batch_size
     )
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(DeepSVGP)}
+    fields = base_fields(base, DeepSVGP)
     selective = SelectiveDeepSVGP(
         **{**fields, "batch_size": selection_batch_size},
         alpha=alpha,
