@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONSTRAINTS := constraints-dev.txt
+# pytest-xdist workers, one per core this process may use (tests/conftest.py pins each to its own core).
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 
 .PHONY: demo test test-slow lint clean
 
@@ -22,10 +24,10 @@ demo: $(VENV)/.installed
 	$(BIN)/ppl-sparsegp fit svgp --out demo_out
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 test-slow: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .

@@ -32,7 +32,9 @@ Protocol (paper App. C.3.2, Table 1; where the paper is silent, the released cod
   the selected model's ELBO minus the baseline curve linearly interpolated at its |S| (≥ 0: on or above).
 
 Output: ``benchmarks/results/selective_uci.json``, rewritten atomically after every (dataset, split, noise) cell;
-cells already in it are skipped when the script runs again.
+cells already in it are skipped when the script runs again. Within a cell every fit checkpoints every 250 steps
+under ``benchmarks/results/selective_uci_runs/checkpoints/<dataset>_split<s>_v<v>/`` (removed once the cell is
+recorded), so a stopped protein cell resumes where it was.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import datetime as _dt
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -71,6 +74,8 @@ from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_uci.json"
 QUICK_RESULTS = ROOT / "results" / "selective_uci_runs" / "quick.json"
+CHECKPOINTS = ROOT / "results" / "selective_uci_runs" / "checkpoints"
+CHECKPOINT_EVERY = 250
 
 # Paper Table 1: noise levels v and prior strength α per data set.
 TABLE_1 = {
@@ -99,21 +104,26 @@ def _kernel(D: int) -> kernels.RBF:
     return kernels.RBF(variance=1.0, lengthscale=np.ones(D))
 
 
-def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int, steps: int) -> float:
-    """Training ELBO of an SGPR with M random inducing inputs after ``steps`` Adam steps."""
+def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int, steps: int, checkpoint: Path) -> float:
+    """Training ELBO of an SGPR with M random inducing inputs after ``steps`` Adam steps (resumes ``checkpoint``)."""
     gp = SGPR(kernel=_kernel(X.shape[1]), likelihood=likelihoods.Gaussian(1.0), Z=random_subset(X, M, seed=seed))
     fit = fit_svi(
-        gp.model, gp.guide, X, y, optimizer=optax.adam(LEARNING_RATE), num_steps=steps, key=seed, progress=False
-    )
+        gp.model, gp.guide, X, y, optimizer=optax.adam(LEARNING_RATE), num_steps=steps, key=seed, progress=False,
+        checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY,
+    )  # fmt: skip
     return float(gp.elbo(fit.params, X, y))
 
 
-def run_cell(name: str, split: int, noise_level: float, schedule: dict, baseline_m: tuple, baseline_steps: int):
+def run_cell(
+    name: str, split: int, noise_level: float, schedule: dict, baseline_m: tuple, baseline_steps: int, folder: Path
+) -> dict:
+    """One (data set, split, noise level) cell; its fits checkpoint in ``folder``, removed when the cell is done."""
     X, y = corrupted_data(name, split, noise_level)
     t0 = time.perf_counter()
     fit = fit_selective(
         X, y, candidates=K, alpha=TABLE_1[name]["alpha"], init="random", kernel=_kernel(X.shape[1]),
-        likelihood=likelihoods.Gaussian(1.0), learning_rate=LEARNING_RATE, key=split, **schedule,
+        likelihood=likelihoods.Gaussian(1.0), learning_rate=LEARNING_RATE, key=split, checkpoint_dir=folder,
+        checkpoint_every=CHECKPOINT_EVERY, **schedule,
     )  # fmt: skip
     adaptive_seconds = time.perf_counter() - t0
     record = {
@@ -132,9 +142,12 @@ def run_cell(name: str, split: int, noise_level: float, schedule: dict, baseline
         "loadavg": _loadavg(),
     }
     t0 = time.perf_counter()
-    record["baseline_elbo"] = {str(M): baseline_bound(X, y, M, split, baseline_steps) for M in baseline_m}
+    record["baseline_elbo"] = {
+        str(M): baseline_bound(X, y, M, split, baseline_steps, folder / f"baseline_M{M}.npz") for M in baseline_m
+    }
     record["seconds"]["baselines"] = time.perf_counter() - t0
     record["frontier_gap"] = frontier_gap(record)
+    shutil.rmtree(folder)
     return record
 
 
@@ -237,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                 key = f"{name}/{split}/{v}"
                 if key in cells:
                     continue
-                cells[key] = run_cell(name, split, v, schedule, tuple(args.baseline_m), baseline_steps)
+                folder = CHECKPOINTS / ("quick" if args.quick else "") / f"{name}_split{split}_v{v}"
+                cells[key] = run_cell(name, split, v, schedule, tuple(args.baseline_m), baseline_steps, folder)
                 shown = ("expected_count", "selected_count", "selected_elbo", "frontier_gap")
                 print(key, {k: cells[key][k] for k in shown}, flush=True)
                 document.update(

@@ -8,12 +8,19 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see ppl_sparsegp.ops.blas_threads
-# One core, before JAX starts: on a 2-core machine (CI's) jaxlib 0.10's batched LAPACK kernels (triangular solves
-# over outputs x particles, as in the deep and GP-LVM selection tests) can each wait on the 2-thread intra-op pool
-# for work only the other can run, and hang for good; with one core the pool has one thread and they run through.
-# The notebook kernels the tests start inherit it.
-if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) > 1:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+# One core per process, before JAX starts: on a 2-core machine (CI's) jaxlib 0.10's batched LAPACK kernels
+# (triangular solves over outputs x particles, as in the deep and GP-LVM selection tests) can each wait on the
+# 2-thread intra-op pool for work only the other can run, and hang for good; with one core the pool has one thread
+# and they run through. Under pytest-xdist (`make test` runs `-n auto`) worker gw<i> takes the i-th of the cores
+# the run started with, so the workers share the machine without sharing a core. The controller records those
+# cores before it pins itself, since the workers it starts inherit its affinity. The notebook kernels the tests
+# start inherit their worker's core.
+_CORES_VARIABLE = "PPL_SPARSEGP_TEST_CORES"
+if hasattr(os, "sched_setaffinity"):
+    os.environ.setdefault(_CORES_VARIABLE, ",".join(map(str, sorted(os.sched_getaffinity(0)))))
+    _cores = [int(core) for core in os.environ[_CORES_VARIABLE].split(",")]
+    _worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    os.sched_setaffinity(0, {_cores[int(_worker.removeprefix("gw")) % len(_cores)]})
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
