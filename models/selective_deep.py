@@ -15,7 +15,8 @@ masks per particle, Σ_ℓ log q_{λ^ℓ}(s^ℓ) as its score, one shared baseli
 each selected point costs D_{ℓ+1} KL terms).
 
 :func:`fit_selective_deep` runs the paper's procedure: pre-train the deep GP on all candidates, select (GP frozen
-by default, as the released code), sample one joint subset, prune, post-train.
+by default, as the released code), sample one joint subset, prune, post-train; with ``checkpoint_dir`` each phase
+checkpoints and a stopped fit resumes, as :func:`models.selective_fit.fit_selective` (same files and rules).
 
 Sites (beyond :class:`DeepSVGP`'s): latent ``"layer<ℓ>.inclusion"`` [K_ℓ], guide param
 ``"layer<ℓ>.inclusion_probs"`` [K_ℓ] (λ^ℓ in (0, 1)), the guide's mutable ``"score_function_baseline"``.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,7 @@ from .selective_fit import (
     INITIALISATIONS,
     MAX_EMPTY_REDRAWS,
     SELECTION_MODES,
+    PhaseCheckpoints,
     _check_choice,
     _check_rate,
     _check_steps,
@@ -270,6 +273,8 @@ def fit_selective_deep(
     init_params: Mapping[str, Array] | None = None,
     key: int | Array = 0,
     progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int = 500,
 ) -> SelectiveDeepFit:
     """Pre-train a deep GP on K candidates per layer, learn which to keep, sample one joint subset, prune, post-train.
 
@@ -291,6 +296,9 @@ def fit_selective_deep(
             (None: full batch, the least noisy learning signal).
         init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``).
         key: integer seed or JAX key; progress: show progress bars.
+        checkpoint_dir: a folder for the phases' checkpoints, or None; checkpoint_every: steps between writes.
+            As :func:`models.selective_fit.fit_selective`: the same call resumes a stopped fit and equals an
+            uninterrupted one.
 
     Returns:
         A :class:`SelectiveDeepFit`.
@@ -306,6 +314,7 @@ def fit_selective_deep(
     selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
     batch_size = _check_batch("batch_size", batch_size)
     selection_batch_size = _check_batch("selection_batch_size", selection_batch_size)
+    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
     if likelihood is not None and not isinstance(likelihood, Likelihood):
         raise ValueError(f"likelihood: expected a ppl_sparsegp.likelihoods.Likelihood, got {likelihood!r}")
     X, y = np.asarray(X), np.asarray(y)
@@ -326,6 +335,7 @@ def fit_selective_deep(
     )
     loss = ScoreFunctionELBO(num_particles, pathwise=selection == "joint")
     base.check_data(X, y)
+    checkpoints.create()
 
     def fit(model, steps, k, optimizer, params, **options):
         return fit_svi(
@@ -345,8 +355,9 @@ def fit_selective_deep(
     params = dict(init_params or {})
     t0 = time.perf_counter()
     if pre_steps:
-        pre = fit(base, pre_steps, pre_key, optax.adam(learning_rate), params or None)
+        pre = fit(base, pre_steps, pre_key, optax.adam(learning_rate), params or None, **checkpoints.options("pre"))
         params, losses["pre"] = pre.params, pre.losses
+        checkpoints.finished("pre", pre)
     seconds["pre"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -355,8 +366,12 @@ def fit_selective_deep(
         {"inclusion": optax.adam(selection_learning_rate), "gp": gp_update},
         lambda tree: {name: "inclusion" if name.endswith(".inclusion_probs") else "gp" for name in tree},
     )
-    chosen = fit(selective, selection_steps, selection_key, optimizer, params or None, loss=loss)
+    chosen = fit(
+        selective, selection_steps, selection_key, optimizer, params or None, loss=loss,
+        **checkpoints.options("selection"),
+    )  # fmt: skip
     losses["selection"] = chosen.losses
+    checkpoints.finished("selection", chosen)
     seconds["selection"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -364,7 +379,8 @@ def fit_selective_deep(
     pruned, pruned_params = selective.prune(chosen.params, masks)
     pruned = dataclasses.replace(pruned, batch_size=batch_size)
     fitted, losses["post"] = post_train(
-        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress
-    )
+        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress,
+        **checkpoints.options("post"),
+    )  # fmt: skip
     seconds["post"] = time.perf_counter() - t0
     return SelectiveDeepFit(pruned, fitted, selective, chosen.params, params, masks, losses, seconds)

@@ -161,6 +161,34 @@ def phase_checkpoint(checkpoint_dir: str | os.PathLike | None, phase: str) -> Pa
     return None if checkpoint_dir is None else Path(checkpoint_dir) / f"selective_{phase}.npz"
 
 
+class PhaseCheckpoints:
+    """The checkpoints of the three phases in one folder (see the module docstring), or none for ``folder=None``.
+
+    ``options(phase)`` gives the ``checkpoint`` / ``checkpoint_every`` arguments of that phase's
+    :func:`ppl_sparsegp.infer.svi.fit_svi`; ``finished(phase, result)`` deletes the later phases' checkpoints
+    when the phase ran any step, since they no longer follow from it.
+    """
+
+    def __init__(self, folder: str | os.PathLike | None, every: Any) -> None:
+        self.every = _check_steps("checkpoint_every", every, 1)
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f"checkpoint_dir: expected a folder, got the file {folder}")
+        self.folder = folder
+
+    def create(self) -> None:
+        """Create the folder (after the arguments are checked, so bad input leaves nothing behind)."""
+        if self.folder is not None:
+            Path(self.folder).mkdir(parents=True, exist_ok=True)
+
+    def options(self, phase: str) -> dict[str, Any]:
+        return {"checkpoint": phase_checkpoint(self.folder, phase), "checkpoint_every": self.every}
+
+    def finished(self, phase: str, result: SVIResult) -> None:
+        if self.folder is not None and result.steps_run:
+            for later in PHASES[PHASES.index(phase) + 1 :]:
+                phase_checkpoint(self.folder, later).unlink(missing_ok=True)
+
+
 def _fit(model, X, y, optimizer, steps, key, **options) -> SVIResult:
     return fit_svi(model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps, key=key, **options)
 
@@ -249,19 +277,7 @@ def fit_selective(
     post_steps = _check_steps("post_steps", post_steps, 0)
     learning_rate = _check_rate("learning_rate", learning_rate)
     selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
-    checkpoint_every = _check_steps("checkpoint_every", checkpoint_every, 1)
-    if checkpoint_dir is not None and Path(checkpoint_dir).exists() and not Path(checkpoint_dir).is_dir():
-        raise ValueError(f"checkpoint_dir: expected a folder, got the file {checkpoint_dir}")
-
-    def checkpointing(phase: str) -> dict[str, Any]:
-        return {"checkpoint": phase_checkpoint(checkpoint_dir, phase), "checkpoint_every": checkpoint_every}
-
-    def invalidate_after(phase: str, result: SVIResult) -> None:
-        """A phase that ran steps makes the later phases' checkpoints stale: delete them."""
-        if checkpoint_dir is not None and result.steps_run:
-            for later in PHASES[PHASES.index(phase) + 1 :]:
-                phase_checkpoint(checkpoint_dir, later).unlink(missing_ok=True)
-
+    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
     X, y = np.asarray(X), np.asarray(y)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     pre_key, selection_key, prune_key, post_key, init_key = jax.random.split(key, 5)
@@ -280,15 +296,16 @@ def fit_selective(
         selective = SelectiveSVGP(**common, **svgp, alpha=alpha, initial_inclusion=initial_inclusion)
     loss = ScoreFunctionELBO(num_particles, pathwise=selection == "joint")
     base.check_data(X, y)
-    if checkpoint_dir is not None:
-        Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    checkpoints.create()
 
     losses, seconds, params = {}, {}, {}
     t0 = time.perf_counter()
     if pre_steps:
-        pre = _fit(base, X, y, optax.adam(learning_rate), pre_steps, pre_key, progress=progress, **checkpointing("pre"))
+        pre = _fit(
+            base, X, y, optax.adam(learning_rate), pre_steps, pre_key, progress=progress, **checkpoints.options("pre")
+        )
         params, losses["pre"] = pre.params, pre.losses
-        invalidate_after("pre", pre)
+        checkpoints.finished("pre", pre)
     seconds["pre"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -296,10 +313,10 @@ def fit_selective(
     optimizer = selection_optimizer(gp_update, selection_learning_rate)
     chosen = _fit(
         selective, X, y, optimizer, selection_steps, selection_key, loss=loss, init_params=params, progress=progress,
-        **checkpointing("selection"),
+        **checkpoints.options("selection"),
     )  # fmt: skip
     losses["selection"] = chosen.losses
-    invalidate_after("selection", chosen)
+    checkpoints.finished("selection", chosen)
     seconds["selection"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -307,7 +324,7 @@ def fit_selective(
     pruned, pruned_params = selective.prune(chosen.params, mask)
     fitted, losses["post"] = post_train(
         pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress,
-        **checkpointing("post"),
+        **checkpoints.options("post"),
     )  # fmt: skip
     seconds["post"] = time.perf_counter() - t0
     return SelectiveFit(pruned, fitted, selective, chosen.params, mask, losses, seconds)

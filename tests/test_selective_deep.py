@@ -133,11 +133,19 @@ Y_OK = np.sin(X_OK[:, 0])
         ({"num_particles": 0}, "num_particles"),
         ({"num_samples": 0}, "num_samples"),
         ({"likelihood": "gaussian"}, "likelihood"),
+        ({"checkpoint_every": 0}, "checkpoint_every"),
     ],
 )
 def test_bad_settings_are_refused_before_any_fit(overrides, name):
     with pytest.raises(ValueError, match=name):
         fit_selective_deep(X_OK, Y_OK, **{"candidates": 5, "pre_steps": 1, "selection_steps": 1, **overrides})
+
+
+def test_a_file_as_checkpoint_folder_is_refused(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        fit_selective_deep(X_OK, Y_OK, candidates=5, checkpoint_dir=taken)
 
 
 def test_bad_data_and_whitening_are_refused():
@@ -163,3 +171,21 @@ def test_fit_keeps_fewer_points_under_a_stronger_prior(rng):
     assert set(weak.losses) == {"pre", "selection", "post"} and weak.losses["selection"].shape == (200,)
     mean, _ = weak.model.predict_y(weak.params, X, key=jax.random.PRNGKey(0), num_samples=4)
     assert np.sqrt(np.mean((np.asarray(mean) - y) ** 2)) < 0.5
+
+
+@pytest.mark.slow
+def test_a_resumed_deep_fit_equals_an_uninterrupted_one(rng, tmp_path):
+    """A longer selection resumes from the stored phase checkpoints and ends where a fit that never stopped ends."""
+    X = rng.uniform(-3, 3, size=(60, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=60)
+    settings = {"candidates": 8, "alpha": 0.5, "pre_steps": 20, "post_steps": 10, "checkpoint_every": 5, "key": 3}
+    straight = fit_selective_deep(X, y, selection_steps=15, **settings)
+    fit_selective_deep(X, y, selection_steps=5, checkpoint_dir=tmp_path, **settings)
+    assert {p.name for p in tmp_path.iterdir()} == {f"selective_{p}.npz" for p in ("pre", "selection", "post")}
+    resumed = fit_selective_deep(X, y, selection_steps=15, checkpoint_dir=tmp_path, **settings)
+    for phase in ("pre", "selection", "post"):
+        np.testing.assert_array_equal(resumed.losses[phase], straight.losses[phase])
+    for got, expected in zip(resumed.masks, straight.masks, strict=True):
+        np.testing.assert_array_equal(got, expected)
+    for name, value in straight.params.items():
+        np.testing.assert_array_equal(resumed.params[name], value)
