@@ -141,8 +141,18 @@ def run_cell(condition: str, intensity: float, seed: int, schedule: dict, baseli
     return record
 
 
+NOISE_ONLY_VARIANCE = 0.9
+"""A fit whose noise variance (standardised y) ends above this explains the data as noise: flagged in the summary."""
+
+
+def _trend(intensities: list[float], counts: list[float]) -> tuple[float, int]:
+    """(Spearman ρ between intensity and count, number of adjacent increases of the count)."""
+    return float(spearmanr(intensities, counts).statistic), sum(b > a for a, b in zip(counts, counts[1:], strict=False))
+
+
 def summarise(cells: dict) -> dict:
-    """Per condition: mean E|S| over seeds at each intensity, Spearman ρ(intensity, E|S|), adjacent inversions."""
+    """Per condition: mean and median E|S| over seeds at each intensity, Spearman ρ(intensity, E|S|) and adjacent
+    inversions of each; ``noise_only_cells`` lists the fits that ended explaining the data as noise."""
     out = {}
     for condition, grid in GRIDS.items():
         rows = []
@@ -154,30 +164,46 @@ def summarise(cells: dict) -> dict:
                         "intensity": intensity,
                         "seeds": len(found),
                         "expected_count": float(np.mean([c["expected_count"] for c in found])),
+                        "median_expected_count": float(np.median([c["expected_count"] for c in found])),
                         "count_sd": float(np.mean([c["count_sd"] for c in found])),
                         "selected_count": float(np.mean([c["selected_count"] for c in found])),
                         "gap_nats": float(np.mean([c["gap_nats"] for c in found])),
                     }
                 )
         if len(rows) >= 2:
-            counts = [r["expected_count"] for r in rows]
-            rho = spearmanr([r["intensity"] for r in rows], counts).statistic
-            inversions = sum(b > a for a, b in zip(counts, counts[1:], strict=False))
-            out[condition] = {"rows": rows, "spearman_rho": float(rho), "adjacent_inversions": inversions}
+            intensities = [r["intensity"] for r in rows]
+            rho, inversions = _trend(intensities, [r["expected_count"] for r in rows])
+            rho_median, inversions_median = _trend(intensities, [r["median_expected_count"] for r in rows])
+            out[condition] = {
+                "rows": rows,
+                "spearman_rho": rho,
+                "adjacent_inversions": inversions,
+                "spearman_rho_median": rho_median,
+                "adjacent_inversions_median": inversions_median,
+            }
+    out["noise_only_cells"] = sorted(k for k, c in cells.items() if c["noise_variance"] > NOISE_ONLY_VARIANCE)
     return out
 
 
 def markdown_table(summary: dict) -> str:
-    lines = ["| condition | intensity | E\\|S\\| (mean over seeds) | sd\\|S\\| | sampled \\|S\\| | gap (nats) |"]
-    lines.append("|---|---|---|---|---|---|")
-    for condition, block in summary.items():
+    lines = [
+        "| condition | intensity | E\\|S\\| (mean over seeds) | median | sd\\|S\\| | sampled \\|S\\| | gap (nats) |"
+    ]
+    lines.append("|---|---|---|---|---|---|---|")
+    for condition in GRIDS:
+        if condition not in summary:
+            continue
+        block = summary[condition]
         for r in block["rows"]:
             lines.append(
-                f"| {condition} | {r['intensity']:.3f} | {r['expected_count']:.1f} | {r['count_sd']:.1f} | "
-                f"{r['selected_count']:.1f} | {r['gap_nats']:.1f} |"
+                f"| {condition} | {r['intensity']:.3f} | {r['expected_count']:.1f} | "
+                f"{r['median_expected_count']:.1f} | {r['count_sd']:.1f} | {r['selected_count']:.1f} | "
+                f"{r['gap_nats']:.1f} |"
             )
-        lines.append(f"| {condition}: Spearman ρ = {block['spearman_rho']:.2f}, "
-                     f"adjacent inversions = {block['adjacent_inversions']} | | | | | |")  # fmt: skip
+        lines.append(f"| {condition}: Spearman ρ = {block['spearman_rho']:.2f} (median: "
+                     f"{block['spearman_rho_median']:.2f}), adjacent inversions = {block['adjacent_inversions']} "
+                     f"(median: {block['adjacent_inversions_median']}) | | | | | | |")  # fmt: skip
+    lines.append(f"\nFits that explain the data as noise (σ² > {NOISE_ONLY_VARIANCE}): {summary['noise_only_cells']}")
     return "\n".join(lines)
 
 
@@ -212,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
                 write_json_atomic(path, document)
-    print(markdown_table(summarise(cells)))
+    summary = summarise(cells)
+    if cells and document.get("summary") != summary:  # a newer summary of the stored cells
+        document["summary"] = summary
+        write_json_atomic(path, document)
+    print(markdown_table(summary))
     return 0
 
 
