@@ -117,7 +117,7 @@ def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int, steps: int, 
 def run_cell(
     name: str, split: int, noise_level: float, schedule: dict, baseline_m: tuple, baseline_steps: int, folder: Path
 ) -> dict:
-    """One (data set, split, noise level) cell; its fits checkpoint in ``folder``, removed when the cell is done."""
+    """One (data set, split, noise level) cell; its fits checkpoint in ``folder`` (removed once it is recorded)."""
     X, y = corrupted_data(name, split, noise_level)
     t0 = time.perf_counter()
     fit = fit_selective(
@@ -147,7 +147,6 @@ def run_cell(
     }
     record["seconds"]["baselines"] = time.perf_counter() - t0
     record["frontier_gap"] = frontier_gap(record)
-    shutil.rmtree(folder)
     return record
 
 
@@ -170,7 +169,8 @@ def summarise(cells: dict) -> dict:
             if not found:
                 continue
             gaps = [c["frontier_gap"] for c in found if c["frontier_gap"] is not None]
-            curves = np.array([[c["baseline_elbo"][M] for M in sorted(c["baseline_elbo"], key=int)] for c in found])
+            shared_M = sorted(set.intersection(*(set(c["baseline_elbo"]) for c in found)), key=int)
+            curves = np.array([[c["baseline_elbo"][M] for M in shared_M] for c in found]).reshape(len(found), -1)
             rows.append(
                 {
                     "noise_level": v,
@@ -181,7 +181,7 @@ def summarise(cells: dict) -> dict:
                     "selected_elbo": float(np.mean([c["selected_elbo"] for c in found])),
                     "frontier_gap": float(np.mean(gaps)) if gaps else None,
                     "frontier_gap_min": float(np.min(gaps)) if gaps else None,
-                    "baseline_M": sorted((int(M) for M in found[0]["baseline_elbo"]), key=int),
+                    "baseline_M": [int(M) for M in shared_M],
                     "baseline_elbo_mean": curves.mean(axis=0).tolist(),
                     "baseline_elbo_sd": curves.std(axis=0).tolist(),
                 }
@@ -264,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                     }
                 )
                 write_json_atomic(path, document)
+                shutil.rmtree(folder)
     print(markdown_tables(summarise(cells)))
     return 0
 

@@ -15,7 +15,8 @@ BayesianGPLVM with the kept grid points.
 
 :func:`fit_selective_gplvm` trains everything **jointly, without phases** (paper §5.3): λ by the score-function
 estimator (Adam 0.2), the latents, kernel, q(u) (and the noise, unless fixed) by their pathwise gradient (Adam
-0.01), recording λ along the way so one can watch grid points switch on as the latents move.
+0.01), recording λ along the way so one can watch grid points switch on as the latents move. With ``pre_steps``
+it first fits the GP-LVM on all K grid points and starts the joint phase from there, as the released demo does.
 
 Sites: those of :class:`BayesianGPLVM` and of :class:`models.selective.SubsetSelection` (``"inclusion"`` [K],
 ``"inclusion_probs"`` [K]).
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import jax
@@ -119,9 +120,10 @@ class SelectiveGPLVMFit(InclusionCounts):
     Attributes:
         model, params: the SelectiveGPLVM over the grid and its fitted parameters.
         grid: the candidates [K, Q].
-        trace_steps: steps at which λ was recorded [T] (0 = before training).
+        trace_steps: steps of the joint phase at which λ was recorded [T] (0 = its start, after any pre-training).
         inclusion_trace: λ at those steps [T, K]; latent_trace: the latent means there [T, N, Q].
-        losses: negative ELBO estimate per step [steps]; seconds: wall-clock time (compilation included).
+        losses: negative ELBO estimate per joint step [steps]; seconds: wall-clock time of both phases
+            (compilation included); pre_losses: negative bound per pre-training step [pre_steps].
         mask, pruned, pruned_params: with ``prune=True``, one subset [K] drawn from q_λ and the ordinary
             BayesianGPLVM on it with its parameters (otherwise None).
     """
@@ -134,6 +136,7 @@ class SelectiveGPLVMFit(InclusionCounts):
     latent_trace: np.ndarray
     losses: np.ndarray
     seconds: float
+    pre_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mask: np.ndarray | None = None
     pruned: BayesianGPLVM | None = None
     pruned_params: dict[str, Array] | None = None
@@ -193,6 +196,7 @@ def fit_selective_gplvm(
     noise_variance: float | None = 0.01,
     latent_scale: float = 0.1,
     steps: int = 300,
+    pre_steps: int = 0,
     num_particles: int = 4,
     baseline_decay: float = 0.95,
     learning_rate: float = 0.01,
@@ -212,8 +216,10 @@ def fit_selective_gplvm(
         alpha: prior strength α (paper: 3); initial_inclusion: λ₀ of every candidate.
         noise_variance: fixed Gaussian noise variance (released code: 0.01 on standardised Y); None learns it.
         latent_scale: initial standard deviation of q(x_n).
-        steps: Adam steps (full batch: one per epoch; the paper runs 300 epochs); num_particles: S draws of the
-            subset (and of the latents) per step; baseline_decay: β of the score-function baseline (0.95 as the
+        steps: Adam steps (full batch: one per epoch; the paper runs 300 epochs); pre_steps: Adam steps of the
+            GP-LVM on all K grid points (no selection) before those, from which the joint phase starts (0, the
+            paper: none; the released demo pre-fits); num_particles: S draws of the subset (and of the latents) per
+            step; baseline_decay: β of the score-function baseline (0.95 as the
             released code; a small β follows a bound that improves quickly under joint training more closely).
         learning_rate: Adam for latents, kernel, likelihood and q(u); selection_learning_rate: Adam for λ.
         batch_size: rows per step (None: all N).
@@ -230,6 +236,7 @@ def fit_selective_gplvm(
     latent_dim = _check_steps("latent_dim", latent_dim, 1)
     grid_size = _check_steps("grid_size", grid_size, 2)
     steps = _check_steps("steps", steps, 1)
+    pre_steps = _check_steps("pre_steps", pre_steps, 0)
     record_every = _check_steps("record_every", record_every, 1)
     learning_rate = _check_rate("learning_rate", learning_rate)
     selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
@@ -255,7 +262,22 @@ def fit_selective_gplvm(
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     fit_key, prune_key = jax.random.split(key)
 
-    trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [X_init]
+    init_params = dict(model.prior_initialisation())
+    pre_losses = np.zeros(0)
+    t0 = time.perf_counter()
+    if pre_steps:
+        everything = gplvm_on_grid(
+            Y, grid, latent_dim=latent_dim, noise_variance=noise_variance, latent_scale=latent_scale,
+            batch_size=batch_size,
+        )  # fmt: skip
+        pre = fit_svi(
+            everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
+            key=jax.random.fold_in(key, 1), init_params=everything.prior_initialisation(), progress=progress,
+        )  # fmt: skip
+        init_params.update(pre.params)
+        pre_losses = pre.losses
+    start = model.latent_means(init_params) if pre_steps else X_init
+    trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
     def record(step: int, _: np.ndarray, params: dict[str, Array]) -> None:
         trace_steps.append(step)
@@ -263,7 +285,6 @@ def fit_selective_gplvm(
         latents.append(model.latent_means(params))
 
     optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
-    t0 = time.perf_counter()
     result = fit_svi(
         model.model,
         model.guide,
@@ -272,7 +293,7 @@ def fit_selective_gplvm(
         num_steps=steps,
         key=fit_key,
         loss=loss,
-        init_params=model.prior_initialisation(),
+        init_params=init_params,
         steps_per_dispatch=record_every,
         callback=record,
         progress=progress,
@@ -287,6 +308,7 @@ def fit_selective_gplvm(
         np.stack(latents),
         result.losses,
         seconds,
+        pre_losses,
     )
     if prune:
         fit.mask = sample_subset(fit.inclusion_probs, prune_key)

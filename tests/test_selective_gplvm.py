@@ -114,6 +114,16 @@ def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prun
     assert mean.shape == (N, D)
 
 
+def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
+    """pre_steps: the all-grid GP-LVM trains first; the joint phase starts from its latents with λ = λ₀."""
+    fit = fit_selective_gplvm(data, grid_size=3, alpha=0.5, steps=3, pre_steps=5, record_every=3, key=1)
+    assert fit.pre_losses.shape == (5,) and np.all(np.isfinite(fit.pre_losses))
+    assert fit.pre_losses[-1] < fit.pre_losses[0]
+    np.testing.assert_allclose(fit.inclusion_trace[0], 0.5)
+    assert not np.allclose(fit.latent_trace[0], pca_latents(data, Q))
+    assert fit.losses.shape == (3,) and np.all(np.isfinite(fit.losses))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -123,6 +133,7 @@ def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prun
         ({"alpha": -1.0}, "alpha"),
         ({"initial_inclusion": 1.0}, "initial_inclusion"),
         ({"steps": 0}, "steps"),
+        ({"pre_steps": -1}, "pre_steps"),
         ({"num_particles": 0}, "num_particles"),
         ({"baseline_decay": 1.0}, "baseline_decay"),
         ({"learning_rate": 0.0}, "learning_rate"),
