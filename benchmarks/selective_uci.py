@@ -32,7 +32,8 @@ Protocol (paper App. C.3.2, Table 1; where the paper is silent, the released cod
   the selected model's ELBO minus the baseline curve linearly interpolated at its |S| (≥ 0: on or above).
 
 Output: ``benchmarks/results/selective_uci.json``, rewritten atomically after every (dataset, split, noise) cell;
-cells already in it are skipped when the script runs again. Within a cell every fit checkpoints every 250 steps
+cells already in it are skipped when the script runs again. Several runs may share the file: each adds its cells
+under a lock to what is on disk (``svgp_uci.locked_json``). Within a cell every fit checkpoints every 250 steps
 under ``benchmarks/results/selective_uci_runs/checkpoints/<dataset>_split<s>_v<v>/`` (removed once the cell is
 recorded), so a stopped protein cell resumes where it was.
 """
@@ -65,7 +66,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
 from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
-from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
+from svgp_uci import _loadavg, environment, locked_json  # noqa: E402
 
 from ppl_sparsegp import data, kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
@@ -242,29 +243,30 @@ def main(argv: list[str] | None = None) -> int:
     path = QUICK_RESULTS if args.quick else RESULTS
     schedule = {k: v // 20 for k, v in SCHEDULE.items()} if args.quick else SCHEDULE
     baseline_steps = BASELINE_STEPS // 20 if args.quick else BASELINE_STEPS
-    document = json.loads(path.read_text()) if path.exists() else {"cells": {}}
-    cells = document["cells"]
     for name in args.datasets:
         for split in args.splits:
             for v in args.noise_levels or TABLE_1[name]["noise_levels"]:
                 key = f"{name}/{split}/{v}"
-                if key in cells:
+                if path.exists() and key in json.loads(path.read_text()).get("cells", {}):
                     continue
                 folder = CHECKPOINTS / ("quick" if args.quick else "") / f"{name}_split{split}_v{v}"
-                cells[key] = run_cell(name, split, v, schedule, tuple(args.baseline_m), baseline_steps, folder)
+                record = run_cell(name, split, v, schedule, tuple(args.baseline_m), baseline_steps, folder)
                 shown = ("expected_count", "selected_count", "selected_elbo", "frontier_gap")
-                print(key, {k: cells[key][k] for k in shown}, flush=True)
-                document.update(
-                    {
-                        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-                        "date": _dt.datetime.now().isoformat(timespec="seconds"),
-                        "environment": environment(),
-                        "settings": {"K": K, **schedule, "baseline_steps": baseline_steps, "table_1": TABLE_1},
-                        "summary": summarise(cells),
-                    }
-                )
-                write_json_atomic(path, document)
+                print(key, {k: record[k] for k in shown}, flush=True)
+                with locked_json(path) as document:  # other runs may have added cells since this one started
+                    cells = document.setdefault("cells", {})
+                    cells[key] = record
+                    document.update(
+                        {
+                            "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+                            "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                            "environment": environment(),
+                            "settings": {"K": K, **schedule, "baseline_steps": baseline_steps, "table_1": TABLE_1},
+                            "summary": summarise(cells),
+                        }
+                    )
                 shutil.rmtree(folder)
+    cells = json.loads(path.read_text())["cells"] if path.exists() else {}
     print(markdown_tables(summarise(cells)))
     return 0
 

@@ -38,6 +38,7 @@ so a killed run resumes inside the interrupted cell. ``--quick`` writes to that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import fcntl
 import importlib.metadata as _md
@@ -51,6 +52,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 # Single-threaded XLA on CPU: on the shared 2-core developer machine, Eigen's thread pool made SVGP steps ~10x
@@ -144,6 +146,19 @@ def write_json_atomic(path: Path, obj: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def locked_json(path: Path) -> Iterator[dict]:
+    """The JSON document at ``path`` ({} when absent), read under an exclusive lock on ``<path>.lock`` and written
+    back atomically when the block ends without error: processes that share one results file each add their cells
+    to what is on disk at that moment instead of overwriting it with the copy they read when they started."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        document = json.loads(path.read_text()) if path.exists() else {}
+        yield document
+        write_json_atomic(path, document)
 
 
 def _gaussian_logpdf(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
