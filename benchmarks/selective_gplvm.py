@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from ppl_sparsegp.models.gplvm import pca_latents  # noqa: E402
 from ppl_sparsegp.models.selective_gplvm import SelectiveGPLVMFit, fit_selective_gplvm, gplvm_on_grid  # noqa: E402
-from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
+from svgp_uci import _loadavg, environment, locked_json  # noqa: E402
 
 from ppl_sparsegp.data import load_oilflow  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
@@ -219,31 +219,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pre-steps: expected a number of steps >= 0, got {args.pre_steps}")
     path, epochs = (QUICK_RESULTS, 60) if args.quick else (args.output or RESULTS, EPOCHS)
     Y, labels = standardised_oilflow()
-    document = json.loads(path.read_text()) if path.exists() else {"runs": {}}
-    runs = document["runs"]
+    settings = {**SETTINGS, "epochs": epochs, "pre_steps": args.pre_steps, "batch_size": None, "N": int(Y.shape[0])}
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    if {"pre_steps": 0, **stored.get("settings", settings)} != settings:  # runs before --pre-steps existed had none
+        parser.error(f"{path} holds runs with other settings ({stored['settings']}); give another --output")
     for seed in args.seeds:
-        if str(seed) in runs:
+        if path.exists() and str(seed) in json.loads(path.read_text()).get("runs", {}):
             continue
         figure = path.with_suffix(".png") if seed == args.seeds[0] and not args.quick else None
-        runs[str(seed)] = run_seed(seed, Y, labels, epochs, args.pre_steps, figure)
-        print(seed, {k: runs[str(seed)][k] for k in ("expected_count", "sampled_count", "jaccard_epoch_50_vs_end")})
-        document.update(
-            {
-                "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-                "date": _dt.datetime.now().isoformat(timespec="seconds"),
-                "environment": environment(),
-                "settings": {
-                    **SETTINGS,
-                    "epochs": epochs,
-                    "pre_steps": args.pre_steps,
-                    "batch_size": None,
-                    "N": int(Y.shape[0]),
-                },
-                "summary": summarise(runs),
-            }
-        )
-        write_json_atomic(path, document)
-    print(json.dumps(document.get("summary", {}), indent=1))
+        record = run_seed(seed, Y, labels, epochs, args.pre_steps, figure)
+        print(seed, {k: record[k] for k in ("expected_count", "sampled_count", "jaccard_epoch_50_vs_end")})
+        with locked_json(path) as document:  # other runs may have added seeds since this one started
+            runs = document.setdefault("runs", {})
+            runs[str(seed)] = record
+            document.update(
+                {
+                    "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+                    "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                    "environment": environment(),
+                    "settings": settings,
+                    "summary": summarise(runs),
+                }
+            )
+    if path.exists():
+        print(json.dumps(json.loads(path.read_text()).get("summary", {}), indent=1))
     return 0
 
 
