@@ -160,6 +160,13 @@ def frontier_gap(record: dict) -> float | None:
     return record["selected_elbo"] - float(np.interp(record["selected_count"], Ms, [v for _, v in curve]))
 
 
+def envelope_gap(record: dict) -> float | None:
+    """Selected ELBO minus the best baseline ELBO with M <= the selected |S| (nats; robust to a stalled fixed-M run,
+    which makes the interpolated curve dip)."""
+    below = [v for M, v in record["baseline_elbo"].items() if int(M) <= record["selected_count"]]
+    return record["selected_elbo"] - max(below) if below else None
+
+
 def summarise(cells: dict) -> dict:
     """Per data set and noise level: means over splits; per data set: whether E|S| falls with the noise."""
     out = {}
@@ -170,6 +177,7 @@ def summarise(cells: dict) -> dict:
             if not found:
                 continue
             gaps = [c["frontier_gap"] for c in found if c["frontier_gap"] is not None]
+            envelope = [g for g in map(envelope_gap, found) if g is not None]
             shared_M = sorted(set.intersection(*(set(c["baseline_elbo"]) for c in found)), key=int)
             curves = np.array([[c["baseline_elbo"][M] for M in shared_M] for c in found]).reshape(len(found), -1)
             rows.append(
@@ -182,6 +190,7 @@ def summarise(cells: dict) -> dict:
                     "selected_elbo": float(np.mean([c["selected_elbo"] for c in found])),
                     "frontier_gap": float(np.mean(gaps)) if gaps else None,
                     "frontier_gap_min": float(np.min(gaps)) if gaps else None,
+                    "envelope_gap_min": float(np.min(envelope)) if envelope else None,
                     "baseline_M": [int(M) for M in shared_M],
                     "baseline_elbo_mean": curves.mean(axis=0).tolist(),
                     "baseline_elbo_sd": curves.std(axis=0).tolist(),
@@ -202,15 +211,16 @@ def summarise(cells: dict) -> dict:
 def markdown_tables(summary: dict) -> str:
     head = (
         "| data set (α) | noise v | splits | E\\|S\\| | sd\\|S\\| | sampled \\|S\\| | ELBO selected | "
-        "frontier gap (mean / min) |"
+        "frontier gap (mean / min) | gap to best M <= \\|S\\| (min) |"
     )
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|"]
     for name, block in summary.items():
         for r in block["rows"]:
             gap = "n/a" if r["frontier_gap"] is None else f"{r['frontier_gap']:+.1f} / {r['frontier_gap_min']:+.1f}"
+            envelope = "n/a" if r["envelope_gap_min"] is None else f"{r['envelope_gap_min']:+.1f}"
             lines.append(
                 f"| {name} ({block['alpha']}) | {r['noise_level']} | {r['splits']} | {r['expected_count']:.1f} | "
-                f"{r['count_sd']:.1f} | {r['selected_count']:.1f} | {r['selected_elbo']:.1f} | {gap} |"
+                f"{r['count_sd']:.1f} | {r['selected_count']:.1f} | {r['selected_elbo']:.1f} | {gap} | {envelope} |"
             )
     lines += ["", "Baseline ELBO by M (mean over splits):", ""]
     for name, block in summary.items():
