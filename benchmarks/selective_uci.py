@@ -276,8 +276,11 @@ def main(argv: list[str] | None = None) -> int:
                         }
                     )
                 shutil.rmtree(folder)
-    cells = json.loads(path.read_text())["cells"] if path.exists() else {}
-    print(markdown_tables(summarise(cells)))
+    if not path.exists():
+        return 0
+    with locked_json(path) as document:  # the summary of every stored cell, whichever run added it
+        document["summary"] = summarise(document["cells"])
+    print(markdown_tables(document["summary"]))
     return 0
 
 
