@@ -32,11 +32,8 @@ Output: ``benchmarks/results/selective_gplvm.json`` (rewritten atomically after 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -55,7 +52,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from ppl_sparsegp.models.gplvm import pca_latents  # noqa: E402
 from ppl_sparsegp.models.selective_gplvm import SelectiveGPLVMFit, fit_selective_gplvm, gplvm_on_grid  # noqa: E402
-from svgp_uci import _loadavg, environment, locked_json  # noqa: E402
+from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
 
 from ppl_sparsegp.data import load_oilflow  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
@@ -224,23 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     if {"pre_steps": 0, **stored.get("settings", settings)} != settings:  # runs before --pre-steps existed had none
         parser.error(f"{path} holds runs with other settings ({stored['settings']}); give another --output")
     for seed in args.seeds:
-        if path.exists() and str(seed) in json.loads(path.read_text()).get("runs", {}):
+        if has_cell(path, str(seed), section="runs"):
             continue
         figure = path.with_suffix(".png") if seed == args.seeds[0] and not args.quick else None
         record = run_seed(seed, Y, labels, epochs, args.pre_steps, figure)
         print(seed, {k: record[k] for k in ("expected_count", "sampled_count", "jaccard_epoch_50_vs_end")})
-        with locked_json(path) as document:  # other runs may have added seeds since this one started
-            runs = document.setdefault("runs", {})
-            runs[str(seed)] = record
-            document.update(
-                {
-                    "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-                    "date": _dt.datetime.now().isoformat(timespec="seconds"),
-                    "environment": environment(),
-                    "settings": settings,
-                    "summary": summarise(runs),
-                }
-            )
+        add_cell(path, str(seed), record, settings, section="runs", summarise=summarise)
     if path.exists():
         print(json.dumps(json.loads(path.read_text()).get("summary", {}), indent=1))
     return 0

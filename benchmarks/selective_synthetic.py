@@ -32,11 +32,7 @@ it are skipped when the script runs again.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -54,7 +50,7 @@ from ppl_sparsegp.models.gpr import GPR  # noqa: E402
 from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
 from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
-from svgp_uci import _loadavg, environment, locked_json  # noqa: E402
+from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
 from ppl_sparsegp import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
@@ -216,25 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = QUICK_RESULTS if args.quick else RESULTS
     schedule = {k: v // 10 for k, v in SCHEDULE.items()} if args.quick else SCHEDULE
+    settings = {"N": N, "K": K, "alpha": ALPHA, **schedule, "baseline_M": BASELINE_M}
     for seed in args.seeds:
         for condition in args.conditions:
             for intensity in GRIDS[condition]:
                 key = f"{condition}/{intensity}/{seed}"
-                if path.exists() and key in json.loads(path.read_text()).get("cells", {}):
+                if has_cell(path, key):
                     continue
                 record = run_cell(condition, intensity, seed, schedule, seed in args.baseline_seeds)
                 print(key, {k: record[k] for k in ("expected_count", "selected_count", "gap_nats")}, flush=True)
-                with locked_json(path) as document:  # other runs may have added cells since this one started
-                    cells = document.setdefault("cells", {})
-                    cells[key] = record
-                    document.update(
-                        {
-                            "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-                            "date": _dt.datetime.now().isoformat(timespec="seconds"),
-                            "environment": environment(),
-                            "settings": {"N": N, "K": K, "alpha": ALPHA, **schedule, "baseline_M": BASELINE_M},
-                        }
-                    )
+                add_cell(path, key, record, settings)  # other runs may have added cells since this one started
     if not path.exists():
         return 0
     with locked_json(path) as document:  # the summary of every stored cell, whichever run added it

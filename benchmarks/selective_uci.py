@@ -41,12 +41,8 @@ recorded), so a stopped protein cell resumes where it was.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import os
-import shlex
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -66,7 +62,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
 from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
-from svgp_uci import _loadavg, environment, locked_json  # noqa: E402
+from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
 from ppl_sparsegp import data, kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
@@ -253,28 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     path = QUICK_RESULTS if args.quick else RESULTS
     schedule = {k: v // 20 for k, v in SCHEDULE.items()} if args.quick else SCHEDULE
     baseline_steps = BASELINE_STEPS // 20 if args.quick else BASELINE_STEPS
+    settings = {"K": K, **schedule, "baseline_steps": baseline_steps, "table_1": TABLE_1}
     for name in args.datasets:
         for split in args.splits:
             for v in args.noise_levels or TABLE_1[name]["noise_levels"]:
                 key = f"{name}/{split}/{v}"
-                if path.exists() and key in json.loads(path.read_text()).get("cells", {}):
+                if has_cell(path, key):
                     continue
                 folder = CHECKPOINTS / ("quick" if args.quick else "") / f"{name}_split{split}_v{v}"
                 record = run_cell(name, split, v, schedule, tuple(args.baseline_m), baseline_steps, folder)
                 shown = ("expected_count", "selected_count", "selected_elbo", "frontier_gap")
                 print(key, {k: record[k] for k in shown}, flush=True)
-                with locked_json(path) as document:  # other runs may have added cells since this one started
-                    cells = document.setdefault("cells", {})
-                    cells[key] = record
-                    document.update(
-                        {
-                            "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
-                            "date": _dt.datetime.now().isoformat(timespec="seconds"),
-                            "environment": environment(),
-                            "settings": {"K": K, **schedule, "baseline_steps": baseline_steps, "table_1": TABLE_1},
-                            "summary": summarise(cells),
-                        }
-                    )
+                add_cell(path, key, record, settings, summarise=summarise)  # other runs may have added cells
                 shutil.rmtree(folder)
     if not path.exists():
         return 0

@@ -52,7 +52,7 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # Single-threaded XLA on CPU: on the shared 2-core developer machine, Eigen's thread pool made SVGP steps ~10x
@@ -159,6 +159,36 @@ def locked_json(path: Path) -> Iterator[dict]:
         document = json.loads(path.read_text()) if path.exists() else {}
         yield document
         write_json_atomic(path, document)
+
+
+def has_cell(path: Path, key: str, section: str = "cells") -> bool:
+    """Whether the results file at ``path`` already holds ``key`` in ``section`` (a finished cell to skip)."""
+    return path.exists() and key in json.loads(path.read_text()).get(section, {})
+
+
+def add_cell(
+    path: Path,
+    key: str,
+    record: dict,
+    settings: dict,
+    section: str = "cells",
+    summarise: Callable[[dict], dict] | None = None,
+) -> None:
+    """Merge one finished cell into the results file under its lock (:func:`locked_json`), with this run's command,
+    date, environment and ``settings``, and the ``summarise``d section when given."""
+    with locked_json(path) as document:
+        cells = document.setdefault(section, {})
+        cells[key] = record
+        document.update(
+            {
+                "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+                "date": _dt.datetime.now().isoformat(timespec="seconds"),
+                "environment": environment(),
+                "settings": settings,
+            }
+        )
+        if summarise is not None:
+            document["summary"] = summarise(cells)
 
 
 def _gaussian_logpdf(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
