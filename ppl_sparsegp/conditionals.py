@@ -13,14 +13,33 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import array_api_compat
+
 from . import ops
 
 Array = Any
 
 
+INVERSE_PROJECTION_RATIO = 4
+"""Columns per inducing point from which :func:`_project` multiplies by Lmm^{-1} instead of solving."""
+
+
 def _project(Lmm: Array, Kmn: Array) -> Array:
-    """A = Lmm^{-1} Kmn, shape [M, N]."""
-    return ops.solve_triangular(Lmm, Kmn, lower=True)
+    """A = Lmm^{-1} Kmn, shape [M, N].
+
+    For wide Kmn (N >= ``INVERSE_PROJECTION_RATIO`` * M) this forms Lmm^{-1} (O(M³)) and multiplies
+    (a matrix product, O(M² N)) rather than solving against N right-hand sides: jaxlib's CPU triangular solve
+    runs at a fraction of the matrix product's speed on wide right-hand sides, and so does its gradient.
+    Measured on one core, float64, value and gradient: M=100, N=36584 (the collapsed bound on protein) 126 ms
+    against 304 ms; M=64, N=256 0.58 ms against 0.81 ms. For N close to M the solve is faster (M=1024, N=256:
+    61 ms against 268 ms). Lmm is the jittered Cholesky factor, so Lmm^{-1} is well conditioned.
+    """
+    M, N = Lmm.shape[-1], Kmn.shape[-1]
+    if N < INVERSE_PROJECTION_RATIO * M:
+        return ops.solve_triangular(Lmm, Kmn, lower=True)
+    xp = ops.namespace(Lmm)
+    eye = xp.eye(M, dtype=Lmm.dtype, device=array_api_compat.device(Lmm))
+    return ops.solve_triangular(Lmm, eye, lower=True) @ Kmn
 
 
 def conditional(

@@ -63,6 +63,37 @@ def test_conditional_matches_dense_gaussian_algebra(rng, whiten):
     np.testing.assert_allclose(var, np.diagonal(dense, axis1=-2, axis2=-1), atol=1e-8)
 
 
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_projection_by_inverse_equals_triangular_solve(rng, monkeypatch, backend):
+    """Both ways of forming A = Lmm^{-1} Kmn (wide Kmn: by Lmm^{-1}; otherwise: a solve) give the same bound,
+    conditional and gradients."""
+    X, Z, y, k, q_mu, q_sqrt = _problem(rng, N=40, M=6)
+    assert X.shape[0] >= conditionals.INVERSE_PROJECTION_RATIO * Z.shape[0]
+
+    def evaluate(ratio):
+        monkeypatch.setattr(conditionals, "INVERSE_PROJECTION_RATIO", ratio)
+        if backend == "jax":
+            import jax
+
+            def objective(Z, q_mu):
+                bound = conditionals.sgpr_elbo(k(Z, X), k(Z), k.diag(X), y, 0.05)
+                mean, var = conditionals.conditional(k(Z, X), ops.cholesky(k(Z)), k.diag(X), q_mu, q_sqrt)
+                return bound + jnp.sum(mean**2) + jnp.sum(var), (bound, mean, var)
+
+            grads, values = jax.grad(objective, argnums=(0, 1), has_aux=True)(jnp.asarray(Z), jnp.asarray(q_mu))
+            return [np.asarray(v) for v in (*values, *grads)]
+        Zt, mt = (torch.tensor(a, requires_grad=True) for a in (Z, q_mu))
+        Xt, yt, St = (torch.as_tensor(a) for a in (X, y, q_sqrt))
+        bound = conditionals.sgpr_elbo(k(Zt, Xt), k(Zt), k.diag(Xt), yt, 0.05)
+        mean, var = conditionals.conditional(k(Zt, Xt), ops.cholesky(k(Zt)), k.diag(Xt), mt, St)
+        (bound + torch.sum(mean**2) + torch.sum(var)).backward()
+        return [t.detach().numpy() for t in (bound, mean, var, Zt.grad, mt.grad)]
+
+    by_inverse, by_solve = evaluate(1), evaluate(10**9)
+    for a, b in zip(by_inverse, by_solve, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-11)
+
+
 def test_diagonal_q_equals_full_q_with_diagonal_root(rng):
     X, Z, _, k, q_mu, _ = _problem(rng)
     s = rng.uniform(0.2, 1.0, q_mu.shape)
