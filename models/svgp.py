@@ -129,7 +129,10 @@ class SVGP(GPModel):
         self._check_outputs(y)
         kernel, likelihood = self._hyper_model()
         Z = self.inducing_inputs(kernel)
-        Lmm = ops.cholesky(kernel(Z)) if mask is None else masked_cholesky(kernel(Z), mask)
+        Kmm = kernel(Z)
+        # Whitened and unmasked, Lmm only projects Kmn: the fused ops.cholesky_project (cheaper gradient) forms it.
+        fused = mask is None and self.whiten
+        Lmm = None if fused else (ops.cholesky(Kmm) if mask is None else masked_cholesky(Kmm, mask))
         u = numpyro.sample(
             "u",
             InducingPrior(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype),
@@ -141,7 +144,10 @@ class SVGP(GPModel):
         with self._data_plate(y.shape[0]) as idx:
             Xb, yb = self._batch_inputs(X, idx), (y if idx is None else y[idx])
             Kmn = kernel(Z, Xb) if mask is None else mask[:, None] * kernel(Z, Xb)
-            mean, var = conditionals.conditional(Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten)
+            A = ops.cholesky_project(Kmm, Kmn) if fused else None
+            mean, var = conditionals.conditional(
+                Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten, projection=A
+            )
             Yb = yb[None, :] if yb.ndim == 1 else yb.T
             numpyro.factor("y", jnp.sum(self.data_log_likelihood(likelihood, Yb, mean, var), axis=0))
 

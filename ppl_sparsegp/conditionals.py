@@ -13,33 +13,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import array_api_compat
-
 from . import ops
 
 Array = Any
 
 
-INVERSE_PROJECTION_RATIO = 4
-"""Columns per inducing point from which :func:`_project` multiplies by Lmm^{-1} instead of solving."""
-
-
 def _project(Lmm: Array, Kmn: Array) -> Array:
-    """A = Lmm^{-1} Kmn, shape [M, N].
-
-    For wide Kmn (N >= ``INVERSE_PROJECTION_RATIO`` * M) this forms Lmm^{-1} (O(M³)) and multiplies
-    (a matrix product, O(M² N)) rather than solving against N right-hand sides: jaxlib's CPU triangular solve
-    runs at a fraction of the matrix product's speed on wide right-hand sides, and so does its gradient.
-    Measured on one core, float64, value and gradient: M=100, N=36584 (the collapsed bound on protein) 126 ms
-    against 304 ms; M=64, N=256 0.58 ms against 0.81 ms. For N close to M the solve is faster (M=1024, N=256:
-    61 ms against 268 ms). Lmm is the jittered Cholesky factor, so Lmm^{-1} is well conditioned.
-    """
-    M, N = Lmm.shape[-1], Kmn.shape[-1]
-    if N < INVERSE_PROJECTION_RATIO * M:
-        return ops.solve_triangular(Lmm, Kmn, lower=True)
-    xp = ops.namespace(Lmm)
-    eye = xp.eye(M, dtype=Lmm.dtype, device=array_api_compat.device(Lmm))
-    return ops.solve_triangular(Lmm, eye, lower=True) @ Kmn
+    """A = Lmm^{-1} Kmn, shape [M, N] (see :func:`ppl_sparsegp.ops.lower_solve`)."""
+    return ops.lower_solve(Lmm, Kmn)
 
 
 def conditional(
@@ -51,6 +32,7 @@ def conditional(
     *,
     whiten: bool = True,
     full_cov: bool = False,
+    projection: Array | None = None,
 ) -> tuple[Array, Array]:
     """Marginals of q(f(X)) = ∫ p(f(X) | u) q(u) du (thesis eq 4.24, whitened form eq 5.26).
 
@@ -61,18 +43,20 @@ def conditional(
 
     Args:
         Kmn: K(Z, X), [M, N].
-        Lmm: lower Cholesky factor of K(Z, Z), [M, M].
+        Lmm: lower Cholesky factor of K(Z, Z), [M, M]; may be None when ``projection`` is given and ``whiten``.
         Knn: prior variances diag K(X, X) [N] (``full_cov=False``) or the full K(X, X) [N, N].
         q_mu: mean of q(u) (or of q(v) when ``whiten``), [P, M].
         q_sqrt: lower-triangular square root of S [P, M, M], its diagonal [P, M], or None.
         whiten: whether ``q_mu``, ``q_sqrt`` describe v = Lmm^{-1} u.
         full_cov: return the full covariance over X instead of the marginal variances.
+        projection: A = Lmm^{-1} Kmn [M, N] when already formed (e.g. by :func:`ppl_sparsegp.ops.cholesky_project`,
+            whose gradient is cheaper); None: computed here.
 
     Returns:
         (mean [P, N], var [P, N]) or (mean [P, N], cov [P, N, N]).
     """
     xp = ops.namespace(Kmn, Lmm, q_mu)
-    A = _project(Lmm, Kmn)
+    A = _project(Lmm, Kmn) if projection is None else projection
     B = A if whiten else ops.solve_triangular(Lmm, A, lower=True, transpose=True)
     mean = q_mu @ B
     if full_cov:

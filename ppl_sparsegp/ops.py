@@ -284,6 +284,82 @@ def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = F
     return np.stack(X).reshape(out_shape)
 
 
+INVERSE_PROJECTION_RATIO = 4
+"""Columns per row from which :func:`lower_solve` multiplies by L⁻¹ instead of solving."""
+
+
+def lower_solve(L: Array, B: Array, transpose: bool = False) -> Array:
+    """L⁻¹ B (or L⁻ᵀ B when ``transpose``) for lower-triangular L [n, n] and B [n, k].
+
+    For wide B (k >= ``INVERSE_PROJECTION_RATIO`` * n) this forms L⁻¹ (O(n³)) and multiplies (O(n² k)) rather
+    than solving against k right-hand sides: jaxlib's CPU triangular solve runs at a fraction of the matrix
+    product's speed on wide right-hand sides, and so does its gradient. Measured on one core, float64, value and
+    gradient: n=100, k=36584 (the collapsed bound on protein) 126 ms against 304 ms; n=64, k=256 0.58 ms against
+    0.81 ms. For k close to n the solve is faster (n=1024, k=256: 61 ms against 268 ms). L is a jittered
+    Cholesky factor here, so L⁻¹ is well conditioned.
+    """
+    n, k = L.shape[-1], B.shape[-1]
+    if k < INVERSE_PROJECTION_RATIO * n:
+        return solve_triangular(L, B, lower=True, transpose=transpose)
+    L_inv = solve_triangular(L, _eye_like(L), lower=True)
+    return (matrix_transpose(L_inv) if transpose else L_inv) @ B
+
+
+def cholesky_project(K: Array, B: Array, jitter: float | None = None) -> Array:
+    """A = L⁻¹ B with L the lower Cholesky factor of K (the jitter policy of :func:`cholesky`).
+
+    The whitening projection of the sparse GP conditional (A = Lmm⁻¹ Kmn, thesis eq 5.26). For 2-D jax arrays
+    its gradient is one closed-form rule for the pair (factorisation, solve) instead of the chain of the two:
+    with G = ∂f/∂A and H = G Aᵀ,
+
+        ∂f/∂B = L⁻ᵀ G,    ∂f/∂K = -½ L⁻ᵀ (Φ(H) + Φ(H)ᵀ) L⁻¹,
+
+    (Φ: lower triangle with the diagonal halved), which follows from dA = L⁻¹ (dB - dL A) and the Cholesky
+    derivative dL = L Φ(L⁻¹ dK L⁻ᵀ) (Murray 2016). This saves the chain's M×M triangular product and solve:
+    measured on one core, float64, B = 256 columns, the gradient of an SVGP data term took 469 ms instead of
+    632 ms at M = 1024 and 25 ms instead of 54 ms at M = 256. The jitter is held constant, as in :func:`cholesky`.
+    Like every ``jax.custom_vjp``, it supports reverse-mode differentiation only (no ``jax.jvp``/``jacfwd``).
+
+    Args:
+        K: symmetric positive (semi-)definite [n, n] (batched inputs take the unfused path).
+        B: [n, k].
+        jitter: base relative jitter; defaults to :data:`JITTER` for the dtype of ``K``.
+
+    Returns:
+        A, [n, k].
+    """
+    if is_jax(K) and K.ndim == 2 and B.ndim == 2:
+        j0 = base_jitter(K) if jitter is None else float(jitter)
+        return _jax_cholesky_project()(K, B, j0)
+    return lower_solve(cholesky(K, jitter), B)
+
+
+@lru_cache(maxsize=1)
+def _jax_cholesky_project():
+    import jax
+    import jax.numpy as jnp
+
+    @partial(jax.custom_vjp, nondiff_argnums=(2,))
+    def project(K, B, j0):
+        return lower_solve(_cholesky_jax(K, j0), B)
+
+    def forward(K, B, j0):
+        L = _cholesky_jax(K, j0)
+        A = lower_solve(L, B)
+        return A, (L, A)
+
+    def backward(j0, residuals, G):
+        L, A = residuals
+        H = G @ A.T
+        W = jnp.tril(H, -1)
+        W = W + W.T + jnp.diag(jnp.diagonal(H))  # Φ(H) + Φ(H)ᵀ
+        X = solve_triangular(L, solve_triangular(L, W, transpose=True).T, transpose=True)  # L⁻ᵀ W L⁻¹
+        return -0.25 * (X + X.T), lower_solve(L, G, transpose=True)
+
+    project.defvjp(forward, backward)
+    return project
+
+
 def cho_solve(L: Array, B: Array) -> Array:
     """Solve ``(L L^T) X = B`` given the lower factor ``L`` [..., n, n]; ``B`` [..., n, k]."""
     return solve_triangular(L, solve_triangular(L, B, lower=True), lower=True, transpose=True)

@@ -68,10 +68,10 @@ def test_projection_by_inverse_equals_triangular_solve(rng, monkeypatch, backend
     """Both ways of forming A = Lmm^{-1} Kmn (wide Kmn: by Lmm^{-1}; otherwise: a solve) give the same bound,
     conditional and gradients."""
     X, Z, y, k, q_mu, q_sqrt = _problem(rng, N=40, M=6)
-    assert X.shape[0] >= conditionals.INVERSE_PROJECTION_RATIO * Z.shape[0]
+    assert X.shape[0] >= ops.INVERSE_PROJECTION_RATIO * Z.shape[0]
 
     def evaluate(ratio):
-        monkeypatch.setattr(conditionals, "INVERSE_PROJECTION_RATIO", ratio)
+        monkeypatch.setattr(ops, "INVERSE_PROJECTION_RATIO", ratio)
         if backend == "jax":
             import jax
 

@@ -117,3 +117,40 @@ def test_jax_cholesky_under_vmap_escalates_only_the_matrices_that_need_it():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jax.block_until_ready(factor(jnp.stack([good, good])))
+
+
+@pytest.mark.parametrize("columns", [5, 40])  # narrow (solve) and wide (inverse) right-hand sides
+def test_cholesky_project_gradient_equals_the_chained_gradient(rng, columns):
+    """The fused rule of cholesky_project against differentiating cholesky and the solve separately, and
+    against central finite differences of a scalar function of A."""
+    n = 8
+    S = rng.standard_normal((n, n))
+    K = jnp.asarray(S @ S.T / n + 0.5 * np.eye(n))
+    B = jnp.asarray(rng.standard_normal((n, columns)))
+    W = jnp.asarray(rng.standard_normal((n, columns)))
+
+    def fused(K, B):
+        A = ops.cholesky_project(K, B)
+        return jnp.sum(W * A) + jnp.sum(A**2) ** 1.5
+
+    def chained(K, B):
+        A = ops.solve_triangular(ops.cholesky(K), B, lower=True)
+        return jnp.sum(W * A) + jnp.sum(A**2) ** 1.5
+
+    np.testing.assert_allclose(fused(K, B), chained(K, B), rtol=1e-12)
+    for got, want in zip(jax.grad(fused, (0, 1))(K, B), jax.grad(chained, (0, 1))(K, B), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    grad_K = jax.grad(fused)(K, B)
+    E = jnp.asarray(np.tril(rng.standard_normal((n, n))))
+    E = E + E.T  # a symmetric direction: K stays a covariance
+    h = 1e-6
+    numeric = (fused(K + h * E, B) - fused(K - h * E, B)) / (2 * h)
+    np.testing.assert_allclose(jnp.sum(grad_K * E), numeric, rtol=1e-6)
+
+
+def test_cholesky_project_matches_on_every_backend(rng):
+    S = rng.standard_normal((6, 6))
+    K, B = S @ S.T + np.eye(6), rng.standard_normal((6, 30))
+    want = np.linalg.solve(np.linalg.cholesky(K + ops.JITTER["float64"] * np.mean(np.diag(K)) * np.eye(6)), B)
+    for convert in (np.asarray, jnp.asarray, torch.as_tensor):
+        np.testing.assert_allclose(np.asarray(ops.cholesky_project(convert(K), convert(B))), want, rtol=1e-10)
