@@ -315,10 +315,11 @@ def cholesky_project(K: Array, B: Array, jitter: float | None = None) -> Array:
         ∂f/∂B = L⁻ᵀ G,    ∂f/∂K = -½ L⁻ᵀ (Φ(H) + Φ(H)ᵀ) L⁻¹,
 
     (Φ: lower triangle with the diagonal halved), which follows from dA = L⁻¹ (dB - dL A) and the Cholesky
-    derivative dL = L Φ(L⁻¹ dK L⁻ᵀ) (Murray 2016). This saves the chain's M×M triangular product and solve:
-    measured on one core, float64, B = 256 columns, the gradient of an SVGP data term took 469 ms instead of
-    632 ms at M = 1024 and 25 ms instead of 54 ms at M = 256. The jitter is held constant, as in :func:`cholesky`.
-    Like every ``jax.custom_vjp``, it supports reverse-mode differentiation only (no ``jax.jvp``/``jacfwd``).
+    derivative dL = L Φ(L⁻¹ dK L⁻ᵀ) (Murray 2016). It is defined as the tangent dA = L⁻¹ dB - Φ(L⁻¹ dK L⁻ᵀ) A
+    (a ``jax.custom_jvp``, so forward mode and higher derivatives work too), whose transpose is the rule above.
+    This saves the chain's M×M triangular product and solve: measured on one core, float64, B = 256 columns, the
+    gradient of an SVGP data term took 469 ms instead of 632 ms at M = 1024 and 25 ms instead of 54 ms at M = 256.
+    The jitter is held constant, as in :func:`cholesky`.
 
     Args:
         K: symmetric positive (semi-)definite [n, n] (batched inputs take the unfused path).
@@ -339,24 +340,21 @@ def _jax_cholesky_project():
     import jax
     import jax.numpy as jnp
 
-    @partial(jax.custom_vjp, nondiff_argnums=(2,))
+    @partial(jax.custom_jvp, nondiff_argnums=(2,))
     def project(K, B, j0):
         return lower_solve(_cholesky_jax(K, j0), B)
 
-    def forward(K, B, j0):
+    @project.defjvp
+    def project_jvp(j0, primals, tangents):
+        # dA = L⁻¹ dB - Φ(L⁻¹ dK L⁻ᵀ) A; transposed by jax for reverse mode, it is the rule in the docstring.
+        (K, B), (dK, dB) = primals, tangents
         L = _cholesky_jax(K, j0)
         A = lower_solve(L, B)
-        return A, (L, A)
+        dK = 0.5 * (dK + dK.T)  # the factorisation reads K as symmetric
+        P = solve_triangular(L, solve_triangular(L, dK).T)  # L⁻¹ dK L⁻ᵀ
+        phi = jnp.tril(P) / (1.0 + jnp.eye(K.shape[-1], dtype=K.dtype))
+        return A, lower_solve(L, dB) - phi @ A
 
-    def backward(j0, residuals, G):
-        L, A = residuals
-        H = G @ A.T
-        W = jnp.tril(H, -1)
-        W = W + W.T + jnp.diag(jnp.diagonal(H))  # Φ(H) + Φ(H)ᵀ
-        X = solve_triangular(L, solve_triangular(L, W, transpose=True).T, transpose=True)  # L⁻ᵀ W L⁻¹
-        return -0.25 * (X + X.T), lower_solve(L, G, transpose=True)
-
-    project.defvjp(forward, backward)
     return project
 
 

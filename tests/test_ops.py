@@ -154,3 +154,21 @@ def test_cholesky_project_matches_on_every_backend(rng):
     want = np.linalg.solve(np.linalg.cholesky(K + ops.JITTER["float64"] * np.mean(np.diag(K)) * np.eye(6)), B)
     for convert in (np.asarray, jnp.asarray, torch.as_tensor):
         np.testing.assert_allclose(np.asarray(ops.cholesky_project(convert(K), convert(B))), want, rtol=1e-10)
+
+
+def test_cholesky_project_forward_mode_and_hessian_equal_the_chained_ones(rng):
+    n = 5
+    S = rng.standard_normal((n, n))
+    K, B = jnp.asarray(S @ S.T / n + 0.5 * np.eye(n)), jnp.asarray(rng.standard_normal((n, 3)))
+    dK = jnp.asarray(rng.standard_normal((n, n)))
+    dK = dK + dK.T
+
+    def chained(K, B):
+        return ops.solve_triangular(ops.cholesky(K), B, lower=True)
+
+    _, fused_tangent = jax.jvp(ops.cholesky_project, (K, B), (dK, B))
+    _, chained_tangent = jax.jvp(chained, (K, B), (dK, B))
+    np.testing.assert_allclose(fused_tangent, chained_tangent, rtol=1e-9, atol=1e-12)
+    fused_hessian = jax.hessian(lambda K: jnp.sum(ops.cholesky_project(K, B) ** 3))(K)
+    chained_hessian = jax.hessian(lambda K: jnp.sum(chained(K, B) ** 3))(K)
+    np.testing.assert_allclose(fused_hessian, chained_hessian, rtol=1e-8, atol=1e-10)
