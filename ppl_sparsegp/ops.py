@@ -178,7 +178,6 @@ def _jax_cholesky_primitive():
     import jax
     import jax.numpy as jnp
     from jax import lax
-    from jax.scipy.linalg import solve_triangular as jsolve
 
     def primal(A, j0):
         # A while_loop rather than lax.cond: under vmap (vectorised MCMC chains) a cond with a batched predicate
@@ -215,13 +214,20 @@ def _jax_cholesky_primitive():
     def chol_jvp(j0, primals, tangents):
         (A,), (dA,) = primals, tangents
         L = chol(A, j0)  # through this rule again, so higher derivatives avoid the control flow too
-        dA = 0.5 * (dA + jnp.swapaxes(dA, -1, -2))  # the factorisation reads A as symmetric
-        tmp = jsolve(L, jnp.swapaxes(jsolve(L, dA, lower=True), -1, -2), lower=True)  # L⁻¹ dA L⁻ᵀ
-        n = A.shape[-1]
-        phi = jnp.tril(tmp) / (1.0 + jnp.eye(n, dtype=A.dtype))
-        return L, L @ phi
+        return L, L @ _cholesky_tangent_phi(L, dA)
 
     return chol
+
+
+def _cholesky_tangent_phi(L: Array, dA: Array) -> Array:
+    """Φ(L⁻¹ dA L⁻ᵀ) [..., n, n] for a jax factor L of A, so that the Cholesky tangent is dL = L Φ(...) (Murray
+    2016; Φ: lower triangle with the diagonal halved). dA is symmetrised first: the factorisation reads A as
+    symmetric."""
+    import jax.numpy as jnp
+
+    dA = 0.5 * (dA + jnp.swapaxes(dA, -1, -2))
+    inner = solve_triangular(L, jnp.swapaxes(solve_triangular(L, dA), -1, -2))  # L⁻¹ dA L⁻ᵀ
+    return jnp.tril(inner) / (1.0 + jnp.eye(L.shape[-1], dtype=L.dtype))
 
 
 def _jittered_cholesky_jax(A: Array, j0: float) -> Array:
@@ -338,7 +344,6 @@ def cholesky_project(K: Array, B: Array, jitter: float | None = None) -> Array:
 @lru_cache(maxsize=1)
 def _jax_cholesky_project():
     import jax
-    import jax.numpy as jnp
 
     @partial(jax.custom_jvp, nondiff_argnums=(2,))
     def project(K, B, j0):
@@ -350,10 +355,7 @@ def _jax_cholesky_project():
         (K, B), (dK, dB) = primals, tangents
         L = _cholesky_jax(K, j0)
         A = lower_solve(L, B)
-        dK = 0.5 * (dK + dK.T)  # the factorisation reads K as symmetric
-        P = solve_triangular(L, solve_triangular(L, dK).T)  # L⁻¹ dK L⁻ᵀ
-        phi = jnp.tril(P) / (1.0 + jnp.eye(K.shape[-1], dtype=K.dtype))
-        return A, lower_solve(L, dB) - phi @ A
+        return A, lower_solve(L, dB) - _cholesky_tangent_phi(L, dK) @ A
 
     return project
 
