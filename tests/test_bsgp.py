@@ -250,6 +250,8 @@ def test_nuts_runs_on_the_same_model_with_sampled_noise(problem):
         ({"data_term": "elbo"}, "data_term: expected one of"),
         ({"num_layers": 0}, "num_layers: expected a positive integer"),
         ({"num_inducing": 100}, "num_inducing"),
+        ({"engine": "nuts", "noise": "sampled", "target_accept_prob": 1.0}, "target_accept_prob: expected a number"),
+        ({"target_accept_prob": "0.9"}, "target_accept_prob: expected a number"),
     ],
 )
 def test_bad_settings_are_refused_before_any_compilation(problem, kwargs, message):
