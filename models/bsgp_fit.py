@@ -159,9 +159,7 @@ def fit_bsgp(
     _check_choice("engine", engine, BSGP_ENGINES)
     _check_choice("noise", noise, NOISE_MODES)
     check_data_term(data_term)
-    is_number = isinstance(target_accept_prob, (int, float)) and not isinstance(target_accept_prob, bool)
-    if not (is_number and 0.0 < target_accept_prob < 1.0):
-        raise ValueError(f"target_accept_prob: expected a number in (0, 1), got {target_accept_prob!r}")
+    target_accept_prob = validation.check_open_unit_interval("target_accept_prob", target_accept_prob)
     X, y = np.asarray(X), np.asarray(y)
     validation.check_inputs(X, y)
     if not isinstance(num_layers, int) or num_layers < 1:

@@ -45,6 +45,8 @@ from numpyro.handlers import replay, seed, substitute, trace
 from numpyro.infer.elbo import ELBO
 from numpyro.primitives import mutable
 
+from ppl_sparsegp import validation
+
 Array = Any
 
 BASELINE_SITE = "score_function_baseline"
@@ -84,8 +86,7 @@ class ScoreFunctionELBO(ELBO):
     def __init__(self, num_particles: int = 4, *, baseline_decay: float = 0.95, pathwise: bool = True):
         if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 1:
             raise ValueError(f"num_particles: expected a positive integer, got {num_particles!r}")
-        if not (isinstance(baseline_decay, int | float) and 0.0 < baseline_decay < 1.0):
-            raise ValueError(f"baseline_decay: expected a number in (0, 1), got {baseline_decay!r}")
+        baseline_decay = validation.check_open_unit_interval("baseline_decay", baseline_decay)
         if not isinstance(pathwise, bool):
             raise ValueError(f"pathwise: expected True or False, got {pathwise!r}")
         super().__init__(num_particles=num_particles)
