@@ -8,24 +8,37 @@ the GP-LVM as a one-layer special case of the deep GP)::
     f_d(x_n) | u_d ~ p(f | u_d)                          D outputs sharing one (RBF-ARD) kernel over latent space
     y_nd | f_d(x_n) ~ N(f_d(x_n), σ²)                    (any likelihood of :mod:`ppl_sparsegp.likelihoods`)
 
-Guide: q(x_n) = N(μ_n, diag s_n²) and q(u_d) = N(m_d, S_d). The bound is the uncollapsed one (spec §4.2)::
+Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInputs`) and differ in q(u):
 
-    L = Σ_n E_{q(x_n)} E_{q(f(x_n))}[log p(y_n | f(x_n))] − Σ_d KL[q(u_d) ‖ p(u_d)] − Σ_n KL[q(x_n) ‖ p(x_n)],
+* :class:`BayesianGPLVM` learns q(u_d) = N(m_d, S_d); its bound is the uncollapsed one (spec §4.2)::
 
-with the inner expectation over f in closed form (Gaussian likelihood) or by Gauss-Hermite, exactly as in
-:class:`SVGP`, and the outer one over x_n by one reparameterised draw per step. Both KLs are closed form
-(``TraceMeanField_ELBO`` through NumPyro's registered KLs). The model *is* the SVGP model with the inputs of each
-batch drawn from the latent prior instead of read from data (the hook ``_batch_inputs``), so minibatching, masks
-and the data term are SVGP's: ``batch_size=B`` subsamples the plate ``"data"``, which scales the data term and the
-latent KL by N/B; the guide draws the latents of the same rows (the model replays the guide's plate indices).
+      L = Σ_n E_{q(x_n)} E_{q(f(x_n))}[log p(y_n | f(x_n))] − Σ_d KL[q(u_d) ‖ p(u_d)] − Σ_n KL[q(x_n) ‖ p(x_n)],
+
+  with the inner expectation over f in closed form (Gaussian likelihood) or by Gauss-Hermite, exactly as in
+  :class:`SVGP`, and the outer one over x_n by one reparameterised draw per step. Both KLs are closed form
+  (``TraceMeanField_ELBO`` through NumPyro's registered KLs). The model *is* the SVGP model with the inputs of each
+  batch drawn from the latent prior instead of read from data (the hook ``_batch_inputs``), so minibatching, masks
+  and the data term are SVGP's: ``batch_size=B`` subsamples the plate ``"data"``, which scales the data term and
+  the latent KL by N/B; the guide draws the latents of the same rows (the model replays the guide's plate indices).
+* :class:`CollapsedGPLVM` (Gaussian likelihood, full batch) has no q(u) parameters: at each latent draw X it takes
+  Titsias' collapsed bound, whose q(u) is the optimal one for that X (thesis eq 4.12; :class:`SGPR`)::
+
+      L_c = E_{q(X)}[log N(Y | 0, σ² I + Q_XX) − Tr(K_XX − Q_XX) / (2σ²)] − Σ_n KL[q(x_n) ‖ p(x_n)].
+
+  The collapsed bound at X is at least the uncollapsed data term minus KL[q(u) ‖ p(u)] for every q(u) (it is
+  their maximum over q(u)) and at most log p(Y | X), so L ≤ L_c ≤ log p(Y). It is also at least Titsias &
+  Lawrence's Ψ-statistics bound, which shares one q(u) across q(X) (the expectation of a maximum is at least the
+  maximum of the expectation). Without an M × M q(u) per output to learn, it converges in far fewer steps (oil
+  flow in benchmarks/README.md).
 
 Initialise μ by :func:`pca_latents` (PCA of Y rescaled to unit variance per latent dimension, as the released
 code of Uhrenholt et al.); fix the noise with ``fixed=("likelihood.variance",)`` (their code fixes σ² = 0.01 on
 standardised Y).
 
-Sites: those of :class:`SVGP` (``"u"`` [D, M], param ``"Z"`` [M, Q] unless ``learn_Z=False``, plate ``"data"``,
-factor ``"y"``) plus the latent ``"X"`` [B, Q] in the plate and the guide params ``"X_loc"`` [N, Q] and
-``"X_scale"`` [N, Q] (positive).
+Sites: the latent ``"X"`` [B, Q] in the plate ``"data"`` and the guide params ``"X_loc"`` [N, Q] and ``"X_scale"``
+[N, Q] (positive), plus those of :class:`SVGP` (``"u"`` [D, M], param ``"Z"`` [M, Q] unless ``learn_Z=False``,
+factor ``"y"``) for :class:`BayesianGPLVM`, or those of :class:`SGPR` (factor ``"collapsed_bound"``) for
+:class:`CollapsedGPLVM`.
 """
 
 from __future__ import annotations
@@ -42,10 +55,11 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp import ops, validation
+from ppl_sparsegp import conditionals, ops, validation
 
 from ._base import _is_concrete
-from .svgp import SVGP
+from .sgpr import SGPR
+from .svgp import SVGP, data_plate
 
 Array = Any
 
@@ -77,28 +91,24 @@ def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
     return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
 
 
-@dataclass(eq=False)
-class BayesianGPLVM(SVGP):
-    """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q].
+@dataclass(eq=False, kw_only=True)
+class LatentInputs:
+    """The latent inputs of a GP-LVM (a mixin before :class:`SVGP` or :class:`SGPR`): p(x_n) = N(0, I_Q) and the
+    guide q(x_n) = N(μ_n, diag s_n²) over the N rows of Y.
 
-    Args (beyond :class:`SVGP`'s; ``num_latent`` must be D, ``whiten`` must stay False):
+    Args:
         X_init: initial latent means μ [N, Q] (e.g. :func:`pca_latents`); fixes N and Q.
         X_scale_init: initial latent standard deviation s (every n, q), > 0.
     """
 
     X_init: Array = None
     X_scale_init: float = 0.1
-    whiten: bool = False
 
     def __post_init__(self) -> None:
         if self.X_init is None:
             raise ValueError("X_init: expected initial latent means of shape [N, Q] (see pca_latents), got None")
         validation.check_inputs(self.X_init, x_name="X_init")
         validation.check_positive("X_scale_init", self.X_scale_init)
-        if self.whiten:
-            raise ValueError("whiten: BayesianGPLVM parameterises q(u) over u itself (unwhitened); pass whiten=False")
-        if self.num_data is not None:
-            raise ValueError("num_data: the latents are indexed by row, so minibatch through batch_size instead")
         super().__post_init__()
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
 
@@ -110,53 +120,28 @@ class BayesianGPLVM(SVGP):
     def latent_dim(self) -> int:
         return int(np.shape(self.X_init)[1])
 
-    def check_data(self, Y: Array | None = None, y: Array | None = None, *, init_params: Mapping | None = None) -> None:
-        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``).
-
-        Called as ``check_data(Y)`` by ``fit_svi`` and as ``check_data(None, Y)`` by the SVGP model body, whose
-        inputs are latent here. Traced values are skipped.
-        """
-        Y = y if Y is None else Y
+    def check_observations(self, Y: Array, num_columns: int | None = None) -> None:
+        """Eager checks of the observations Y [N, D]: N rows (those of ``X_init``) and, when given, ``num_columns``
+        columns. Traced values are skipped."""
         if _is_concrete(Y):
             validation.check_inputs(Y, x_name="Y")
-            if Y.ndim != 2 or Y.shape[0] != self.num_points or Y.shape[1] != self.num_latent:
+            columns = "D" if num_columns is None else num_columns
+            if Y.ndim != 2 or Y.shape[0] != self.num_points or (num_columns is not None and Y.shape[1] != num_columns):
                 raise ValueError(
-                    f"Y: expected shape [N, D] = [{self.num_points}, {self.num_latent}] (rows of X_init, "
-                    f"num_latent), got {Y.shape}"
+                    f"Y: expected shape [N, D] = [{self.num_points}, {columns}] (rows of X_init), got {Y.shape}"
                 )
-        super().check_data(jnp.asarray(self.X_init), init_params=init_params)
 
-    def model(self, Y: Array) -> None:
-        self._model(None, jnp.asarray(Y), None)
-
-    def guide(self, Y: Array) -> None:
-        self._guide(None)
-
-    def _batch_inputs(self, X: None, idx: Array | None) -> Array:
-        """The latent inputs of the batch rows, drawn from the prior N(0, I): [B, Q]."""
-        batch = self.num_points if idx is None else idx.shape[0]
+    def latent_prior(self, batch: int) -> Array:
+        """The model's site ``"X"``: latent inputs of ``batch`` rows from N(0, I), inside the plate -> [B, Q]."""
         zeros = jnp.zeros((batch, self.latent_dim), dtype=jnp.asarray(self.X_init).dtype)
         return numpyro.sample(LATENT_SITE, dist.Normal(zeros, 1.0).to_event(1))
 
-    def _guide(self, mask: Array | None) -> None:
-        super()._guide(mask)
+    def latent_guide(self) -> None:
+        """The guide's site ``"X"`` under q(X), over the rows of the ``"data"`` plate (a minibatch or all N)."""
         loc, scale = self.latent_parameters()
         with self._data_plate(self.num_points) as idx:
             batch = (loc, scale) if idx is None else (loc[idx], scale[idx])
             numpyro.sample(LATENT_SITE, dist.Normal(*batch).to_event(1))
-
-    def prior_initialisation(self) -> dict[str, Array]:
-        """Initial q(u_d) covariances S_d = Kmm at the initial kernel (q(u) = p(u) when m = 0), for ``init_params``.
-
-        The default S_d = I adds Kmnᵀ Kmm⁻¹ (I − Kmm) Kmm⁻¹ Kmn to every predictive variance of the unwhitened
-        parameterisation, which explodes when Kmm is ill-conditioned, as on a dense grid of candidates.
-        Returns ``{"u_scale_tril": [D, M, M]}`` (or ``{"u_scale": [D, M]}`` when ``q_diag``).
-        """
-        Kmm = self.kernel(jnp.asarray(self.Z))
-        if self.q_diag:
-            return {"u_scale": jnp.broadcast_to(jnp.sqrt(jnp.diag(Kmm)), (self.num_latent, self.num_inducing))}
-        shape = (self.num_latent, self.num_inducing, self.num_inducing)
-        return {"u_scale_tril": jnp.broadcast_to(ops.cholesky(Kmm), shape)}
 
     def latent_parameters(self) -> tuple[Array, Array]:
         """The guide's q(X) parameters as NumPyro params: (X_loc [N, Q], X_scale [N, Q] positive)."""
@@ -178,21 +163,115 @@ class BayesianGPLVM(SVGP):
         return jnp.sum(kl_divergence(q, dist.Normal(jnp.zeros_like(q.mean), 1.0).to_event(1)))
 
     def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
-        """Full-batch Monte Carlo estimate of the bound L (module docstring) with ``num_samples`` draws of X.
+        """Full-batch Monte Carlo estimate of the bound (module docstring) with ``num_samples`` draws of X.
 
-        Each draw X⁽ˢ⁾ = μ + s ⊙ ε⁽ˢ⁾ enters the SVGP bound at those inputs, Σ_n E_q[log p(y_n|f)] − KL[q(u)‖p(u)]
-        (:meth:`SVGP.elbo`); the latent KL is exact. Unbiased for L; scalar.
+        Each draw X⁽ˢ⁾ = μ + s ⊙ ε⁽ˢ⁾ enters the sparse GP's bound at those inputs (``elbo(params, X, Y)`` of the
+        next class in the MRO: :meth:`SVGP.elbo` or :meth:`SGPR.elbo`); the latent KL is exact. Unbiased; scalar.
         """
-        svgp_bound = super().elbo
+        bound_at = super().elbo
 
         @jax.jit
         def estimate(params: Mapping[str, Array], Y: Array, key: Array) -> Array:
             draws = self._q_latent(params).sample(key, (num_samples,))
-            bounds = jax.vmap(lambda X: svgp_bound(params, X, Y))(draws)
+            bounds = jax.vmap(lambda X: bound_at(params, X, Y))(draws)
             return jnp.mean(bounds) - self.kl_latent(params)
 
         return estimate(dict(params), jnp.asarray(Y), key)
 
+
+@dataclass(eq=False)
+class BayesianGPLVM(LatentInputs, SVGP):
+    """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q]; q(u) learned.
+
+    Args: those of :class:`LatentInputs` and :class:`SVGP` (``num_latent`` must be D, ``whiten`` must stay False).
+    """
+
+    whiten: bool = False
+
+    def __post_init__(self) -> None:
+        if self.whiten:
+            raise ValueError("whiten: BayesianGPLVM parameterises q(u) over u itself (unwhitened); pass whiten=False")
+        if self.num_data is not None:
+            raise ValueError("num_data: the latents are indexed by row, so minibatch through batch_size instead")
+        super().__post_init__()
+
+    def check_data(self, Y: Array | None = None, y: Array | None = None, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``).
+
+        Called as ``check_data(Y)`` by ``fit_svi`` and as ``check_data(None, Y)`` by the SVGP model body, whose
+        inputs are latent here. Traced values are skipped.
+        """
+        self.check_observations(y if Y is None else Y, self.num_latent)
+        super().check_data(jnp.asarray(self.X_init), init_params=init_params)
+
+    def model(self, Y: Array) -> None:
+        self._model(None, jnp.asarray(Y), None)
+
+    def guide(self, Y: Array) -> None:
+        self._guide(None)
+
+    def _batch_inputs(self, X: None, idx: Array | None) -> Array:
+        """The latent inputs of the batch rows, drawn from the prior N(0, I): [B, Q]."""
+        return self.latent_prior(self.num_points if idx is None else idx.shape[0])
+
+    def _guide(self, mask: Array | None) -> None:
+        super()._guide(mask)
+        self.latent_guide()
+
+    def prior_initialisation(self) -> dict[str, Array]:
+        """Initial q(u_d) covariances S_d = Kmm at the initial kernel (q(u) = p(u) when m = 0), for ``init_params``.
+
+        The default S_d = I adds Kmnᵀ Kmm⁻¹ (I − Kmm) Kmm⁻¹ Kmn to every predictive variance of the unwhitened
+        parameterisation, which explodes when Kmm is ill-conditioned, as on a dense grid of candidates.
+        Returns ``{"u_scale_tril": [D, M, M]}`` (or ``{"u_scale": [D, M]}`` when ``q_diag``).
+        """
+        Kmm = self.kernel(jnp.asarray(self.Z))
+        if self.q_diag:
+            return {"u_scale": jnp.broadcast_to(jnp.sqrt(jnp.diag(Kmm)), (self.num_latent, self.num_inducing))}
+        shape = (self.num_latent, self.num_inducing, self.num_inducing)
+        return {"u_scale_tril": jnp.broadcast_to(ops.cholesky(Kmm), shape)}
+
     def reconstruct(self, params: Mapping[str, Array]) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ)."""
         return self.predict_y(params, jnp.asarray(params[LATENT_LOC]))
+
+
+@dataclass(eq=False)
+class CollapsedGPLVM(LatentInputs, SGPR):
+    """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q]; q(u) collapsed.
+
+    Args: those of :class:`LatentInputs` and :class:`SGPR` (Gaussian likelihood; ``num_latent`` = D, the columns of
+    Y, which share the kernel and the noise). Full batch: the collapsed bound does not split over rows.
+    """
+
+    def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] and of initial hyperparameters (traced values skipped)."""
+        self.check_observations(Y)
+        super().check_data(jnp.asarray(self.X_init), init_params=init_params)
+
+    def model(self, Y: Array) -> None:
+        Y = jnp.asarray(Y)
+        self.check_data(Y)
+        kernel, likelihood = self._hyper_model()
+        Z = self.inducing_inputs()
+        with self._data_plate(self.num_points):
+            X = self.latent_prior(self.num_points)
+        numpyro.factor("collapsed_bound", self.collapsed_bound(kernel, likelihood, Z, X, Y))
+
+    def guide(self, Y: Array) -> None:
+        self._hyper_guide()
+        self.latent_guide()
+
+    @staticmethod
+    def collapsed_bound(kernel, likelihood, Z: Array, X: Array, Y: Array) -> Array:
+        """Titsias' bound log N(Y | 0, σ²I + Q_XX) − Tr(K_XX − Q_XX)/(2σ²) at latent inputs X [N, Q] (scalar)."""
+        return conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), Y, likelihood.variance)
+
+    def _data_plate(self, n: int):
+        return data_plate(n, None, None)
+
+    def reconstruct(self, params: Mapping[str, Array], Y: Array) -> tuple[Array, Array]:
+        """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]), with the collapsed q(u) optimal
+        for Y at X = μ (``predict_y`` of :class:`SGPR` with training inputs μ)."""
+        mu = jnp.asarray(params[LATENT_LOC])
+        return self.predict_y(params, mu, X=mu, y=jnp.asarray(Y))

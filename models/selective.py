@@ -137,6 +137,9 @@ def base_fields(obj: Any, base: type) -> dict[str, Any]:
 class SelectiveSGPR(SubsetSelection, SGPR):
     """SGPR over a random subset of the K candidates ``Z`` [K, D] (collapsed bound per subset)."""
 
+    pruned_class: ClassVar[type[SGPR]] = SGPR
+    """The ordinary model :meth:`prune` returns (a subclass sets its own, e.g. a GP-LVM)."""
+
     def model(self, X: Array, y: Array) -> None:
         self.check_data(X, y)
         kernel, likelihood = self._hyper_model()
@@ -162,10 +165,11 @@ class SelectiveSGPR(SubsetSelection, SGPR):
         return self._bound(kernel, likelihood, Z, jnp.asarray(mask, dtype=Z.dtype), X, y)
 
     def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SGPR, dict[str, Array]]:
-        """An ordinary SGPR on the candidates in ``mask`` [K] and its parameters (fitted values carried over)."""
+        """An ordinary ``pruned_class`` on the candidates in ``mask`` [K] and its parameters (fitted values kept)."""
         index = self._selected(mask)
         sparse = self._sparse_gp_params(params, index)
-        model = SGPR(**{**base_fields(self, SGPR), "Z": np.asarray(sparse["Z"])})
+        pruned = self.pruned_class
+        model = pruned(**{**base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
         return model, sparse
 
 

@@ -1,4 +1,4 @@
-"""Bayesian GP-LVM: its bound against the SVGP ELBO and closed-form KLs, minibatch plumbing, unbiasedness, errors."""
+"""Bayesian GP-LVMs: bounds against the SVGP / SGPR ones and closed-form KLs, minibatches, unbiasedness, errors."""
 
 import jax
 import jax.numpy as jnp
@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, pca_latents
+from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 
+from ppl_sparsegp import conditionals
 from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.likelihoods import Bernoulli, Gaussian
 
 N, D, Q, M = 30, 3, 2, 5
 
@@ -168,3 +170,70 @@ def test_prior_initialisation_starts_q_u_at_the_prior(setup):
     elbo = float(jax.jit(svgp.elbo)(at_prior, np.zeros((1, Q)), np.zeros((1, D))))
     data_only = float(jax.jit(svgp.pointwise_log_likelihood)(at_prior, np.zeros((1, Q)), np.zeros((1, D))).sum())
     np.testing.assert_allclose(elbo - data_only, 0.0, atol=1e-5)  # the KL term vanishes
+
+
+def collapsed_fields(common):
+    """CollapsedGPLVM takes SGPR's fields: no num_latent (Y's columns share the kernel and the noise)."""
+    return {k: v for k, v in common.items() if k != "num_latent"}
+
+
+def test_collapsed_bound_with_point_mass_latents_is_the_sgpr_bound_at_those_inputs_minus_the_latent_kl(setup):
+    """X_scale → 0 with X_loc = X: the collapsed model/guide bound equals Titsias' bound at X (SGPR, same Z and
+    hyperparameters) minus the closed-form latent KL; the guide has no q(u)."""
+    Y, common, params = setup
+    params = {**params, "X_scale": jnp.full((N, Q), 1e-9)}
+    gplvm = CollapsedGPLVM(**collapsed_fields(common), X_init=np.asarray(params["X_loc"]))
+    X = np.asarray(params["X_loc"])
+    sgpr = SGPR(**collapsed_fields(common))
+    expected = float(jax.jit(sgpr.elbo)(params, X, Y)) - closed_form_latent_kl(X, params["X_scale"])
+    bound = float(jax.jit(lambda key: negative_loss(gplvm, params, Y, key))(jax.random.PRNGKey(0)))
+    np.testing.assert_allclose(bound, expected, rtol=1e-9)
+    guide_params = handlers.trace(handlers.seed(gplvm.guide, 0)).get_trace(Y)
+    assert {"u", "u_loc", "u_scale_tril"}.isdisjoint(guide_params) and {"X", "X_loc", "X_scale"} <= set(guide_params)
+
+
+def test_collapsed_bound_is_the_uncollapsed_bound_maximised_over_q_u_for_each_latent_draw(setup):
+    """For the same draws of X, the collapsed estimate exceeds the uncollapsed one at any q(u), and equals it at
+    the optimal q(u) of Titsias' bound when q(X) is a point mass (one draw, X = μ)."""
+    Y, common, params = setup
+    gplvm = BayesianGPLVM(**common, X_init=np.asarray(params["X_loc"]))
+    collapsed = CollapsedGPLVM(**collapsed_fields(common), X_init=np.asarray(params["X_loc"]))
+    key = jax.random.PRNGKey(3)
+    assert float(collapsed.elbo(params, Y, key, 16)) > float(gplvm.elbo(params, Y, key, 16))
+    point = {**params, "X_scale": jnp.full((N, Q), 1e-9)}
+    X = jnp.asarray(point["X_loc"])
+    kernel = RBF(variance=1.3, lengthscale=np.array([0.8, 1.4]))
+    Z = jnp.asarray(common["Z"])
+    q_mu, q_sqrt = conditionals.sgpr_optimal_qu(kernel(Z, X), kernel(Z), jnp.asarray(Y), 0.2, whiten=False)
+    optimal = {**point, "u_loc": q_mu, "u_scale_tril": q_sqrt}
+    np.testing.assert_allclose(
+        float(gplvm.elbo(optimal, Y, key, 1)), float(collapsed.elbo(point, Y, key, 1)), rtol=1e-8
+    )
+
+
+def test_collapsed_reconstruction_is_the_sgpr_prediction_at_the_latent_means(setup):
+    Y, common, params = setup
+    collapsed = CollapsedGPLVM(**collapsed_fields(common), X_init=np.asarray(params["X_loc"]))
+    X = jnp.asarray(params["X_loc"])
+    mean, var = collapsed.reconstruct(params, Y)
+    expected_mean, expected_var = SGPR(**collapsed_fields(common)).predict_y(params, X, X=X, y=jnp.asarray(Y))
+    assert mean.shape == var.shape == (N, D)
+    np.testing.assert_allclose(mean, expected_mean, rtol=1e-10)
+    np.testing.assert_allclose(var, expected_var, rtol=1e-10)
+
+
+def test_collapsed_bad_input_names_the_argument(setup):
+    Y, common, params = setup
+    X0 = np.asarray(params["X_loc"])
+    fields = collapsed_fields(common)
+    with pytest.raises(ValueError, match="X_init"):
+        CollapsedGPLVM(**fields)
+    with pytest.raises(ValueError, match="X_init"):
+        CollapsedGPLVM(**fields, X_init=X0[:, :1])
+    with pytest.raises(ValueError, match="likelihood"):
+        CollapsedGPLVM(**{**fields, "likelihood": Bernoulli()}, X_init=X0)
+    gplvm = CollapsedGPLVM(**fields, X_init=X0)
+    with pytest.raises(ValueError, match=r"Y: expected shape \[N, D\] = \[30, D\]"):
+        gplvm.check_data(Y[:20])
+    with pytest.raises(ValueError, match="Y"):
+        gplvm.check_data(np.where(Y > 0, np.inf, Y))

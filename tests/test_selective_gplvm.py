@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, pca_latents
+from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.selective import INCLUSION_PARAM
 from ppl_sparsegp.models.selective_gplvm import (
+    SelectiveCollapsedGPLVM,
     SelectiveGPLVM,
     fit_selective_gplvm,
     gplvm_on_grid,
@@ -91,6 +92,56 @@ def test_masked_bound_equals_the_pruned_models_bound_for_the_same_latent_draws(s
     np.testing.assert_allclose(float(masked(scrambled)), expected, rtol=1e-9)
 
 
+def test_collapsed_masked_bound_equals_the_pruned_collapsed_models_bound_for_the_same_latent_draw(data):
+    """The collapsed L(s) (mask and latent draw fixed) is Titsias' bound of the CollapsedGPLVM on the selected grid
+    points; the prune keeps q(X) and the hyperparameters and has no q(u) to carry."""
+    grid = latent_grid(SIZE, latents=pca_latents(data, Q))
+    model = gplvm_on_grid(data, grid, alpha=0.5, noise_variance=0.1, bound="collapsed")
+    assert isinstance(model, SelectiveCollapsedGPLVM)
+    rng = np.random.default_rng(5)
+    params = {
+        "kernel.variance": jnp.asarray(1.2),
+        "kernel.lengthscale": jnp.asarray([0.9, 1.3]),
+        "X_loc": jnp.asarray(model.X_init + 0.1 * rng.normal(size=(N, Q))),
+        "X_scale": jnp.asarray(rng.uniform(0.05, 0.3, size=(N, Q))),
+        INCLUSION_PARAM: jnp.asarray(rng.uniform(0.2, 0.8, size=K)),
+    }
+    mask = np.array([0, 1, 1, 0, 1, 0, 1, 1, 0], dtype=float)
+    pruned, pruned_params = model.prune(params, mask)
+    assert type(pruned) is CollapsedGPLVM and set(pruned_params) == set(params) - {INCLUSION_PARAM} | {"Z"}
+    np.testing.assert_allclose(pruned.Z, grid[mask == 1])
+    draw = jnp.asarray(np.asarray(params["X_loc"]) + np.asarray(params["X_scale"]) * rng.normal(size=(N, Q)))
+
+    def bound(m, p, fixed):
+        fix = {"X": draw, **fixed}
+        model_fn, guide_fn = handlers.substitute(m.model, data=fix), handlers.substitute(m.guide, data=fix)
+        return -TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), p, model_fn, guide_fn, jnp.asarray(data))
+
+    masked = float(jax.jit(lambda p: bound(model, p, {"inclusion": jnp.asarray(mask)}))(params))
+    expected = float(jax.jit(lambda p: bound(pruned, p, {}))(pruned_params))
+    np.testing.assert_allclose(masked + float(model.kl_selection(params)), expected, rtol=1e-9)
+
+
+def test_collapsed_fit_trains_jointly_and_prunes_to_a_collapsed_gplvm(data):
+    fit = fit_selective_gplvm(
+        data, grid_size=3, alpha=0.5, steps=6, pre_steps=3, record_every=3, key=1, prune=True, bound="collapsed"
+    )
+    assert isinstance(fit.model, SelectiveCollapsedGPLVM) and type(fit.pruned) is CollapsedGPLVM
+    assert not any(name.startswith("u_") for name in fit.params)
+    for name, value in {"kernel.variance": 1.0, "kernel.lengthscale": 1.0, "X_scale": 0.1}.items():
+        assert np.all(np.isfinite(fit.params[name])) and not np.allclose(fit.params[name], value), name
+    assert fit.pre_losses.shape == (3,) and fit.losses.shape == (6,) and np.all(np.isfinite(fit.losses))
+    assert not np.allclose(fit.inclusion_probs, 0.5)
+    key = jax.random.PRNGKey(0)
+    np.testing.assert_allclose(
+        float(fit.model.subset_bound(fit.params, data, fit.mask, key, 4)),
+        float(fit.pruned.elbo(fit.pruned_params, data, key, 4)),
+        rtol=1e-12,
+    )
+    mean, _ = fit.pruned.reconstruct(fit.pruned_params, data)
+    assert mean.shape == (N, D)
+
+
 @pytest.mark.slow
 def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prunes(data):
     """Joint training (paper §5.3): λ, latents, kernel and q(u) all move in one run; the grid stays fixed."""
@@ -146,6 +197,8 @@ def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
         ({"extent": [[0.0, 1.0]]}, "extent"),
         ({"key": "seed"}, "key"),
         ({"prune": "yes"}, "prune"),
+        ({"bound": "psi"}, "bound"),
+        ({"bound": "collapsed", "batch_size": 10}, "batch_size"),
     ],
 )
 def test_bad_arguments_fail_before_compiling_and_name_the_argument(data, kwargs, name):
@@ -161,14 +214,15 @@ def test_bad_data_is_rejected(data):
 
 
 @pytest.mark.slow
-def test_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents():
+@pytest.mark.parametrize("bound", ["uncollapsed", "collapsed"])
+def test_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents(bound):
     """Spec check B7 in small: 80 points on a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps."""
     rng = np.random.default_rng(0)
     t = rng.uniform(-2, 2, size=(80, 2))
     features = (np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1], np.tanh(t[:, 0] - t[:, 1]))
     Y = np.stack(features, axis=1) + 0.05 * rng.normal(size=(80, 4))
     Y = (Y - Y.mean(axis=0)) / Y.std(axis=0)
-    fit = fit_selective_gplvm(Y, grid_size=8, steps=300, record_every=100, key=0, prune=True)
+    fit = fit_selective_gplvm(Y, grid_size=8, steps=300, record_every=100, key=0, prune=True, bound=bound)
     counts = fit.inclusion_trace.sum(axis=1)
     assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
     assert 1 <= fit.mask.sum() < 32
