@@ -23,13 +23,13 @@ Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInpu
 * :class:`CollapsedGPLVM` (Gaussian likelihood, full batch) has no q(u) parameters: at each latent draw X it takes
   Titsias' collapsed bound, whose q(u) is the optimal one for that X (thesis eq 4.12; :class:`SGPR`)::
 
-      L_c = E_{q(X)}[log N(Y | 0, σ² I + Q_XX) − Tr(K_XX − Q_XX) / (2σ²)] − Σ_n KL[q(x_n) ‖ p(x_n)].
+      L_c = E_{q(X)}[Σ_d log N(y_d | 0, σ² I + Q_XX) − D Tr(K_XX − Q_XX) / (2σ²)] − Σ_n KL[q(x_n) ‖ p(x_n)].
 
   The collapsed bound at X is at least the uncollapsed data term minus KL[q(u) ‖ p(u)] for every q(u) (it is
   their maximum over q(u)) and at most log p(Y | X), so L ≤ L_c ≤ log p(Y). It is also at least Titsias &
   Lawrence's Ψ-statistics bound, which shares one q(u) across q(X) (the expectation of a maximum is at least the
-  maximum of the expectation). Without an M × M q(u) per output to learn, it converges in far fewer steps (oil
-  flow in benchmarks/README.md).
+  maximum of the expectation). Without an M × M q(u) per output to learn, it converges in far fewer steps (the
+  oil-flow GP-LVM section of benchmarks/README.md).
 
 Initialise μ by :func:`pca_latents` (PCA of Y rescaled to unit variance per latent dimension, as the released
 code of Uhrenholt et al.); fix the noise with ``fixed=("likelihood.variance",)`` (their code fixes σ² = 0.01 on
@@ -43,7 +43,7 @@ factor ``"y"``) for :class:`BayesianGPLVM`, or those of :class:`SGPR` (factor ``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,9 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp import ops, validation
+from ppl_sparsegp.kernels import Kernel
+from ppl_sparsegp.likelihoods import Gaussian
 
 from ._base import _is_concrete
 from .sgpr import SGPR
@@ -231,8 +233,10 @@ class BayesianGPLVM(LatentInputs, SVGP):
         shape = (self.num_latent, self.num_inducing, self.num_inducing)
         return {"u_scale_tril": jnp.broadcast_to(ops.cholesky(Kmm), shape)}
 
-    def reconstruct(self, params: Mapping[str, Array]) -> tuple[Array, Array]:
-        """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ)."""
+    def reconstruct(self, params: Mapping[str, Array], Y: Array | None = None) -> tuple[Array, Array]:
+        """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a
+        fitted parameter here, so Y is not needed; it is accepted for the signature of
+        :meth:`CollapsedGPLVM.reconstruct`."""
         return self.predict_y(params, jnp.asarray(params[LATENT_LOC]))
 
 
@@ -240,8 +244,8 @@ class BayesianGPLVM(LatentInputs, SVGP):
 class CollapsedGPLVM(LatentInputs, SGPR):
     """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q]; q(u) collapsed.
 
-    Args: those of :class:`LatentInputs` and :class:`SGPR` (Gaussian likelihood; ``num_latent`` = D, the columns of
-    Y, which share the kernel and the noise). Full batch: the collapsed bound does not split over rows.
+    Args: those of :class:`LatentInputs` and :class:`SGPR` (Gaussian likelihood; the D columns of Y share the kernel
+    and the noise, so there is no ``num_latent``). Full batch: the collapsed bound does not split over rows.
     """
 
     def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
@@ -256,18 +260,18 @@ class CollapsedGPLVM(LatentInputs, SGPR):
         Z = self.inducing_inputs()
         with self._data_plate(self.num_points):
             X = self.latent_prior(self.num_points)
-        numpyro.factor("collapsed_bound", self.collapsed_bound(kernel, likelihood, Z, X, Y))
+        numpyro.factor("collapsed_bound", self.bound_at(kernel, likelihood, Z, X, Y))
 
     def guide(self, Y: Array) -> None:
         self._hyper_guide()
         self.latent_guide()
 
-    @staticmethod
-    def collapsed_bound(kernel, likelihood, Z: Array, X: Array, Y: Array) -> Array:
-        """Titsias' bound log N(Y | 0, σ²I + Q_XX) − Tr(K_XX − Q_XX)/(2σ²) at latent inputs X [N, Q] (scalar)."""
-        return conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), Y, likelihood.variance)
+    def bound_at(self, kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, Y: Array) -> Array:
+        """The data term at latent inputs X [N, Q]: Titsias' bound with every inducing input (a hook: the selective
+        model draws its subset here). Scalar."""
+        return self.collapsed_bound(kernel, likelihood, Z, X, Y)
 
-    def _data_plate(self, n: int):
+    def _data_plate(self, n: int) -> Iterator[None]:
         return data_plate(n, None, None)
 
     def reconstruct(self, params: Mapping[str, Array], Y: Array) -> tuple[Array, Array]:

@@ -7,21 +7,23 @@ guide of :mod:`models.selective` (spec §2, paper Eq. 2)::
     s ~ p_α(s) ∝ exp(−α |s|²),   q_λ(s) = Π_k Bernoulli(s_k | λ_k)
     ELBO = E_{q_λ(s)}[L(s)] − KL[q_λ ‖ p_α],
 
-where L(s) is the GP-LVM bound of :mod:`models.gplvm` (data term at reparameterised latent draws, closed-form
-KLs of q(u) and q(X)) with the candidates in s, evaluated by the masked construction of
-:mod:`ppl_sparsegp.inducing.masking` on one unwhitened q(u) over all K candidates. :class:`SelectiveGPLVM` is
-:class:`SelectiveSVGP`'s selection on :class:`BayesianGPLVM`'s model, so :meth:`prune` yields an ordinary
-BayesianGPLVM with the kept grid points. :class:`SelectiveCollapsedGPLVM` does the same for the collapsed bound of
-:class:`CollapsedGPLVM` (q(u) optimal for each subset and latent draw, through :class:`SelectiveSGPR`'s masked
-bound), which converges in far fewer steps.
+where L(s) is a GP-LVM bound of :mod:`models.gplvm` with the candidates in s, at reparameterised latent draws:
+
+* :class:`SelectiveGPLVM` (the paper's): the uncollapsed bound (closed-form KLs of q(u) and q(X)), evaluated by the
+  masked construction of :mod:`ppl_sparsegp.inducing.masking` on one unwhitened q(u) over all K candidates. It is
+  :class:`SelectiveSVGP`'s selection on :class:`BayesianGPLVM`'s model, so :meth:`prune` yields an ordinary
+  BayesianGPLVM with the kept grid points.
+* :class:`SelectiveCollapsedGPLVM`: Titsias' collapsed bound of the selected candidates (q(u) optimal for each
+  subset and latent draw; :class:`SelectiveSGPR`'s masked bound) on :class:`CollapsedGPLVM`'s model; it prunes to
+  a CollapsedGPLVM and converges in far fewer steps.
 
 :func:`fit_selective_gplvm` trains everything **jointly, without phases** (paper §5.3): λ by the score-function
 estimator (Adam 0.2), the latents, kernel, q(u) (and the noise, unless fixed) by their pathwise gradient (Adam
 0.01), recording λ along the way so one can watch grid points switch on as the latents move. With ``pre_steps``
 it first fits the GP-LVM on all K grid points and starts the joint phase from there, as the released demo does.
 
-Sites: those of :class:`BayesianGPLVM` and of :class:`models.selective.SubsetSelection` (``"inclusion"`` [K],
-``"inclusion_probs"`` [K]).
+Sites: those of the GP-LVM (:class:`BayesianGPLVM` or :class:`CollapsedGPLVM`) and of
+:class:`models.selective.SubsetSelection` (``"inclusion"`` [K], ``"inclusion_probs"`` [K]).
 """
 
 from __future__ import annotations
@@ -29,23 +31,30 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import optax
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.kernels import RBF, Kernel
 from ppl_sparsegp.likelihoods import Gaussian
 
 from .gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from .selective import INCLUSION_PARAM, SelectiveSGPR, SelectiveSVGP
-from .selective_fit import InclusionCounts, _check_rate, _check_steps, sample_subset, selection_optimizer
+from .selective_fit import (
+    BOUNDS,
+    InclusionCounts,
+    _check_choice,
+    _check_rate,
+    _check_steps,
+    sample_subset,
+    selection_optimizer,
+)
 
 Array = Any
 
@@ -134,20 +143,15 @@ class SelectiveCollapsedGPLVM(SelectiveLatentBounds, SelectiveSGPR, CollapsedGPL
 
     pruned_class: ClassVar[type[CollapsedGPLVM]] = CollapsedGPLVM
 
-    def model(self, Y: Array) -> None:
-        Y = jnp.asarray(Y)
-        self.check_data(Y)
-        kernel, likelihood = self._hyper_model()
-        Z = self.inducing_inputs()
-        mask = self.inclusion_model(Z.dtype)
-        with self._data_plate(self.num_points):
-            X = self.latent_prior(self.num_points)
-        numpyro.factor("collapsed_bound", self._bound(kernel, likelihood, Z, mask, X, Y))
+    model = CollapsedGPLVM.model  # not SelectiveSGPR's, which comes first in the MRO and reads (X, y)
 
     def guide(self, Y: Array) -> None:
-        self._hyper_guide()
-        self.latent_guide()
+        CollapsedGPLVM.guide(self, Y)
         self.inclusion_guide(jnp.asarray(self.Z).dtype)
+
+    def bound_at(self, kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, Y: Array) -> Array:
+        """The model's ``"inclusion"`` site s [K] and Titsias' bound with the candidates in s at X [N, Q]."""
+        return self._bound(kernel, likelihood, Z, self.inclusion_model(Z.dtype), X, Y)
 
 
 @dataclass
@@ -184,10 +188,6 @@ class SelectiveGPLVMFit(InclusionCounts):
         return np.asarray(self.params[INCLUSION_PARAM])
 
 
-BOUNDS = ("uncollapsed", "collapsed")
-"""The GP-LVM bounds :func:`gplvm_on_grid` builds: a learned q(u) (the paper's) or q(u) collapsed (see gplvm)."""
-
-
 def gplvm_on_grid(
     Y: Array,
     grid: Array,
@@ -196,7 +196,7 @@ def gplvm_on_grid(
     noise_variance: float | None = 0.01,
     latent_scale: float = 0.1,
     batch_size: int | None = None,
-    bound: str = "uncollapsed",
+    bound: Literal["collapsed", "uncollapsed"] = "uncollapsed",
     **selection: Any,
 ) -> BayesianGPLVM | CollapsedGPLVM:
     """The GP-LVM that :func:`fit_selective_gplvm` trains, with the grid's points as fixed inducing inputs.
@@ -208,7 +208,7 @@ def gplvm_on_grid(
     With ``selection`` (``alpha``, ``initial_inclusion``) it returns the selective model over the grid
     (:class:`SelectiveGPLVM` or :class:`SelectiveCollapsedGPLVM`); without, the GP-LVM using every grid point.
     """
-    check_bound(bound)
+    _check_choice("bound", bound, BOUNDS)
     if bound == "collapsed" and batch_size is not None:
         raise ValueError(f"batch_size: the collapsed bound is full-batch; expected None, got {batch_size!r}")
     Y = np.asarray(Y)
@@ -230,13 +230,6 @@ def gplvm_on_grid(
         return SelectiveCollapsedGPLVM(**common, **selection) if selection else CollapsedGPLVM(**common)
     common.update(num_latent=Y.shape[1], batch_size=batch_size)
     return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
-
-
-def check_bound(bound: str) -> str:
-    """``bound`` if it is one of :data:`BOUNDS`; a ValueError naming the argument otherwise."""
-    if bound not in BOUNDS:
-        raise ValueError(f"bound: expected one of {BOUNDS}, got {bound!r}")
-    return bound
 
 
 def initial_q_u(model: BayesianGPLVM | CollapsedGPLVM) -> dict[str, Array]:
@@ -261,7 +254,7 @@ def fit_selective_gplvm(
     learning_rate: float = 0.01,
     selection_learning_rate: float = 0.2,
     batch_size: int | None = None,
-    bound: str = "uncollapsed",
+    bound: Literal["collapsed", "uncollapsed"] = "uncollapsed",
     key: int | Array = 0,
     record_every: int = 10,
     prune: bool = False,
@@ -306,7 +299,7 @@ def fit_selective_gplvm(
         raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")
     if not isinstance(prune, bool):
         raise ValueError(f"prune: expected True or False, got {prune!r}")
-    check_bound(bound)
+    _check_choice("bound", bound, BOUNDS)
     loss = ScoreFunctionELBO(num_particles, baseline_decay=baseline_decay, pathwise=True)
     X_init = pca_latents(Y, latent_dim)
     grid = latent_grid(grid_size, extent=extent, latents=X_init)

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpyro
 
 from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Gaussian
 
 from ._base import GPModel, as_output_columns
@@ -46,8 +47,7 @@ class SGPR(GPModel):
         self.check_data(X, y)
         kernel, likelihood = self._hyper_model()
         Z = self.inducing_inputs()
-        bound = conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
-        numpyro.factor("collapsed_bound", bound)
+        numpyro.factor("collapsed_bound", self.collapsed_bound(kernel, likelihood, Z, X, y))
 
     def guide(self, X: Array, y: Array) -> None:
         self._hyper_guide()
@@ -56,6 +56,12 @@ class SGPR(GPModel):
         """The collapsed bound at fitted values (scalar)."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
+        return self.collapsed_bound(kernel, likelihood, Z, X, y)
+
+    @staticmethod
+    def collapsed_bound(kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, y: Array) -> Array:
+        """Titsias' bound (thesis eq 4.12) at inputs X [N, D] with inducing inputs Z [M, D] and targets y [N] or
+        [N, P]: Σ_p log N(y_p | 0, σ²I + Q_XX) − P Tr(K_XX − Q_XX)/(2σ²) (scalar)."""
         return conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
 
     def optimal_qu(

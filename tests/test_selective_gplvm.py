@@ -1,5 +1,7 @@
 """Selective GP-LVM: the latent grid, the masked bound against the pruned model, gradients, the fit, bad input."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +17,10 @@ from ppl_sparsegp.models.selective_gplvm import (
     gplvm_on_grid,
     latent_grid,
 )
+from ppl_sparsegp.models.sgpr import SGPR
+
+from ppl_sparsegp.kernels import RBF
+from ppl_sparsegp.likelihoods import Gaussian
 
 N, D, Q, SIZE = 30, 3, 2, 3
 K = SIZE**Q
@@ -120,6 +126,36 @@ def test_collapsed_masked_bound_equals_the_pruned_collapsed_models_bound_for_the
     masked = float(jax.jit(lambda p: bound(model, p, {"inclusion": jnp.asarray(mask)}))(params))
     expected = float(jax.jit(lambda p: bound(pruned, p, {}))(pruned_params))
     np.testing.assert_allclose(masked + float(model.kl_selection(params)), expected, rtol=1e-9)
+    # L(s) with point-mass latents: Titsias' bound of the selected grid points at μ, minus the latent KL
+    point = {**params, "X_scale": jnp.full((N, Q), 1e-9)}
+    kernel = RBF(variance=1.2, lengthscale=np.array([0.9, 1.3]))
+    titsias = SGPR.collapsed_bound(kernel, Gaussian(0.1), grid[mask == 1], point["X_loc"], jnp.asarray(data))
+    latent_kl = float(model.kl_latent(point))
+    subset = float(model.subset_bound(point, data, mask, jax.random.PRNGKey(1), 2))
+    np.testing.assert_allclose(subset, float(titsias) - latent_kl, rtol=1e-9)
+
+
+def test_selective_elbo_with_every_candidate_kept_is_the_all_grid_bound_minus_the_selection_kl(data):
+    """λ = 1: every draw keeps all K candidates, so E_q[L(s)] − KL[q_λ ‖ p_α] is the all-grid collapsed GP-LVM's
+    bound minus KL[q_λ ‖ p_α] = αK² + log C, C = Σ_n binom(K, n) exp(−α n²) (no entropy). Point-mass latents, so
+    that the two estimators' different latent draws coincide."""
+    alpha = 0.5
+    grid = latent_grid(SIZE, latents=pca_latents(data, Q))
+    selective = gplvm_on_grid(data, grid, alpha=alpha, noise_variance=0.1, bound="collapsed")
+    everything = gplvm_on_grid(data, grid, noise_variance=0.1, bound="collapsed")
+    params = {
+        "kernel.variance": jnp.asarray(0.8),
+        "kernel.lengthscale": jnp.asarray([1.1, 0.7]),
+        "X_loc": jnp.asarray(selective.X_init),
+        "X_scale": jnp.full((N, Q), 1e-9),
+        INCLUSION_PARAM: jnp.ones(K),
+    }
+    log_c = math.log(sum(math.comb(K, n) * math.exp(-alpha * n**2) for n in range(K + 1)))
+    kl = float(selective.kl_selection(params))
+    np.testing.assert_allclose(kl, alpha * K**2 + log_c, rtol=1e-9)
+    key = jax.random.PRNGKey(2)
+    expected = float(everything.elbo(params, data, key, 3)) - kl
+    np.testing.assert_allclose(float(selective.elbo(params, data, key, 3)), expected, rtol=1e-9)
 
 
 def test_collapsed_fit_trains_jointly_and_prunes_to_a_collapsed_gplvm(data):
