@@ -28,9 +28,11 @@ Sites: those of the GP-LVM (:class:`BayesianGPLVM` or :class:`CollapsedGPLVM`) a
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import jax
@@ -43,15 +45,18 @@ from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.kernels import RBF, Kernel
 from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.results import write_npz
 
 from .gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from .selective import INCLUSION_PARAM, SelectiveSGPR, SelectiveSVGP
 from .selective_fit import (
     BOUNDS,
     InclusionCounts,
+    PhaseCheckpoints,
     _check_choice,
     _check_rate,
     _check_steps,
+    phase_checkpoint,
     sample_subset,
     selection_optimizer,
 )
@@ -60,6 +65,9 @@ Array = Any
 
 GRID_MARGIN = 0.1
 """Default padding of the grid beyond the latents' range, as a fraction of that range per dimension."""
+
+TRACE_FILE = "selective_gplvm_trace.npz"
+"""The λ / latent-mean trace of :func:`fit_selective_gplvm` in its ``checkpoint_dir``."""
 
 
 def latent_grid(
@@ -259,6 +267,8 @@ def fit_selective_gplvm(
     record_every: int = 10,
     prune: bool = False,
     progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int = 100,
 ) -> SelectiveGPLVMFit:
     """Fit a GP-LVM whose inducing inputs are selected from a latent grid, everything jointly (paper §5.3).
 
@@ -282,6 +292,13 @@ def fit_selective_gplvm(
         record_every: steps between records of λ and the latent means.
         prune: draw one subset from the final q_λ and return the ordinary GP-LVM (of the same bound) on it.
         progress: show a progress bar.
+        checkpoint_dir: a folder for checkpoints (created), or None. The pre-training and the joint phase keep
+            their SVI states there as ``selective_pre.npz`` and ``selective_selection.npz`` (as
+            :func:`fit_selective`; written atomically every ``checkpoint_every`` steps, at the end and on Ctrl-C),
+            and the λ / latent trace as ``selective_gplvm_trace.npz`` after every record. Calling again with the
+            same arguments resumes and ends where an uninterrupted fit ends (the trace included; ``seconds`` then
+            counts only the resumed call). Delete the folder to start afresh after changing a setting.
+        checkpoint_every: steps between checkpoint writes within a phase (rounded up to whole records).
 
     Returns:
         A :class:`SelectiveGPLVMFit`.
@@ -300,6 +317,7 @@ def fit_selective_gplvm(
     if not isinstance(prune, bool):
         raise ValueError(f"prune: expected True or False, got {prune!r}")
     _check_choice("bound", bound, BOUNDS)
+    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
     loss = ScoreFunctionELBO(num_particles, baseline_decay=baseline_decay, pathwise=True)
     X_init = pca_latents(Y, latent_dim)
     grid = latent_grid(grid_size, extent=extent, latents=X_init)
@@ -320,6 +338,7 @@ def fit_selective_gplvm(
     fit_key, prune_key = jax.random.split(key)
 
     init_params = initial_q_u(model)
+    checkpoints.create()
     pre_losses = np.zeros(0)
     t0 = time.perf_counter()
     if pre_steps:
@@ -330,16 +349,30 @@ def fit_selective_gplvm(
         pre = fit_svi(
             everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
             key=jax.random.fold_in(key, 1), init_params=initial_q_u(everything), progress=progress,
+            **checkpoints.options("pre"),
         )  # fmt: skip
+        checkpoints.finished("pre", pre)
         init_params.update(pre.params)
         pre_losses = pre.losses
-    start = model.latent_means(init_params) if pre_steps else X_init
-    trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
+    trace_path = None if checkpoint_dir is None else Path(checkpoint_dir) / TRACE_FILE
+    if trace_path is not None and trace_path.exists() and phase_checkpoint(checkpoint_dir, "selection").exists():
+        with np.load(trace_path, allow_pickle=False) as stored:
+            trace_steps, inclusion, latents = (list(stored[name]) for name in ("steps", "inclusion", "latents"))
+    else:
+        start = model.latent_means(init_params) if pre_steps else X_init
+        trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
     def record(step: int, _: np.ndarray, params: dict[str, Array]) -> None:
+        while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
+            for trace in (trace_steps, inclusion, latents):
+                trace.pop()
         trace_steps.append(step)
         inclusion.append(np.asarray(params[INCLUSION_PARAM]))
         latents.append(model.latent_means(params))
+        if trace_path is not None:
+            write_npz(
+                trace_path, {"steps": trace_steps, "inclusion": np.stack(inclusion), "latents": np.stack(latents)}
+            )
 
     optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
     result = fit_svi(
@@ -354,6 +387,7 @@ def fit_selective_gplvm(
         steps_per_dispatch=record_every,
         callback=record,
         progress=progress,
+        **checkpoints.options("selection"),
     )
     seconds = time.perf_counter() - t0
     fit = SelectiveGPLVMFit(

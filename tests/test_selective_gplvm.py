@@ -11,6 +11,7 @@ from numpyro.infer import TraceMeanField_ELBO
 from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.selective import INCLUSION_PARAM
 from ppl_sparsegp.models.selective_gplvm import (
+    TRACE_FILE,
     SelectiveCollapsedGPLVM,
     SelectiveGPLVM,
     fit_selective_gplvm,
@@ -21,6 +22,7 @@ from ppl_sparsegp.models.sgpr import SGPR
 
 from ppl_sparsegp.kernels import RBF
 from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.results import write_npz
 
 N, D, Q, SIZE = 30, 3, 2, 3
 K = SIZE**Q
@@ -211,6 +213,45 @@ def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
     assert fit.losses.shape == (3,) and np.all(np.isfinite(fit.losses))
 
 
+def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends_trace_included(data, tmp_path):
+    """Checkpoints: a fit stopped after 6 joint steps and called again for 12 equals one that ran 12 (parameters,
+    losses, λ and latent trace, pruned subset); trace records past the checkpoint, as a run killed between writing
+    its trace and its checkpoint leaves them, are replaced; a finished fit called again runs nothing."""
+    settings = {"grid_size": 3, "alpha": 0.5, "pre_steps": 3, "record_every": 3, "key": 1, "prune": True}
+    settings.update(bound="collapsed", checkpoint_every=3)
+    whole = fit_selective_gplvm(data, steps=12, **settings)
+    fit_selective_gplvm(data, steps=6, checkpoint_dir=tmp_path, **settings)
+    trace = tmp_path / TRACE_FILE
+    with np.load(trace) as stored:
+        ahead = {name: np.asarray(stored[name]) for name in ("steps", "inclusion", "latents")}
+    np.testing.assert_array_equal(ahead["steps"], [0, 3, 6])
+    write_npz(
+        trace,
+        {
+            "steps": np.append(ahead["steps"], 9),
+            "inclusion": np.concatenate([ahead["inclusion"], np.zeros((1, K))]),
+            "latents": np.concatenate([ahead["latents"], np.zeros((1, N, Q))]),
+        },
+    )
+    resumed = fit_selective_gplvm(data, steps=12, checkpoint_dir=tmp_path, **settings)
+    again = fit_selective_gplvm(data, steps=12, checkpoint_dir=tmp_path, **settings)
+    for fit in (resumed, again):
+        np.testing.assert_array_equal(fit.trace_steps, [0, 3, 6, 9, 12])
+        np.testing.assert_allclose(fit.inclusion_trace, whole.inclusion_trace, rtol=1e-12)
+        np.testing.assert_allclose(fit.latent_trace, whole.latent_trace, rtol=1e-12)
+        np.testing.assert_allclose(fit.losses, whole.losses, rtol=1e-12)
+        np.testing.assert_array_equal(fit.mask, whole.mask)
+        for name, value in whole.params.items():
+            np.testing.assert_allclose(fit.params[name], value, rtol=1e-12, err_msg=name)
+
+
+def test_a_file_as_checkpoint_folder_is_refused(data, tmp_path):
+    taken = tmp_path / "file"
+    taken.write_text("")
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        fit_selective_gplvm(data, checkpoint_dir=taken)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [
@@ -235,6 +276,7 @@ def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
         ({"prune": "yes"}, "prune"),
         ({"bound": "psi"}, "bound"),
         ({"bound": "collapsed", "batch_size": 10}, "batch_size"),
+        ({"checkpoint_every": 0}, "checkpoint_every"),
     ],
 )
 def test_bad_arguments_fail_before_compiling_and_name_the_argument(data, kwargs, name):

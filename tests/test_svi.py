@@ -120,6 +120,24 @@ def test_early_stopping_and_callback_stop_the_run(rng):
     assert res.stopped_early and len(res.losses) == 300
 
 
+def test_callback_runs_before_its_steps_checkpoint_and_a_stop_writes_one(rng, tmp_path):
+    """Whatever a callback stores at step s is never behind the checkpoint (it runs before the checkpoint of s is
+    written), and a run stopped by its callback leaves a checkpoint at the stopping step."""
+    y = jnp.asarray(rng.normal(3.0, 1.0, 50))
+    ckpt = tmp_path / "run.npz"
+    seen = []
+
+    def look(step, losses, params):
+        seen.append((step, int(np.load(ckpt)["step"]) if ckpt.exists() else None))
+        return step >= 250
+
+    common = dict(optimizer=optax.adam(0.1), num_steps=1000, progress=False, steps_per_dispatch=50)
+    res = fit_svi(_normal_model, _normal_guide, y, callback=look, checkpoint=ckpt, checkpoint_every=100, **common)
+    assert res.stopped_early and len(res.losses) == 250
+    assert seen == [(50, None), (100, None), (150, 100), (200, 100), (250, 200)]
+    assert int(np.load(ckpt)["step"]) == 250
+
+
 def test_continuing_from_a_state_equals_one_long_run(rng):
     y = jnp.asarray(rng.normal(3.0, 1.0, 50))
     kw = dict(optimizer=optax.adam(0.05), progress=False, steps_per_dispatch=100)

@@ -139,7 +139,8 @@ def fit_svi(
         loss: the ELBO (default ``TraceMeanField_ELBO()``, which uses closed-form KLs where registered).
         steps_per_dispatch: steps per compiled ``lax.scan`` chunk.
         progress: show a progress bar with the running loss.
-        callback: ``callback(step, chunk_losses, params)`` after every chunk; returning True stops the run.
+        callback: ``callback(step, chunk_losses, params)`` after every chunk, before that chunk's checkpoint is
+            written; returning True stops the run (and writes the checkpoint).
         early_stopping: stop on a loss plateau (see :class:`EarlyStopping`).
         checkpoint: path of an ``.npz`` checkpoint to resume from and write to.
         checkpoint_every: steps between checkpoint writes (rounded up to whole chunks).
@@ -211,10 +212,13 @@ def fit_svi(
             mean_loss = float(np.mean(chunk_losses))
             bar.update(length)
             bar.set_postfix(loss=f"{mean_loss:.4g}")
-            if checkpoint is not None and (since_checkpoint >= checkpoint_every or done >= num_steps):
+            # The callback runs before this step's checkpoint is written, so what it stores (e.g. a trace beside the
+            # checkpoint) is never behind the checkpoint that a killed run resumes from.
+            stop = callback is not None and bool(callback(done, chunk_losses, svi.get_params(state)))
+            if checkpoint is not None and (since_checkpoint >= checkpoint_every or done >= num_steps or stop):
                 save_checkpoint(checkpoint, state, done, np.concatenate(history))
                 since_checkpoint = 0
-            if callback is not None and callback(done, chunk_losses, svi.get_params(state)):
+            if stop:
                 stopped = True
                 break
             if early_stopping is not None:
