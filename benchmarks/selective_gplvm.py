@@ -35,7 +35,9 @@ The paper's experiment (qPCR, Fig. 7) is qualitative; this one applies its proto
   3 classes on the latent means (also for the PCA initialisation).
 
 Output: ``benchmarks/results/selective_gplvm.json`` (rewritten atomically after every seed) and a figure
-``benchmarks/results/selective_gplvm.png`` (latent means by class, grid points sized by λ, first seed run).
+``benchmarks/results/selective_gplvm.png`` (latent means by class, grid points sized by λ, first seed run). Each
+seed checkpoints to ``results/selective_gplvm_runs/checkpoints/<output name>_seed<seed>/``, so the same command
+resumes a killed seed; delete that folder after changing a setting.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_gplvm.json"
 QUICK_RESULTS = ROOT / "results" / "selective_gplvm_runs" / "quick.json"
+CHECKPOINTS = ROOT / "results" / "selective_gplvm_runs" / "checkpoints"
 
 SETTINGS = {
     "latent_dim": 2,
@@ -136,13 +139,22 @@ def placement(fit: SelectiveGPLVMFit) -> dict:
 
 
 def run_seed(
-    seed: int, Y: np.ndarray, labels: np.ndarray, settings: dict, epochs: int, pre_steps: int, figure: Path | None
+    seed: int,
+    Y: np.ndarray,
+    labels: np.ndarray,
+    settings: dict,
+    epochs: int,
+    pre_steps: int,
+    figure: Path | None,
+    checkpoints: Path,
 ) -> dict:
     """Fit the selective GP-LVM and the all-grid baseline (pre_steps + epochs steps) from the same initialisation,
-    both with ``settings`` (:data:`SETTINGS` with the noise variance of the command line)."""
+    both with ``settings`` (:data:`SETTINGS` with the noise variance of the command line); both checkpoint to the
+    folder ``checkpoints``, so a killed seed resumes."""
     fit = fit_selective_gplvm(
-        Y, **settings, steps=epochs, pre_steps=pre_steps, key=seed, record_every=RECORD_EVERY, prune=True
-    )
+        Y, **settings, steps=epochs, pre_steps=pre_steps, key=seed, record_every=RECORD_EVERY, prune=True,
+        checkpoint_dir=checkpoints,
+    )  # fmt: skip
     eval_key = jax.random.PRNGKey(10_000 + seed)
     selective_elbo = float(fit.model.elbo(fit.params, Y, eval_key, ELBO_DRAWS))
     pruned_elbo = float(fit.pruned.elbo(fit.pruned_params, Y, eval_key, ELBO_DRAWS))
@@ -153,6 +165,7 @@ def run_seed(
     base = fit_svi(
         baseline.model, baseline.guide, Y, optimizer=optax.adam(settings["learning_rate"]),
         num_steps=pre_steps + epochs, key=seed, init_params=initial_q_u(baseline), progress=False,
+        checkpoint=checkpoints / "all_grid.npz",
     )  # fmt: skip
     base_seconds = time.perf_counter() - t0
     baseline_elbo = float(baseline.elbo(base.params, Y, eval_key, ELBO_DRAWS))
@@ -287,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         if has_cell(path, str(seed), section="runs"):
             continue
         figure = path.with_suffix(".png") if seed == args.seeds[0] and not args.quick else None
-        record = run_seed(seed, Y, labels, model_settings, epochs, args.pre_steps, figure)
+        checkpoints = CHECKPOINTS / f"{path.stem}_seed{seed}"
+        record = run_seed(seed, Y, labels, model_settings, epochs, args.pre_steps, figure, checkpoints)
         print(seed, {k: record[k] for k in ("expected_count", "sampled_count", "jaccard_epoch_50_vs_end")})
         add_cell(path, str(seed), record, settings, section="runs", summarise=summarise)
     if path.exists():
