@@ -159,12 +159,14 @@ def test_bad_data_and_whitening_are_refused():
 def test_fit_keeps_fewer_points_under_a_stronger_prior(rng):
     X = rng.uniform(-3, 3, size=(300, 1))
     y = np.sign(np.sin(2 * X[:, 0])) + 0.05 * rng.normal(size=300)
-    schedule = {"candidates": 20, "pre_steps": 500, "selection_steps": 200, "post_steps": 100, "batch_size": 100}
+    # 1000 pre-training steps: after 500 the square wave's fit (training RMSE < 0.5 below) depends on the machine
+    schedule = {"candidates": 20, "pre_steps": 1000, "selection_steps": 200, "post_steps": 100, "batch_size": 100}
     weak = fit_selective_deep(X, y, alpha=1e-3, **schedule, key=1)
     strong = fit_selective_deep(
         X, y, alpha=[20.0, 20.0], init_params=weak.pretrained_params, **schedule | {"pre_steps": 0}, key=1
     )
-    assert sum(strong.expected_counts) + 10 < sum(weak.expected_counts)
+    # α = 20 per point leaves about nothing; α = 1e-3 keeps what the data term asks for (8-20 of 40, by machine)
+    assert sum(strong.expected_counts) < 2 and sum(strong.expected_counts) < 0.25 * sum(weak.expected_counts)
     assert sum(strong.selected_counts) < sum(weak.selected_counts)
     assert all(c >= 1 for c in strong.selected_counts)
     assert weak.model.num_inducing == weak.selected_counts
