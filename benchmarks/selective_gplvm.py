@@ -67,7 +67,6 @@ from ppl_sparsegp.models.selective_gplvm import (  # noqa: E402
     SelectiveGPLVMFit,
     fit_selective_gplvm,
     gplvm_on_grid,
-    initial_q_u,
 )
 from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
 
@@ -164,7 +163,7 @@ def run_seed(
     t0 = time.perf_counter()
     base = fit_svi(
         baseline.model, baseline.guide, Y, optimizer=optax.adam(settings["learning_rate"]),
-        num_steps=pre_steps + epochs, key=seed, init_params=initial_q_u(baseline), progress=False,
+        num_steps=pre_steps + epochs, key=seed, init_params=baseline.initial_params(), progress=False,
         checkpoint=checkpoints / "all_grid.npz",
     )  # fmt: skip
     base_seconds = time.perf_counter() - t0

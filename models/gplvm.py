@@ -114,6 +114,11 @@ class LatentInputs:
         super().__post_init__()
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
 
+    def initial_params(self) -> dict[str, Array]:
+        """Initial values for :func:`fit_svi`'s ``init_params`` beyond the defaults: none here (a collapsed q(u)
+        has no parameters); :class:`BayesianGPLVM` starts its learned q(u) at the prior."""
+        return {}
+
     @property
     def num_points(self) -> int:
         return int(np.shape(self.X_init)[0])
@@ -232,6 +237,10 @@ class BayesianGPLVM(LatentInputs, SVGP):
             return {"u_scale": jnp.broadcast_to(jnp.sqrt(jnp.diag(Kmm)), (self.num_latent, self.num_inducing))}
         shape = (self.num_latent, self.num_inducing, self.num_inducing)
         return {"u_scale_tril": jnp.broadcast_to(ops.cholesky(Kmm), shape)}
+
+    def initial_params(self) -> dict[str, Array]:
+        """q(u) = p(u) at the initial kernel (:meth:`prior_initialisation`), for :func:`fit_svi`'s ``init_params``."""
+        return dict(self.prior_initialisation())
 
     def reconstruct(self, params: Mapping[str, Array], Y: Array | None = None) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a

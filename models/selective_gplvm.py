@@ -240,11 +240,6 @@ def gplvm_on_grid(
     return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
 
 
-def initial_q_u(model: BayesianGPLVM | CollapsedGPLVM) -> dict[str, Array]:
-    """Initial values for :func:`fit_svi`: q(u) = p(u) for a learned q(u), nothing for a collapsed one."""
-    return dict(model.prior_initialisation()) if isinstance(model, BayesianGPLVM) else {}
-
-
 def fit_selective_gplvm(
     Y: Array,
     *,
@@ -337,7 +332,7 @@ def fit_selective_gplvm(
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     fit_key, prune_key = jax.random.split(key)
 
-    init_params = initial_q_u(model)
+    init_params = model.initial_params()
     checkpoints.create()
     pre_losses = np.zeros(0)
     t0 = time.perf_counter()
@@ -348,7 +343,7 @@ def fit_selective_gplvm(
         )  # fmt: skip
         pre = fit_svi(
             everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
-            key=jax.random.fold_in(key, 1), init_params=initial_q_u(everything), progress=progress,
+            key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
             **checkpoints.options("pre"),
         )  # fmt: skip
         checkpoints.finished("pre", pre)

@@ -156,12 +156,14 @@ def test_bad_input_names_the_argument(setup):
         pca_latents(Y, 4)
 
 
-def test_prior_initialisation_starts_q_u_at_the_prior(setup):
+def test_initial_params_start_q_u_at_the_prior(setup):
     """S_d = Kmm and m_d = 0: KL[q(u) ‖ p(u)] = 0 and q(f(x)) is the prior N(0, k(x, x)) at any x."""
     Y, common, params = setup
     gplvm = BayesianGPLVM(**common, X_init=np.asarray(params["X_loc"]))
-    init = gplvm.prior_initialisation()
-    assert init["u_scale_tril"].shape == (D, M, M)
+    init = gplvm.initial_params()
+    assert set(init) == {"u_scale_tril"} and init["u_scale_tril"].shape == (D, M, M)
+    collapsed = CollapsedGPLVM(**collapsed_fields(common), X_init=np.asarray(params["X_loc"]))
+    assert collapsed.initial_params() == {}  # no q(u) parameters to start
     at_prior = {**params, "u_loc": jnp.zeros((D, M)), **init}  # at the initial kernel: variance 1.3
     mean, var = jax.jit(gplvm.predict_f)(at_prior, jnp.asarray(params["X_loc"]))
     np.testing.assert_allclose(mean, 0.0, atol=1e-12)
