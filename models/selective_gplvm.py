@@ -290,7 +290,7 @@ def fit_selective_gplvm(
         checkpoint_dir: a folder for checkpoints (created), or None. The pre-training and the joint phase keep
             their SVI states there as ``selective_pre.npz`` and ``selective_selection.npz`` (as
             :func:`fit_selective`; written atomically every ``checkpoint_every`` steps, at the end and on Ctrl-C),
-            and the λ / latent trace as ``selective_gplvm_trace.npz`` after every record. Calling again with the
+            and the λ / latent trace as ``selective_gplvm_trace.npz`` with each of them. Calling again with the
             same arguments resumes and ends where an uninterrupted fit ends (the trace included; ``seconds`` then
             counts only the resumed call). Delete the folder to start afresh after changing a setting.
         checkpoint_every: steps between checkpoint writes within a phase (rounded up to whole records).
@@ -357,33 +357,45 @@ def fit_selective_gplvm(
         start = model.latent_means(init_params) if pre_steps else X_init
         trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
-    def record(step: int, _: np.ndarray, params: dict[str, Array]) -> None:
-        while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
-            for trace in (trace_steps, inclusion, latents):
-                trace.pop()
-        trace_steps.append(step)
-        inclusion.append(np.asarray(params[INCLUSION_PARAM]))
-        latents.append(model.latent_means(params))
+    def write_trace() -> None:
         if trace_path is not None:
             write_npz(
                 trace_path, {"steps": trace_steps, "inclusion": np.stack(inclusion), "latents": np.stack(latents)}
             )
 
+    unwritten = [0]  # steps recorded since the trace was last written
+
+    def record(step: int, chunk_losses: np.ndarray, params: dict[str, Array]) -> None:
+        now = (step, np.asarray(params[INCLUSION_PARAM]), model.latent_means(params))
+        while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
+            for trace in (trace_steps, inclusion, latents):
+                trace.pop()
+        for trace, value in zip((trace_steps, inclusion, latents), now, strict=True):
+            trace.append(value)
+        unwritten[0] += len(chunk_losses)
+        if unwritten[0] >= checkpoints.every or step >= steps:  # fit_svi's checkpoint follows at this step
+            write_trace()
+            unwritten[0] = 0
+
     optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
-    result = fit_svi(
-        model.model,
-        model.guide,
-        Y,
-        optimizer=optimizer,
-        num_steps=steps,
-        key=fit_key,
-        loss=loss,
-        init_params=init_params,
-        steps_per_dispatch=record_every,
-        callback=record,
-        progress=progress,
-        **checkpoints.options("selection"),
-    )
+    try:
+        result = fit_svi(
+            model.model,
+            model.guide,
+            Y,
+            optimizer=optimizer,
+            num_steps=steps,
+            key=fit_key,
+            loss=loss,
+            init_params=init_params,
+            steps_per_dispatch=record_every,
+            callback=record,
+            progress=progress,
+            **checkpoints.options("selection"),
+        )
+    except KeyboardInterrupt:  # fit_svi then writes a checkpoint between scheduled ones: keep the trace with it
+        write_trace()
+        raise
     seconds = time.perf_counter() - t0
     fit = SelectiveGPLVMFit(
         model,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
+from ppl_sparsegp.models import selective_gplvm
 from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.selective import INCLUSION_PARAM
 from ppl_sparsegp.models.selective_gplvm import (
@@ -243,6 +244,43 @@ def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends_trace_included(data,
         np.testing.assert_array_equal(fit.mask, whole.mask)
         for name, value in whole.params.items():
             np.testing.assert_allclose(fit.params[name], value, rtol=1e-12, err_msg=name)
+
+
+def test_the_trace_is_written_with_each_checkpoint_and_on_ctrl_c(data, tmp_path, monkeypatch):
+    """Recorded every step with checkpoints every 3 steps, the trace file is written at steps 3, 6 and 7 (the end),
+    not at every record; a Ctrl-C after step 4's record (fit_svi then checkpoints step 4) writes it too, and the
+    resumed fit ends where an uninterrupted one ends."""
+    settings = {"grid_size": 3, "alpha": 0.5, "pre_steps": 0, "record_every": 1, "key": 2, "bound": "collapsed"}
+    settings.update(checkpoint_every=3, steps=7)
+    whole = fit_selective_gplvm(data, **settings)
+    written, real_write, real_fit = [], selective_gplvm.write_npz, selective_gplvm.fit_svi
+
+    def counting_write(path, arrays):
+        written.append(int(arrays["steps"][-1]))
+        real_write(path, arrays)
+
+    def interrupted_fit(*args, callback, **kwargs):
+        def interrupt_after_step_4(step, losses, params):
+            callback(step, losses, params)
+            if step == 4:
+                raise KeyboardInterrupt
+
+        return real_fit(*args, callback=interrupt_after_step_4, **kwargs)
+
+    monkeypatch.setattr(selective_gplvm, "write_npz", counting_write)
+    fit_selective_gplvm(data, checkpoint_dir=tmp_path / "whole", **settings)
+    assert written == [3, 6, 7]
+    written.clear()
+    monkeypatch.setattr(selective_gplvm, "fit_svi", interrupted_fit)
+    with pytest.raises(KeyboardInterrupt):
+        fit_selective_gplvm(data, checkpoint_dir=tmp_path / "cut", **settings)
+    assert written == [3, 4]
+    monkeypatch.setattr(selective_gplvm, "fit_svi", real_fit)
+    resumed = fit_selective_gplvm(data, checkpoint_dir=tmp_path / "cut", **settings)
+    np.testing.assert_array_equal(resumed.trace_steps, np.arange(8))
+    np.testing.assert_allclose(resumed.inclusion_trace, whole.inclusion_trace, rtol=1e-12)
+    np.testing.assert_allclose(resumed.latent_trace, whole.latent_trace, rtol=1e-12)
+    np.testing.assert_allclose(resumed.losses, whole.losses, rtol=1e-12)
 
 
 def test_a_file_as_checkpoint_folder_is_refused(data, tmp_path):
