@@ -51,6 +51,7 @@ import numpyro
 import optax
 
 from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, kernels, likelihoods, results, validation
+from ppl_sparsegp.cli_checks import check_counts, flag
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
@@ -277,12 +278,11 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = cli_selective.resolve_selective_options(opts)
     for name in _SVGP_ONLY if method != "svgp" else ():
         if opts[name] is not None:
-            flag = "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
             why = "bsgp samples whitened inducing outputs" if method == "bsgp" else "sgpmc is always whitened, full q"
-            raise ValueError(f"{flag} applies to svgp only, not {method} ({why})")
+            raise ValueError(f"{flag(name)} applies to svgp only, not {method} ({why})")
     for name in _UNCOLLAPSED_ONLY if method not in ("svgp", "sgpmc", "bsgp", "selective") else ():
         if opts[name] is not None and not (name == "likelihood" and opts[name].lower() == "gaussian"):
-            raise ValueError(f"--{name.replace('_', '-')} applies to svgp and sgpmc only, not {method}")
+            raise ValueError(f"{flag(name)} applies to svgp and sgpmc only, not {method}")
     if method != "bsgp":  # bsgp's MCMC options are checked by resolve_bsgp_options
         unused = cli_selective.NOT_FOR_SELECTIVE if method == "selective" else {}
         opts = {**opts, **{k: DEFAULTS[k] if opts[k] is None else opts[k] for k in _NOT_BSGP if k not in unused}}
@@ -297,15 +297,10 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["whiten"] = DEFAULTS["whiten"] if opts["whiten"] is None else opts["whiten"]
         opts["q_diag"] = DEFAULTS["q_diag"] if opts["q_diag"] is None else opts["q_diag"]
 
-    for name in ("steps", "checkpoint_every", "inducing", "batch_size"):
-        value = opts[name]
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    if opts["seed"] < 0:
-        raise ValueError(f"--seed must be a non-negative integer, got {opts['seed']}")
+    check_counts(opts, positive=("steps", "checkpoint_every", "inducing", "batch_size"), non_negative=("seed",))
     for name in ("lr", "kernel_variance", "lengthscale", "noise_variance"):
         if opts[name] is not None:
-            validation.check_positive(f"--{name.replace('_', '-')}", opts[name])
+            validation.check_positive(flag(name), opts[name])
 
     try:
         if opts["kernel"] is not None:

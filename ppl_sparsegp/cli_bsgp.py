@@ -59,6 +59,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ppl_sparsegp import data, likelihoods, results
+from ppl_sparsegp.cli_checks import check_counts, flag, refuse_inapplicable, refuse_options_of
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.inducing.z_priors import Z_PRIORS
@@ -126,10 +127,6 @@ _CHAIN_SETTINGS = (
     "thinning",
 )
 """Options that define the chain: a checkpoint written for others is refused before anything compiles."""
-
-
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -206,15 +203,10 @@ def resolve_bsgp_options(opts: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: an option given to the wrong method or engine, or a bad value, naming the option.
     """
-    method = opts["method"]
-    if method != "bsgp":
-        for name in BSGP_ONLY:
-            if opts.get(name) is not None:
-                raise ValueError(f"{_flag(name)} applies to bsgp only, not {method}")
+    refuse_options_of("bsgp", opts, BSGP_ONLY)
+    if opts["method"] != "bsgp":
         return opts
-    for name, why in NOT_FOR_BSGP.items():
-        if opts.get(name) is not None:
-            raise ValueError(f"{_flag(name)} does not apply to bsgp ({why})")
+    refuse_inapplicable(opts, NOT_FOR_BSGP)
     opts = dict(opts)
     engine = opts["engine"] = opts.get("engine") or BSGP_DEFAULTS["engine"]
     if engine not in BSGP_ENGINES:
@@ -226,21 +218,16 @@ def resolve_bsgp_options(opts: dict[str, Any]) -> dict[str, Any]:
         if opts.get(name) is not None:
             hint = f" (with {engine} use {schedule})" if name in ("iterations", "kept", "warmup", "samples") else ""
             raise ValueError(
-                f"{_flag(name)} applies to bsgp with --engine {'nuts' if engine == 'sghmc' else 'sghmc'}, "
+                f"{flag(name)} applies to bsgp with --engine {'nuts' if engine == 'sghmc' else 'sghmc'}, "
                 f"not {engine}{hint}"
             )
     own = SGHMC_ONLY if engine == "sghmc" else NUTS_ONLY
     for name in ("layers", "z_prior", "data_term", "chains", "inducing", *own):
         if opts.get(name) is None:
             opts[name] = BSGP_DEFAULTS[name]
-    for name in ("layers", "chains", "kept", "samples", "thinning"):
-        value = opts.get(name)
-        if value is not None and value < 1:
-            raise ValueError(f"{_flag(name)} must be a positive integer, got {value}")
-    for name in ("iterations", "warmup"):
-        value = opts.get(name)
-        if value is not None and value < 0:
-            raise ValueError(f"{_flag(name)} must be a non-negative integer, got {value}")
+    check_counts(
+        opts, positive=("layers", "chains", "kept", "samples", "thinning"), non_negative=("iterations", "warmup")
+    )
     if engine == "nuts":
         if opts["layers"] > 1:
             raise ValueError(
@@ -308,9 +295,7 @@ def _check_checkpoint(out: Path, settings: dict[str, Any]) -> dict[str, int] | N
             written = json.loads(side.read_text())
         except (OSError, ValueError) as err:
             raise ValueError(f"--out: {side} is not readable ({err}); delete it and {ckpt.name}") from None
-        differ = [
-            f"{_flag(k)} {written.get(k)!r} -> {settings[k]!r}" for k in settings if written.get(k) != settings[k]
-        ]
+        differ = [f"{flag(k)} {written.get(k)!r} -> {settings[k]!r}" for k in settings if written.get(k) != settings[k]]
         if differ:
             raise ValueError(
                 f"checkpoint: {ckpt} was written by a run with other settings ({'; '.join(differ)}); delete it "

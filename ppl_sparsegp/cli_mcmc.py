@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from ppl_sparsegp import results
+from ppl_sparsegp.cli_checks import check_counts, refuse_options_of
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.infer.mcmc import ENGINES
@@ -87,17 +88,11 @@ def resolve_mcmc_options(opts: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: an MCMC option given to another method, or a bad value, naming the option.
     """
+    refuse_options_of("sgpmc", opts, MCMC_OPTIONS)
     if opts["method"] != "sgpmc":
-        for name in MCMC_OPTIONS:
-            if opts.get(name) is not None:
-                raise ValueError(f"--{name.replace('_', '-')} applies to sgpmc only, not {opts['method']}")
         return opts
     opts = {**opts, **{k: v if opts.get(k) is None else opts[k] for k, v in MCMC_DEFAULTS.items()}}
-    for name in ("samples", "chains", "thinning", "chunk"):
-        if opts.get(name) is not None and opts[name] < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {opts[name]}")
-    if opts["warmup"] < 0:
-        raise ValueError(f"--warmup must be a non-negative integer, got {opts['warmup']}")
+    check_counts(opts, positive=("samples", "chains", "thinning", "chunk"), non_negative=("warmup",))
     if opts["samples"] % opts["thinning"]:
         raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     if opts["step_size"] is not None and opts["engine"] not in SG_ENGINES:

@@ -45,6 +45,7 @@ import jax
 import numpy as np
 
 from ppl_sparsegp import results, validation
+from ppl_sparsegp.cli_checks import check_counts, refuse_inapplicable, refuse_options_of
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.models._base import to_numpy_params
 from ppl_sparsegp.models.selective_fit import (
@@ -91,10 +92,6 @@ NOT_FOR_SELECTIVE = {
     "whiten": "selective's q(u) is unwhitened, so that a subset of it is a marginal of u",
     "q_diag": "selective's q(u) has a full covariance",
 }
-
-
-def _flag(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -197,27 +194,18 @@ def resolve_selective_options(opts: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ValueError: an option given to the wrong method, or a bad value, naming the option.
     """
-    method = opts["method"]
-    if method != "selective":
-        for name in SELECTIVE_ONLY:
-            if opts.get(name) is not None:
-                raise ValueError(f"{_flag(name)} applies to selective only, not {method}")
+    refuse_options_of("selective", opts, SELECTIVE_ONLY)
+    if opts["method"] != "selective":
         return opts
-    for name, why in NOT_FOR_SELECTIVE.items():
-        if opts.get(name) is not None:
-            flag = "--whiten/--no-whiten" if name == "whiten" else _flag(name)
-            raise ValueError(f"{flag} does not apply to selective ({why})")
+    refuse_inapplicable(opts, NOT_FOR_SELECTIVE)
     fill = (*SELECTIVE_ONLY, "init")  # the default noise variance depends on the dataset: cli._settle_likelihood
     opts = {**opts, **{k: SELECTIVE_DEFAULTS[k] if opts.get(k) is None else opts[k] for k in fill}}
     for name, choices in (("bound", BOUNDS), ("selection", SELECTION_MODES), ("init", INITIALISATIONS)):
         if opts[name] not in choices:
             raise ValueError(f"--{name} {opts[name]}: selective takes {' or '.join(choices)}")
-    for name in ("candidates", "particles", "selection_steps"):
-        if opts[name] < 1:
-            raise ValueError(f"{_flag(name)} must be a positive integer, got {opts[name]}")
-    for name in ("pre_steps", "post_steps"):
-        if opts[name] < 0:
-            raise ValueError(f"{_flag(name)} must be a non-negative integer, got {opts[name]}")
+    check_counts(
+        opts, positive=("candidates", "particles", "selection_steps"), non_negative=("pre_steps", "post_steps")
+    )
     if not (math.isfinite(opts["alpha"]) and opts["alpha"] >= 0):
         raise ValueError(f"--alpha must be finite and >= 0, got {opts['alpha']}")
     if not 0.0 < opts["initial_inclusion"] < 1.0:
