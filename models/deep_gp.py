@@ -31,7 +31,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp import conditionals, validation
 from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Likelihood
 
@@ -159,7 +159,7 @@ class DeepBSGP:
         """One doubly-stochastic pass: the last layer's (mean, var) [P, B] given one draw of each inner layer."""
         F = X
         for i, (kernel, Z, v) in enumerate(layers):
-            mean, var = conditionals.conditional(kernel(Z, F), ops.cholesky(kernel(Z)), kernel.diag(F), v, None)
+            mean, var = conditionals.inducing_conditional(kernel, Z, F, v)
             if i == len(layers) - 1:
                 return mean, var
             key, sub = jax.random.split(key)

@@ -16,7 +16,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp import conditionals, ops, validation
+from ppl_sparsegp import conditionals, validation
 from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Gaussian
 
@@ -85,14 +85,5 @@ class SGPR(GPModel):
         kernel, _ = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self.optimal_qu(params, X, y, whiten=True)
-        Knn = kernel(X_new) if full_cov else kernel.diag(X_new)
-        mean, var = conditionals.conditional(
-            kernel(Z, X_new),
-            ops.cholesky(kernel(Z)),
-            Knn,
-            q_mu,
-            q_sqrt,
-            whiten=True,
-            full_cov=full_cov,
-        )
+        mean, var = conditionals.inducing_conditional(kernel, Z, X_new, q_mu, q_sqrt, whiten=True, full_cov=full_cov)
         return as_output_columns(mean, var, y.ndim == 1)

@@ -206,9 +206,7 @@ class SVGP(GPModel):
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)
-        mean, var = conditionals.conditional(
-            kernel(Z, X), ops.cholesky(kernel(Z)), kernel.diag(X), q_mu, q_sqrt, whiten=self.whiten
-        )
+        mean, var = conditionals.inducing_conditional(kernel, Z, X, q_mu, q_sqrt, whiten=self.whiten)
         Y = y[None, :] if y.ndim == 1 else y.T
         terms = self.data_log_likelihood(likelihood, Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
@@ -220,15 +218,8 @@ class SVGP(GPModel):
         kernel, _ = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)
-        Knn = kernel(X_new) if full_cov else kernel.diag(X_new)
-        mean, var = conditionals.conditional(
-            kernel(Z, X_new),
-            ops.cholesky(kernel(Z)),
-            Knn,
-            q_mu,
-            q_sqrt,
-            whiten=self.whiten,
-            full_cov=full_cov,
+        mean, var = conditionals.inducing_conditional(
+            kernel, Z, X_new, q_mu, q_sqrt, whiten=self.whiten, full_cov=full_cov
         )
         return as_output_columns(mean, var, self.num_latent == 1)
 

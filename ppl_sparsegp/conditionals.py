@@ -11,6 +11,7 @@ Whitened: u = Lmm v and the Gaussian is over v, with prior N(0, I).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from . import ops
@@ -72,6 +73,25 @@ def conditional(
         RB = _sqrt_times(q_sqrt, B)
         var = var + xp.sum(RB * RB, axis=-2)
     return mean, var
+
+
+def inducing_conditional(
+    kernel: Callable[..., Array],
+    Z: Array,
+    X: Array,
+    q_mu: Array,
+    q_sqrt: Array | None = None,
+    *,
+    whiten: bool = True,
+    full_cov: bool = False,
+) -> tuple[Array, Array]:
+    """q(f(X)) from a kernel and inducing inputs Z [M, D] at X [N, D]: :func:`conditional` with Kmn = k(Z, X),
+    Lmm = chol k(Z, Z) (the jitter policy of :func:`ppl_sparsegp.ops.cholesky`) and Knn = diag k(X, X) (k(X, X)
+    with ``full_cov``). ``kernel(A, B)`` gives the cross-covariance, ``kernel(A)`` the covariance and
+    ``kernel.diag(A)`` the variances. The other arguments and the returns are those of :func:`conditional`."""
+    Knn = kernel(X) if full_cov else kernel.diag(X)
+    Lmm = ops.cholesky(kernel(Z))
+    return conditional(kernel(Z, X), Lmm, Knn, q_mu, q_sqrt, whiten=whiten, full_cov=full_cov)
 
 
 def _sqrt_times(q_sqrt: Array, B: Array) -> Array:
