@@ -418,6 +418,7 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
             num_steps=num_steps,
             key=cfg["seed"],
             steps_per_dispatch=spd,
+            blas_threads=cfg["blas_threads_ours"],
             progress=False,
             **kw,
         )
@@ -729,6 +730,13 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-dispatch", type=int, default=100, help="ppl_sparsegp only")
     p.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads (2)")
     p.add_argument(
+        "--blas-threads-ours",
+        type=int,
+        default=1,
+        help="ppl_sparsegp only: fit_svi's blas_threads, the OpenBLAS threads behind jax's CPU Cholesky and "
+        "triangular solves (1, fit_svi's default)",
+    )
+    p.add_argument(
         "--omp-wait-policy",
         choices=["passive", "active", "unset"],
         default="passive",
@@ -799,6 +807,7 @@ def main(argv=None) -> int:
             "omp_wait_policy": a.omp_wait_policy,
             "repeats": a.repeats,
             "steps_per_dispatch_ours": a.steps_per_dispatch,
+            "blas_threads_ours": a.blas_threads_ours,
             "data": "X~N(0,I_8); f=sin(a.x)+0.5cos(2b.x)+0.3tanh(c.x); y=f+N(0,0.1^2), "
             "standardised with train mean/std; metrics on standardised scale",
         },  # fmt: skip
@@ -812,7 +821,7 @@ def main(argv=None) -> int:
         with open(a.output) as fh:
             old = json.load(fh)
         keys = ("N", "n_test", "batch_size", "lr", "steps", "warmup_steps", "seed", "z_init")
-        keys += ("torch_threads", "omp_wait_policy", "steps_per_dispatch_ours")
+        keys += ("torch_threads", "omp_wait_policy", "steps_per_dispatch_ours", "blas_threads_ours")
         mismatch = [k for k in keys if old.get("config", {}).get(k) != payload["config"][k]]
         if mismatch:
             print(f"--resume: settings differ ({mismatch}); starting afresh", file=sys.stderr)
@@ -845,7 +854,7 @@ def main(argv=None) -> int:
                 "dtype": dt, "M": M, "steps": a.steps, "warmup_steps": a.warmup_steps,
                 "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed, "N": a.N,
                 "steps_per_dispatch": a.steps_per_dispatch, "torch_threads": a.torch_threads,
-                "omp_wait_policy": a.omp_wait_policy,
+                "omp_wait_policy": a.omp_wait_policy, "blas_threads_ours": a.blas_threads_ours,
             }  # fmt: skip
             print(f"[{n}/{len(cells)}] {lib} {dt} M={M} ...", file=sys.stderr, flush=True)
             r = run_cell(lib, cfg, data_path, tmp, a.timeout)
