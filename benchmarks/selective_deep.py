@@ -73,7 +73,8 @@ from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
 from ppl_sparsegp.models.selective_deep import fit_selective_deep  # noqa: E402
 from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
-from ppl_sparsegp import data, likelihoods, metrics  # noqa: E402
+from ppl_sparsegp import data, metrics  # noqa: E402
+from ppl_sparsegp.core import likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 

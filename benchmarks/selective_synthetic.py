@@ -52,7 +52,7 @@ from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
-from ppl_sparsegp import kernels, likelihoods  # noqa: E402
+from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 

@@ -64,7 +64,8 @@ from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
 from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
-from ppl_sparsegp import data, kernels, likelihoods  # noqa: E402
+from ppl_sparsegp import data  # noqa: E402
+from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 

@@ -385,7 +385,7 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
     import optax
     from ppl_sparsegp.models.svgp import SVGP
 
-    from ppl_sparsegp import kernels, likelihoods
+    from ppl_sparsegp.core import kernels, likelihoods
     from ppl_sparsegp.infer.svi import fit_svi
 
     npdt = {"float32": np.float32, "float64": np.float64}[cfg["dtype"]]

@@ -22,8 +22,8 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Likelihood
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
 
 Array = Any
 

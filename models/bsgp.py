@@ -37,9 +37,9 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from ppl_sparsegp.inducing.z_priors import Z_PRIORS, z_prior
-from ppl_sparsegp.kernels import RBF, Kernel
-from ppl_sparsegp.likelihoods import Likelihood
+from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
 from .svgp import SVGP
 
@@ -119,7 +119,7 @@ class BSGP(SVGP):
     Args (beyond :class:`models.svgp.SVGP`'s kernel, likelihood, Z, num_latent, batch_size):
         Z: the initial inducing inputs [M, D] (k-means on X in the paper); their prior is ``z_prior``.
         z_prior: ``"normal"`` (default), ``"dpp"``, ``"strauss"``, ``"uniform"``, or a distribution over [M, D].
-        z_prior_options: keyword arguments of :func:`ppl_sparsegp.inducing.z_priors.z_prior` (e.g. Strauss'
+        z_prior_options: keyword arguments of :func:`ppl_sparsegp.numpyro.z_priors.z_prior` (e.g. Strauss'
             ``gamma``, ``radius``, ``smoothness``).
         data_term: ``"log_expected"`` (default, Table 6) or ``"expected_log"`` (Eq. 6).
         priors: default :func:`bsgp_priors` for the kernel; every kernel hyperparameter must be sampled.

@@ -26,12 +26,12 @@ from numpyro.infer import NUTS, init_to_value
 from numpyro.infer.mcmc import MCMCKernel
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
 from ppl_sparsegp.infer.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates, bsgp_schedule
-from ppl_sparsegp.likelihoods import Gaussian, Likelihood
 
 from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_data_term, check_z_prior, noise_prior
 from .deep_gp import DeepBSGP, deep_bsgp

@@ -31,9 +31,10 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
 
-from ppl_sparsegp import conditionals, validation
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Likelihood
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import conditionals
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
 
 from ._base import as_output_columns
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_data_term, check_z_prior, data_log_likelihood

@@ -5,7 +5,7 @@ Layer ℓ = 0..L-1 maps its input H^ℓ [B, D_ℓ] (H^0 = X) to F^{ℓ+1} [B, D_
     u^{ℓ,d} ~ N(0, K_ℓ(Z^ℓ, Z^ℓ))                 one per output dimension d; Z^ℓ [M_ℓ, D_ℓ] shared by them
     F^{ℓ+1}_{:,d} = H^ℓ W^ℓ_{:,d} + g^{ℓ,d}(H^ℓ),    g^{ℓ,d} | u^{ℓ,d} the GP prior conditional
     H^{ℓ+1} = F^{ℓ+1} (+ X with ``add_input``: "the observed input added to the second layer", paper C.4)
-    y_n | F^L_n ~ p(y_n | F^L_n)                     any likelihood of ppl_sparsegp.likelihoods
+    y_n | F^L_n ~ p(y_n | F^L_n)                     any likelihood of ppl_sparsegp.core.likelihoods
 
 W^ℓ is a fixed linear mean on inner layers (:func:`models.deep_gp.linear_mean_weights`, or None: zero mean); the
 last layer has zero mean. Guide: q(u^{ℓ,d}) = N(m^{ℓ,d}, S^{ℓ,d}) over u itself (default; a subset of it is the
@@ -16,15 +16,15 @@ Bound (paper Eq. 6)::
     ELBO = Σ_n E_{q(F^L_n)}[log p(y_n | F^L_n)] − Σ_ℓ Σ_d KL[q(u^{ℓ,d}) ‖ p(u^{ℓ,d})],
 
 where q(F^{ℓ+1}_n | H^ℓ_n) is Gaussian per point with mean h W + a_nᵀ m and variance k(h, h) − a_nᵀ(K − S)a_n,
-a_n = K⁻¹ k(Z, h) (App. A, with its sign typo corrected; :func:`ppl_sparsegp.conditionals.conditional`). The
+a_n = K⁻¹ k(Z, h) (App. A, with its sign typo corrected; :func:`ppl_sparsegp.core.conditionals.conditional`). The
 data term is estimated from ``num_samples`` = S propagated samples: each inner layer's F is drawn pointwise by
 reparameterisation, F = μ + σ ε, and the last layer's expectation is exact (Gaussian) or Gauss-Hermite
 (``Likelihood.variational_expectation``), averaged over the S samples. The KLs are closed form
-(:mod:`ppl_sparsegp.distributions`). Minibatches: ``batch_size`` subsamples the ``"data"`` plate (data term
+(:mod:`ppl_sparsegp.numpyro.distributions`). Minibatches: ``batch_size`` subsamples the ``"data"`` plate (data term
 scaled by N/B, KLs counted once; :func:`models.svgp.data_plate`).
 
 Masks: ``_model(X, y, masks)`` / ``_guide(masks)`` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate the
-bound of the deep GP on the selected inducing inputs at fixed shapes (:mod:`ppl_sparsegp.inducing.masking`;
+bound of the deep GP on the selected inducing inputs at fixed shapes (:mod:`ppl_sparsegp.core.masking`;
 unwhitened only), as :class:`models.selective_deep.SelectiveDeepSVGP` needs.
 
 Sites: params ``"layer<ℓ>.kernel.<name>"`` (e.g. ``"layer0.kernel.lengthscale"`` [D_ℓ]), ``"likelihood.<name>"``,
@@ -47,11 +47,12 @@ import numpyro
 from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
-from ppl_sparsegp import conditionals, ops, validation
-from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
-from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
-from ppl_sparsegp.kernels import RBF, Kernel
-from ppl_sparsegp.likelihoods import Likelihood
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import conditionals, kl, ops
+from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
+from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
 
 from ._base import _is_concrete
 from .deep_gp import linear_mean_weights
@@ -306,8 +307,8 @@ class DeepSVGP:
         _, likelihood = self.fitted(params)
         S = num_samples or self.num_samples
         data = jnp.sum(self._expected_log_likelihood(layers, likelihood, jnp.asarray(X), jnp.asarray(y), key, S))
-        kl = sum(conditionals.kl_qu_pu(la.q_mu, la.q_sqrt, None if self.whiten else la.Lmm) for la in layers)
-        return data - kl
+        divergence = sum(kl.kl_qu_pu(la.q_mu, la.q_sqrt, None if self.whiten else la.Lmm) for la in layers)
+        return data - divergence
 
     def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
         """Eager checks (skipped for traced values): finite X [N, D_0], y [N] or [N, P] with P = widths[-1]."""

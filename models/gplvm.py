@@ -6,7 +6,7 @@ the GP-LVM as a one-layer special case of the deep GP)::
     x_n ~ N(0, I_Q)                                      latent inputs
     u_d ~ N(0, Kmm),  d = 1..D                           unwhitened inducing outputs at Z [M, Q], one per output
     f_d(x_n) | u_d ~ p(f | u_d)                          D outputs sharing one (RBF-ARD) kernel over latent space
-    y_nd | f_d(x_n) ~ N(f_d(x_n), σ²)                    (any likelihood of :mod:`ppl_sparsegp.likelihoods`)
+    y_nd | f_d(x_n) ~ N(f_d(x_n), σ²)                    (any likelihood of :mod:`ppl_sparsegp.core.likelihoods`)
 
 Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInputs`) and differ in q(u):
 
@@ -55,9 +55,10 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp import ops, validation
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import ops
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian
 
 from ._base import _is_concrete
 from .sgpr import SGPR

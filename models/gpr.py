@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
 
-from ppl_sparsegp import conditionals, ops
-from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.core import bounds, ops
+from ppl_sparsegp.core.likelihoods import Gaussian
 
 from ._base import GPModel, as_output_columns
 
@@ -51,7 +51,7 @@ class GPR(GPModel):
     def log_marginal_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """log p(y | θ) at fitted hyperparameters (scalar, summed over output columns)."""
         kernel, likelihood = self.fitted(params)
-        return conditionals.gaussian_log_marginal(kernel(X), y, likelihood.variance)
+        return bounds.gaussian_log_marginal(kernel(X), y, likelihood.variance)
 
     def predict_f(
         self,
@@ -65,7 +65,7 @@ class GPR(GPModel):
         """Posterior of f at X_new [S, D] given training data X [N, D], y [N] or [N, P]."""
         kernel, likelihood = self.fitted(params)
         Kss = kernel(X_new) if full_cov else kernel.diag(X_new)
-        mean, var = conditionals.gaussian_posterior(
+        mean, var = bounds.gaussian_posterior(
             kernel(X), kernel(X_new, X), Kss, y, likelihood.variance, full_cov=full_cov
         )
         var = jnp.broadcast_to(var, (mean.shape[0], *var.shape))

@@ -17,7 +17,7 @@ s ∈ {0,1}^K. Generative model and guide (paper Eq. 2)::
   ``whiten=True`` is refused. Any likelihood, minibatches and several outputs work as in :class:`SVGP`.
 
 Both evaluate L(s) at fixed shapes through the masked construction of
-:mod:`ppl_sparsegp.inducing.masking` (exactly the subset bound), so every step compiles once and the S draws
+:mod:`ppl_sparsegp.core.masking` (exactly the subset bound), so every step compiles once and the S draws
 of the guide are vectorised. The empty subset is allowed: L(∅) is the prior-only bound, which keeps the
 estimator unbiased (the released code redraws empty masks instead).
 
@@ -46,10 +46,10 @@ import numpyro
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp import conditionals
-from ppl_sparsegp.inducing.masking import masked_cholesky, subset_q
-from ppl_sparsegp.inducing.subset_prior import IndependentInclusion, SubsetPointProcess
+from ppl_sparsegp.core import bounds
+from ppl_sparsegp.core.masking import masked_cholesky, subset_q
 from ppl_sparsegp.infer.score_function import BASELINE_SITE, score_function_baseline
+from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 from .sgpr import SGPR
 from .svgp import SVGP
@@ -156,7 +156,7 @@ class SelectiveSGPR(SubsetSelection, SGPR):
         Kmm = kernel(Z)
         Kmn = mask[:, None] * kernel(Z, X)
         Lmm = masked_cholesky(Kmm, mask)
-        return conditionals.sgpr_elbo(Kmn, Kmm, kernel.diag(X), y, likelihood.variance, Lmm=Lmm)
+        return bounds.sgpr_elbo(Kmn, Kmm, kernel.diag(X), y, likelihood.variance, Lmm=Lmm)
 
     def subset_bound(self, params: Mapping[str, Array], X: Array, y: Array, mask: Array) -> Array:
         """L(s): the collapsed bound with the candidates in ``mask`` [K] at fitted values (scalar)."""

@@ -41,11 +41,11 @@ from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.inducing.masking import subset_q
-from ppl_sparsegp.inducing.subset_prior import IndependentInclusion, SubsetPointProcess
+from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
+from ppl_sparsegp.core.masking import subset_q
 from ppl_sparsegp.infer.score_function import BASELINE_SITE, ScoreFunctionELBO, score_function_baseline
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.likelihoods import Gaussian, Likelihood
+from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 from .deep_svgp import DeepSVGP, deep_svgp
 from .selective import base_fields
@@ -316,7 +316,7 @@ def fit_selective_deep(
     selection_batch_size = _check_batch("selection_batch_size", selection_batch_size)
     checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
     if likelihood is not None and not isinstance(likelihood, Likelihood):
-        raise ValueError(f"likelihood: expected a ppl_sparsegp.likelihoods.Likelihood, got {likelihood!r}")
+        raise ValueError(f"likelihood: expected a ppl_sparsegp.core.likelihoods.Likelihood, got {likelihood!r}")
     X, y = np.asarray(X), np.asarray(y)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     pre_key, selection_key, prune_key, post_key, init_key = jax.random.split(key, 5)

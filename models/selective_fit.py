@@ -36,12 +36,12 @@ import numpy as np
 import optax
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.inducing.initialise import kmeans, random_subset
-from ppl_sparsegp.inducing.subset_prior import IndependentInclusion
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
-from ppl_sparsegp.kernels import RBF, Kernel
-from ppl_sparsegp.likelihoods import Gaussian, Likelihood
+from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion
 
 from .selective import INCLUSION_PARAM, SelectiveSGPR, SelectiveSVGP
 from .sgpr import SGPR

@@ -10,7 +10,7 @@ guide of :mod:`models.selective` (spec §2, paper Eq. 2)::
 where L(s) is a GP-LVM bound of :mod:`models.gplvm` with the candidates in s, at reparameterised latent draws:
 
 * :class:`SelectiveGPLVM` (the paper's): the uncollapsed bound (closed-form KLs of q(u) and q(X)), evaluated by the
-  masked construction of :mod:`ppl_sparsegp.inducing.masking` on one unwhitened q(u) over all K candidates. It is
+  masked construction of :mod:`ppl_sparsegp.core.masking` on one unwhitened q(u) over all K candidates. It is
   :class:`SelectiveSVGP`'s selection on :class:`BayesianGPLVM`'s model, so :meth:`prune` yields an ordinary
   BayesianGPLVM with the kept grid points.
 * :class:`SelectiveCollapsedGPLVM`: Titsias' collapsed bound of the selected candidates (q(u) optimal for each
@@ -41,10 +41,10 @@ import numpy as np
 import optax
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.kernels import RBF, Kernel
-from ppl_sparsegp.likelihoods import Gaussian
 from ppl_sparsegp.results import write_npz
 
 from .gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents

@@ -32,10 +32,10 @@ import numpy as np
 import numpyro.distributions as dist
 import optax
 
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Likelihood
 
 from .svgp import SVGP
 

@@ -16,9 +16,10 @@ from typing import Any
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp import conditionals, validation
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import bounds, conditionals
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian
 
 from ._base import GPModel, as_output_columns
 
@@ -62,7 +63,7 @@ class SGPR(GPModel):
     def collapsed_bound(kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, y: Array) -> Array:
         """Titsias' bound (thesis eq 4.12) at inputs X [N, D] with inducing inputs Z [M, D] and targets y [N] or
         [N, P]: Σ_p log N(y_p | 0, σ²I + Q_XX) − P Tr(K_XX − Q_XX)/(2σ²) (scalar)."""
-        return conditionals.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
+        return bounds.sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance)
 
     def optimal_qu(
         self, params: Mapping[str, Array], X: Array, y: Array, *, whiten: bool = True
@@ -70,7 +71,7 @@ class SGPR(GPModel):
         """q*(u) at fitted values: (q_mu [P, M], q_sqrt [P, M, M]), whitened or not."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
-        return conditionals.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
+        return bounds.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
 
     def predict_f(
         self,

@@ -4,12 +4,12 @@ Generative model (whitened by default, thesis eq 5.25)::
 
     v ~ N(0, I) [P, M],  u = Lmm v    (unwhitened: u ~ N(0, Kmm))
     f(x_n) | u ~ p(f(x_n) | u)        (the GP prior conditional)
-    y_n | f ~ p(y_n | f(x_n))         (any likelihood in ppl_sparsegp.likelihoods)
+    y_n | f ~ p(y_n | f(x_n))         (any likelihood in ppl_sparsegp.core.likelihoods)
 
 Guide: q(u) = Π_p N(m_p, R_p R_p^T), R_p lower triangular (``q_diag=True``: diagonal).
 
 ELBO (eq 4.22) = Σ_n E_{q(f_n)}[log p(y_n | f_n)] - KL[q(u) || p(u)]. With ``TraceMeanField_ELBO`` the KL is
-closed form (registered in :mod:`ppl_sparsegp.distributions`). The data term depends on how it is scored:
+closed form (registered in :mod:`ppl_sparsegp.numpyro.distributions`). The data term depends on how it is scored:
 
 * ``data_term="analytic"`` (default): as Pyro's ``VariationalSparseGP`` does, the model scores the data under
   the marginal q(f_n) implied by the guide's q(u) parameters (eq 4.24), with the 1-D expectation in closed form
@@ -40,11 +40,12 @@ import numpyro
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from ppl_sparsegp import conditionals, ops, validation
-from ppl_sparsegp.distributions import InducingPosterior, InducingPrior
-from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
-from ppl_sparsegp.kernels import Kernel
-from ppl_sparsegp.likelihoods import Likelihood
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import conditionals, kl, ops
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
+from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
 
 from ._base import GPModel, as_output_columns
 
@@ -123,7 +124,7 @@ class SVGP(GPModel):
         """The model over the candidates selected by ``mask`` [M] (0/1; None: all of them).
 
         A mask zeroes the excluded rows of Kmn and decouples the excluded outputs (unwhitened only; see
-        :mod:`ppl_sparsegp.inducing.masking`), so the bound is that of the SVGP on the selected inputs.
+        :mod:`ppl_sparsegp.core.masking`), so the bound is that of the SVGP on the selected inputs.
         """
         self.check_data(X, y)
         self._check_outputs(y)
@@ -184,10 +185,10 @@ class SVGP(GPModel):
         data = jnp.sum(self.pointwise_log_likelihood(params, X, y))
         q_mu, q_sqrt = self._q(params)
         if self.whiten:
-            return data - conditionals.kl_qu_pu(q_mu, q_sqrt, None)
+            return data - kl.kl_qu_pu(q_mu, q_sqrt, None)
         kernel, _ = self.fitted(params)
         Lmm = ops.cholesky(kernel(jnp.asarray(params.get("Z", self.Z))))
-        return data - conditionals.kl_qu_pu(q_mu, q_sqrt, Lmm)
+        return data - kl.kl_qu_pu(q_mu, q_sqrt, Lmm)
 
     def _q(self, params: Mapping[str, Array]) -> tuple[Array, Array | None]:
         """q(u) from fitted guide parameters, or a point mass at a posterior draw ``params["u"]`` [P, M]."""

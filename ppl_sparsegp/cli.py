@@ -50,8 +50,9 @@ import numpy as np
 import numpyro
 import optax
 
-from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, kernels, likelihoods, results, validation
+from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, results, validation
 from ppl_sparsegp.cli_checks import check_counts, flag
+from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi

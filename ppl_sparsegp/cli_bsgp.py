@@ -58,15 +58,16 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from ppl_sparsegp import data, likelihoods, results
+from ppl_sparsegp import data, results
 from ppl_sparsegp.cli_checks import check_counts, flag, refuse_inapplicable, refuse_options_of
+from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
-from ppl_sparsegp.inducing.z_priors import Z_PRIORS
 from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.models.bsgp import DATA_TERMS, bsgp_kernel
 from ppl_sparsegp.models.bsgp_fit import BSGP_ENGINES, NOISE_MODES, BSGPFit, fit_bsgp
 from ppl_sparsegp.models.deep_gp import DeepBSGP
+from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 BSGP_DEFAULTS = {

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see ppl_sparsegp.ops.blas_threads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see ppl_sparsegp.core.ops.blas_threads
 # One core per process, before JAX starts: on a 2-core machine (CI's) jaxlib 0.10's batched LAPACK kernels
 # (triangular solves over outputs x particles, as in the deep and GP-LVM selection tests) can each wait on the
 # 2-thread intra-op pool for work only the other can run, and hang for good; with one core the pool has one thread

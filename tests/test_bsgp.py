@@ -14,7 +14,7 @@ from ppl_sparsegp.models.bsgp_fit import fit_bsgp
 from ppl_sparsegp.models.deep_gp import DeepBSGP, deep_bsgp, linear_mean_weights
 from scipy import stats
 
-from ppl_sparsegp import kernels, likelihoods
+from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC

@@ -10,10 +10,10 @@ import pytest
 from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import conditionals
+from ppl_sparsegp.core import kl
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian, StudentT
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Gaussian, StudentT
 
 KEY = jax.random.PRNGKey(3)
 
@@ -67,7 +67,7 @@ def test_inner_layers_with_zero_variance_reduce_to_the_mean_path(rng, add_input)
     shallow = SVGP(kernel=kernels[1], likelihood=Gaussian(0.1), Z=Z2, whiten=False)
     svgp_params = {"u_loc": params["layer1.u_loc"], "u_scale_tril": params["layer1.u_scale_tril"]}
     Kmm0 = kernels[0](jnp.asarray(X[:4]))
-    kl0 = conditionals.kl_qu_pu(params["layer0.u_loc"], params["layer0.u_scale_tril"], np.linalg.cholesky(Kmm0))
+    kl0 = kl.kl_qu_pu(params["layer0.u_loc"], params["layer0.u_scale_tril"], np.linalg.cholesky(Kmm0))
     expected = jax.jit(shallow.elbo)(svgp_params, H, y) - kl0
     elbo = jax.jit(deep.elbo)
     for seed in range(2):

@@ -14,13 +14,13 @@ from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.svgp import SVGP
 from scipy.special import logsumexp
 
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.infer import diagnostics, predict
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Gaussian
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ import optax
 import pytest
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import data, kernels, likelihoods, metrics
+from ppl_sparsegp import data, metrics
+from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.svi import fit_svi
 

@@ -10,9 +10,9 @@ from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import conditionals
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Bernoulli, Gaussian
+from ppl_sparsegp.core import bounds
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 
 N, D, Q, M = 30, 3, 2, 5
 
@@ -206,7 +206,7 @@ def test_collapsed_bound_is_the_uncollapsed_bound_maximised_over_q_u_for_each_la
     X = jnp.asarray(point["X_loc"])
     kernel = RBF(variance=1.3, lengthscale=np.array([0.8, 1.4]))
     Z = jnp.asarray(common["Z"])
-    q_mu, q_sqrt = conditionals.sgpr_optimal_qu(kernel(Z, X), kernel(Z), jnp.asarray(Y), 0.2, whiten=False)
+    q_mu, q_sqrt = bounds.sgpr_optimal_qu(kernel(Z, X), kernel(Z), jnp.asarray(Y), 0.2, whiten=False)
     optimal = {**point, "u_loc": q_mu, "u_scale_tril": q_sqrt}
     np.testing.assert_allclose(
         float(gplvm.elbo(optimal, Y, key, 1)), float(collapsed.elbo(point, Y, key, 1)), rtol=1e-8
@@ -221,7 +221,7 @@ def test_collapsed_reconstruction_is_the_learned_q_u_reconstruction_at_the_optim
     collapsed = CollapsedGPLVM(**collapsed_fields(common), X_init=X0)
     learned = BayesianGPLVM(**common, X_init=X0)
     kernel, Z, mu = RBF(variance=1.3, lengthscale=np.array([0.8, 1.4])), jnp.asarray(common["Z"]), jnp.asarray(X0)
-    q_mu, q_sqrt = conditionals.sgpr_optimal_qu(kernel(Z, mu), kernel(Z), jnp.asarray(Y), 0.2, whiten=False)
+    q_mu, q_sqrt = bounds.sgpr_optimal_qu(kernel(Z, mu), kernel(Z), jnp.asarray(Y), 0.2, whiten=False)
     mean, var = collapsed.reconstruct(params, Y)
     expected_mean, expected_var = learned.reconstruct({**params, "u_loc": q_mu, "u_scale_tril": q_sqrt}, Y)
     assert mean.shape == var.shape == (N, D)

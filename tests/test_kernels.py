@@ -11,7 +11,7 @@ import torch
 from scipy.spatial.distance import cdist
 from sklearn.gaussian_process import kernels as sk
 
-from ppl_sparsegp.kernels import (
+from ppl_sparsegp.core.kernels import (
     RBF,
     Constant,
     Kernel,

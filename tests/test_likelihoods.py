@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy import integrate, special, stats
 
-from ppl_sparsegp.likelihoods import (
+from ppl_sparsegp.core.likelihoods import (
     Bernoulli,
     Gaussian,
     Likelihood,

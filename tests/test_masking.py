@@ -11,10 +11,10 @@ from numpyro.infer import TraceMeanField_ELBO
 from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import conditionals, ops
-from ppl_sparsegp.inducing.masking import masked_cholesky, masked_mean, masked_scale
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Bernoulli, Gaussian
+from ppl_sparsegp.core import bounds, ops
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
+from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
 
 K = 9
 MASKS = [
@@ -180,6 +180,6 @@ def test_conditionals_accept_a_precomputed_factor(rng):
     X, y, Z = data(rng)
     k = kernel()
     Kmm, Kmn = k(jnp.asarray(Z)), k(jnp.asarray(Z), jnp.asarray(X))
-    plain = conditionals.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05)
-    given = conditionals.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05, Lmm=ops.cholesky(Kmm))
+    plain = bounds.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05)
+    given = bounds.sgpr_elbo(Kmn, Kmm, k.diag(jnp.asarray(X)), y, 0.05, Lmm=ops.cholesky(Kmm))
     assert float(given) == float(plain)

@@ -12,7 +12,7 @@ from ppl_sparsegp.models.gpr import GPR
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import conditionals, kernels, likelihoods, ops
+from ppl_sparsegp.core import conditionals, kernels, likelihoods, ops
 
 
 def _data(rng, N=40, D=2, P=1):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppl_sparsegp import ops
+from ppl_sparsegp.core import ops
 
 
 def _spd(rng, n=6):

@@ -7,9 +7,9 @@ from ppl_sparsegp.models.selective_fit import fit_selective, sample_subset
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Bernoulli
 from ppl_sparsegp.infer import diagnostics
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Bernoulli
 
 CANDIDATES = np.linspace(0, 10, 15)[:, None]
 

@@ -27,9 +27,9 @@ import pytest
 from ppl_sparsegp.models.selective_fit import SelectiveFit, fit_selective
 from ppl_sparsegp.models.sgpr import SGPR
 
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Gaussian
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ from ppl_sparsegp.models.selective_gplvm import (
 )
 from ppl_sparsegp.models.sgpr import SGPR
 
-from ppl_sparsegp.kernels import RBF
-from ppl_sparsegp.likelihoods import Gaussian
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.results import write_npz
 
 N, D, Q, SIZE = 30, 3, 2, 3

@@ -12,7 +12,7 @@ from numpyro.distributions.kl import kl_divergence
 from numpyro.infer import TraceMeanField_ELBO
 from scipy.special import comb, logsumexp
 
-from ppl_sparsegp.inducing.subset_prior import (
+from ppl_sparsegp.numpyro.subset_prior import (
     IndependentInclusion,
     SubsetPointProcess,
     kl_inclusion_point_process,

@@ -11,7 +11,7 @@ import optax
 import pytest
 from ppl_sparsegp.models.svgp import SVGP
 
-from ppl_sparsegp import kernels, likelihoods
+from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.svi import EarlyStopping, NonFiniteLossError, fit_svi
 
 

@@ -13,8 +13,8 @@ import pytest
 import scipy.stats
 from numpyro.infer.util import initialize_model, potential_energy
 
-from ppl_sparsegp import kernels, ops
-from ppl_sparsegp.inducing import z_priors as zp
+from ppl_sparsegp.core import kernels, ops
+from ppl_sparsegp.numpyro import z_priors as zp
 
 
 def rbf_numpy(X, variance, lengthscale):

@@ -54,7 +54,7 @@ def greedy_variance(
     Partial pivoted Cholesky of K_XX: keep the residual diagonal d = diag(K_XX - Q_XX); pick
     ``argmax d``; update d with the new column of the incomplete Cholesky factor. Stops early when the largest
     residual variance falls to ``threshold`` (X is then represented exactly up to that tolerance).
-    Cost O(N M²) time, O(N M) memory. ``kernel`` is a :class:`ppl_sparsegp.kernels.Kernel` (or any callable
+    Cost O(N M²) time, O(N M) memory. ``kernel`` is a :class:`ppl_sparsegp.core.kernels.Kernel` (or any callable
     with ``kernel(A, B) -> [len(A), len(B)]`` and ``kernel.diag(A) -> [len(A)]``) evaluated on numpy arrays.
     The first pivot is random (``seed``), as the residual variances are all equal for stationary kernels.
     """

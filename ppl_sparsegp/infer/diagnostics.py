@@ -35,6 +35,7 @@ import xarray as xr
 from ppl_sparsegp import results
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.infer.predict import guide_draws
+from ppl_sparsegp.numpyro.distributions import observation_distribution
 
 Array = Any
 
@@ -171,7 +172,7 @@ def _data_groups(
             mean, var = model.predict_f(d, X, X=X, y=y)
             f_key, y_key = jax.random.split(jax.random.fold_in(key, i))
             f = mean + jnp.sqrt(jnp.clip(var, 0.0)) * jax.random.normal(f_key, jnp.shape(mean), mean.dtype)
-            return likelihood.sample(y_key, f)
+            return observation_distribution(likelihood, f).sample(y_key)
 
         groups["posterior_predictive"] = {"y": _per_draw(draw_y, samples, params)}
     return groups

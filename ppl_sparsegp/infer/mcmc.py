@@ -35,7 +35,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import unconstrain_fn
 from tqdm.auto import tqdm
 
-from ppl_sparsegp import ops
+from ppl_sparsegp.core import ops
 from ppl_sparsegp.results import atomic_write
 
 Array = Any

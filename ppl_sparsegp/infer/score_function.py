@@ -8,7 +8,7 @@ support is discrete) s ~ q_λ(s) select what the rest of the model sees, the ELB
 where L(s) gathers every model and guide term of one particle except those of the discrete sites themselves:
 observed sites and factors, and minus the KL (closed form where registered, else log p − log q) of each
 reparameterised latent. The discrete sites' own term, −KL[q_λ ‖ p], is taken in closed form when a KL is
-registered for the pair (e.g. :func:`ppl_sparsegp.inducing.subset_prior.kl_inclusion_point_process`) and is then
+registered for the pair (e.g. :func:`ppl_sparsegp.numpyro.subset_prior.kl_inclusion_point_process`) and is then
 differentiated exactly; otherwise it joins L(s) as log p(s) − log q(s).
 
 With S particles s⁽¹⁾..s⁽ˢ⁾ ~ q_λ (``num_particles``), the gradient is

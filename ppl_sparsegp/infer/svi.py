@@ -4,7 +4,7 @@ The engine knows nothing about GPs: it takes any NumPyro model and guide. Steps 
 ``steps_per_dispatch`` inside one compiled ``lax.scan`` (one host round trip per chunk), compiled ahead of time
 so that compilation and run time are reported separately. After every chunk the losses are checked: a
 non-finite loss raises :class:`NonFiniteLossError` carrying the last finite parameters (a failed Cholesky
-inside a compiled step shows up here; see :mod:`ppl_sparsegp.ops`).
+inside a compiled step shows up here; see :mod:`ppl_sparsegp.core.ops`).
 
 Checkpoints: with ``checkpoint=path`` the full SVI state (parameters, optimiser state, random key), the step
 count and the loss trace are written atomically every ``checkpoint_every`` steps and on KeyboardInterrupt;
@@ -33,7 +33,7 @@ from numpyro.infer.svi import SVIState
 from numpyro.optim import _NumPyroOptim, optax_to_numpyro
 from tqdm.auto import tqdm
 
-from ppl_sparsegp import ops
+from ppl_sparsegp.core import ops
 
 Array = Any
 
@@ -146,7 +146,8 @@ def fit_svi(
         checkpoint_every: steps between checkpoint writes (rounded up to whole chunks).
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
-        blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.ops.blas_threads`; None: no limit).
+        blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.core.ops.blas_threads`; None: no
+            limit).
 
     Returns:
         An :class:`SVIResult`.

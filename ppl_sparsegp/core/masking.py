@@ -13,19 +13,19 @@ quantity equals the one computed on the sub-vector m_I, sub-blocks K_II, S_II an
 the paper (Eq. 1 with Z = Z*_I), while arrays keep the fixed shapes [K], [K, K] that ``jit`` and ``vmap`` need.
 The price is O(K³) per mask instead of O(|I|³).
 
-Jitter: :func:`masked_cholesky` adds the relative jitter of :mod:`ppl_sparsegp.ops` scaled by the mean diagonal
+Jitter: :func:`masked_cholesky` adds the relative jitter of :mod:`ppl_sparsegp.core.ops` scaled by the mean diagonal
 of the **included** block, mean_{k∈I} K_kk, to the included diagonal only, so its factor of the included block is
 exactly ``ops.cholesky(K_II)``; the collapsed bound's second factor, of B = I + A Aᵀ, takes no jitter. The masked
 and the direct subset bounds therefore agree to round-off.
 
-Backend-neutral (jax, torch, numpy) through the array API, like :mod:`ppl_sparsegp.conditionals`.
+Backend-neutral (jax, torch, numpy) through the array API, like :mod:`ppl_sparsegp.core.conditionals`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ppl_sparsegp import ops
+from . import ops
 
 Array = Any
 

@@ -11,7 +11,7 @@ Sparse variational GPs need three integrals (Matthews 2016, Sections 4.3 and 6.6
 The base class :class:`Likelihood` computes all three by Gauss-Hermite quadrature from ``log_prob``
 and the conditional moments; a subclass overrides them where a closed form exists (Gaussian, Poisson
 with exp link, Bernoulli-probit predictive). With ``t_i, w_i`` the nodes and weights of
-:func:`ppl_sparsegp.ops.gauss_hermite` (standard normal, ``sum_i w_i = 1``), ``f_i = mean +
+:func:`ppl_sparsegp.core.ops.gauss_hermite` (standard normal, ``sum_i w_i = 1``), ``f_i = mean +
 sqrt(var) t_i``:
 
     E_q[g(f)]         ~= sum_i w_i g(f_i)
@@ -27,11 +27,11 @@ Likelihood objects are frozen dataclasses holding their hyperparameters: Python 
 or arrays of any backend (jax tracers included, when a NumPyro model rebuilds the likelihood from
 sampled values with :meth:`Likelihood.with_parameters`). Construction checks positivity only for
 concrete Python/numpy values, so it never forces a device sync. All arithmetic uses the array API
-plus :mod:`ppl_sparsegp.ops`, so it runs on jax.numpy, torch and numpy. Inputs from several backends
+plus :mod:`ppl_sparsegp.core.ops`, so it runs on jax.numpy, torch and numpy. Inputs from several backends
 are moved to the one that is not numpy (numpy data with jax latents computes in jax) and cast to the
 floating dtype of the latent arrays (``f``, or ``mean`` and ``var``); integer labels and counts
-are cast too. The one exception is :meth:`Likelihood.sample` (posterior predictive draws), which takes a
-JAX PRNG key and returns jax arrays.
+are cast too. Nothing here draws random numbers: :func:`ppl_sparsegp.numpyro.distributions.observation_distribution`
+gives the NumPyro distribution of y given f, for posterior predictive draws.
 """
 
 from __future__ import annotations
@@ -43,8 +43,6 @@ import operator
 from typing import Any, ClassVar
 
 import array_api_compat
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import ops
@@ -72,14 +70,14 @@ def _coerce(latent: tuple[Any, ...], others: tuple[Any, ...] = ()) -> tuple[Any,
     Returns:
         (xp, latent arrays, other arrays), shapes unchanged.
     """
-    arrays = [v for v in (*latent, *others) if array_api_compat.is_array_api_obj(v)]
-    foreign = [v for v in arrays if not array_api_compat.is_numpy_array(v)]
+    arrays = [v for v in (*latent, *others) if ops.is_array(v)]
+    foreign = [v for v in arrays if not isinstance(v, np.ndarray | np.generic)]
     ref = foreign[0] if foreign else None
     xp = namespace(ref) if ref is not None else namespace(np.empty(0))
     device = None if ref is None else array_api_compat.device(ref)
 
     def convert(v: Any, dtype: Any) -> Array:
-        if array_api_compat.is_array_api_obj(v) and namespace(v) is xp:
+        if ops.is_array(v) and namespace(v) is xp:
             return v if dtype is None or v.dtype == dtype else xp.astype(v, dtype)
         return xp.asarray(v, dtype=dtype, device=device)
 
@@ -154,10 +152,6 @@ class Likelihood(abc.ABC):
     def conditional_variance(self, f: Array) -> Array:
         """``Var[y | f]``, f [...] -> [...]."""
 
-    @abc.abstractmethod
-    def sample(self, key: Array, f: Array) -> Array:
-        """A draw of ``y ~ p(y | f)`` for a JAX PRNG key; f [...] (jax) -> [...] (posterior predictive checks)."""
-
     # -- expectations under q(f) = N(mean, var), by Gauss-Hermite quadrature
 
     def _quadrature_nodes(self, mean: Array, var: Array) -> tuple[Array, Array]:
@@ -219,10 +213,6 @@ class Gaussian(Likelihood):
         xp, (f,), (y, s2) = _coerce((f,), (y, self.variance))
         return -0.5 * (_LOG_2PI + xp.log(s2)) - (y - f) ** 2 / (2.0 * s2)
 
-    def sample(self, key: Array, f: Array) -> Array:
-        """``f + sigma * eps``, eps ~ N(0, 1); [...]."""
-        return f + jnp.sqrt(self.variance) * jax.random.normal(key, jnp.shape(f), jnp.result_type(f))
-
     def conditional_mean(self, f: Array) -> Array:
         """``E[y | f] = f``; [...]."""
         return f
@@ -281,10 +271,6 @@ class Bernoulli(Likelihood):
         _, (f,), (y,) = _coerce((f,), (y,))
         return self._log_link((2.0 * y - 1.0) * f)
 
-    def sample(self, key: Array, f: Array) -> Array:
-        """1 with probability ``link(f)``, else 0 (as f's float dtype); [...]."""
-        return jax.random.bernoulli(key, self.conditional_mean(f)).astype(jnp.result_type(f))
-
     def conditional_mean(self, f: Array) -> Array:
         """``p(y = 1 | f) = link(f)``; [...]."""
         xp, (f,), _ = _coerce((f,))
@@ -333,10 +319,6 @@ class Poisson(Likelihood):
         """``y (f + log binsize) - binsize exp(f) - log Gamma(y + 1)``; [...]."""
         xp, (f,), (y, dt) = _coerce((f,), (y, self.binsize))
         return y * (f + xp.log(dt)) - dt * xp.exp(f) - ops.gammaln(y + 1.0)
-
-    def sample(self, key: Array, f: Array) -> Array:
-        """A Poisson count with rate ``binsize exp(f)`` (as f's float dtype); [...]."""
-        return jax.random.poisson(key, self.conditional_mean(f)).astype(jnp.result_type(f))
 
     def conditional_mean(self, f: Array) -> Array:
         """``binsize exp(f)``; [...]."""
@@ -397,11 +379,6 @@ class StudentT(Likelihood):
         if self.df > 2.0:
             return self.df / (self.df - 2.0)
         return math.inf if self.df > 1.0 else math.nan
-
-    def sample(self, key: Array, f: Array) -> Array:
-        """``f + scale * eps``, eps ~ t_df; [...]."""
-        eps = jax.random.t(key, self.df, jnp.shape(f), jnp.result_type(f))
-        return f + self.scale * eps
 
     def conditional_mean(self, f: Array) -> Array:
         """``E[y | f] = f`` (NaN when df <= 1); [...]."""

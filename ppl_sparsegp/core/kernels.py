@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 import array_api_compat
 import numpy as np
 
-from .ops import namespace
+from .ops import is_array, namespace
 
 Array = Any
 
@@ -88,19 +88,19 @@ __all__ = [
 
 def _resolve_namespace(values: Iterable[Any]):
     """Namespace of the arrays among ``values`` (numbers are skipped; numpy yields to jax or torch)."""
-    return namespace(*(v for v in values if array_api_compat.is_array_api_obj(v)))
+    return namespace(*(v for v in values if is_array(v)))
 
 
 def _to_namespace(xp, x: Array) -> Array:
     """``x`` as an array of namespace ``xp`` (no copy when it already is one)."""
-    if array_api_compat.is_array_api_obj(x) and namespace(x) is xp:
+    if is_array(x) and namespace(x) is xp:
         return x
     return xp.asarray(x)
 
 
 def _cast(xp, value: Any, like: Array) -> Array:
     """A hyperparameter (number, numpy or ``xp`` array) as an ``xp`` array of ``like``'s dtype."""
-    if array_api_compat.is_array_api_obj(value) and namespace(value) is xp:
+    if is_array(value) and namespace(value) is xp:
         return value if value.dtype == like.dtype else xp.astype(value, like.dtype)
     return xp.asarray(value, dtype=like.dtype, device=array_api_compat.device(like))
 

@@ -1,5 +1,7 @@
 """Priors over the inducing inputs Z [M, D] of BSGP (Rossi et al.), as NumPyro distributions.
 
+The DPP and Strauss densities are :mod:`ppl_sparsegp.core.point_processes`'s, compiled here with ``jax.jit``.
+
 BSGP treats the M inducing inputs ``Z = {z_1, ..., z_M}``, ``z_j`` in R^D, as a random variable. The paper's priors
 (Eqs. 7-9, all on *standardised* inputs) and the improper baseline are::
 
@@ -47,7 +49,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from scipy.special import expit
 
-from ppl_sparsegp import ops
+from ppl_sparsegp.core import ops, point_processes
 
 Array = Any
 KeyOrRng = Any
@@ -155,11 +157,9 @@ class NormalZPrior(_ZPrior):
         return -0.5 * maha - size * (math.log(self.scale) + 0.5 * math.log(2.0 * math.pi))
 
 
-@jax.jit
-def _log_det_psd(K: jax.Array) -> jax.Array:
-    """``log det K`` through :func:`ppl_sparsegp.ops.cholesky`: K [M, M] -> []. Compiled as one unit because,
-    called eagerly, the Cholesky's jitter-escalation loop would be traced and compiled anew on every call."""
-    return ops.logdet_from_cholesky(ops.cholesky(K))
+_log_det_psd = jax.jit(point_processes.dpp_log_density)
+"""log det K_zz, compiled as one unit: called eagerly, the Cholesky's jitter-escalation loop would otherwise be
+traced and compiled anew on every call."""
 
 
 class DeterminantalZPrior(_ZPrior):
@@ -170,7 +170,7 @@ class DeterminantalZPrior(_ZPrior):
     Because theta is sampled in the model, build this distribution inside the model on every call, with the kernel
     of the current theta (its hyperparameters may be jax tracers).
 
-    ``K_zz`` is factorised by :func:`ppl_sparsegp.ops.cholesky`, the project's single jitter policy (a *relative*
+    ``K_zz`` is factorised by :func:`ppl_sparsegp.core.ops.cholesky`, the project's single jitter policy (a *relative*
     jitter ``JITTER[dtype] * mean(diag K_zz)``, escalated with a warning when needed); the authors' code instead adds
     an absolute ``1e-7 I``. Both are negligible unless two inducing inputs nearly coincide.
 
@@ -179,7 +179,7 @@ class DeterminantalZPrior(_ZPrior):
     is no ``sample`` on R^D; draw from a finite candidate set with :meth:`sample_from_candidates` (exact k-DPP).
 
     Args:
-        kernel: covariance, ``kernel(Z)`` with Z [M, D] -> K_zz [M, M] (a :class:`ppl_sparsegp.kernels.Kernel`).
+        kernel: covariance, ``kernel(Z)`` with Z [M, D] -> K_zz [M, M] (a :class:`ppl_sparsegp.core.kernels.Kernel`).
         num_inducing: M.
         input_dim: D.
     """
@@ -202,7 +202,7 @@ class DeterminantalZPrior(_ZPrior):
         """``log det K_zz`` (unnormalised): Z [..., M, D] -> [...].
 
         Raises:
-            ppl_sparsegp.ops.CholeskyError: (eagerly only) K_zz could not be factorised even with the escalated
+            ppl_sparsegp.core.ops.CholeskyError: (eagerly only) K_zz could not be factorised even with the escalated
                 jitter; under ``jit`` the value is NaN instead, as for every Cholesky in the project.
         """
         Z = self._as_inputs(value)
@@ -234,20 +234,8 @@ class DeterminantalZPrior(_ZPrior):
         return candidates[sample_k_dpp(key_or_rng, candidates, self.kernel, self.num_inducing)]
 
 
-@jax.jit
-def _pair_count(Z: jax.Array, radius: float, smoothness: float | None) -> jax.Array:
-    """``S_R`` for Z [..., M, D] -> [...]: the number of pairs i < j with ``d_ij <= radius``, or with ``smoothness``
-    the sum of ``sigmoid((radius - d_ij) / smoothness)``. Compiled as one unit, so that eager calls do not
-    compile operation by operation; ``d_ij = sqrt(max(d_ij^2, tiny))`` keeps gradients finite at coincident points."""
-    diff = Z[..., :, None, :] - Z[..., None, :, :]
-    d2 = jnp.sum(diff * diff, axis=-1)
-    d = jnp.sqrt(jnp.maximum(d2, jnp.finfo(d2.dtype).tiny))
-    upper = np.triu(np.ones(d.shape[-2:], dtype=bool), k=1)
-    if smoothness is None:
-        terms = jnp.where(upper & (d <= radius), 1.0, 0.0).astype(Z.dtype)
-    else:
-        terms = jnp.where(upper, jax.nn.sigmoid((radius - d) / smoothness), 0.0)
-    return jnp.sum(terms, axis=(-2, -1))
+_pair_count = jax.jit(point_processes.strauss_pair_count)
+"""S_R(Z), hard or smoothed, compiled as one unit so that eager calls do not compile operation by operation."""
 
 
 class StraussZPrior(_ZPrior):

@@ -1,11 +1,16 @@
-"""Backend shim: the few array functions the Python array API lacks, for jax.numpy, torch and numpy.
+"""The few array functions the Python array API lacks, for jax.numpy, torch and numpy, and the jitter policy.
 
-Everything numerical in ``kernels``, ``conditionals`` and ``likelihoods`` is written against the array API
-(``array_api_compat``) plus the functions here, so one implementation serves NumPyro (jax) and Pyro (torch).
+Everything numerical in :mod:`ppl_sparsegp.core` is written against the array API (``array_api_compat``) plus the
+functions here, so one implementation serves NumPyro (jax) and Pyro (torch). This module imports neither jax nor
+torch: handed a jax array or a torch tensor, it loads :mod:`ppl_sparsegp.backends.jax_backend` or
+:mod:`ppl_sparsegp.backends.torch_backend` by name, which hold what only that library can do (jax's Cholesky with
+its in-program escalation and closed-form derivatives, torch's ``cholesky_ex``). numpy arrays use numpy and scipy.
 
 The jitter policy lives here and nowhere else (ARCHITECTURE: "one place for each decision"):
 
-* :func:`cholesky` adds a *relative* jitter ``JITTER[dtype] * mean(diag(A))`` to the diagonal;
+* :func:`cholesky` adds a *relative* jitter ``j * mean(diag(A))`` to the diagonal, where ``j`` is, in order of
+  precedence, the call's ``jitter=`` argument, the innermost :func:`relative_jitter` scope (a model sets one
+  around its model, guide and predictions when given ``jitter=``), or ``JITTER[dtype]``;
 * if that factorisation fails (non-finite entries), the jitter is multiplied by 10 up to ``MAX_ESCALATIONS``
   times, with a :class:`JitterWarning` naming the jitter that worked;
 * if every level fails, :class:`CholeskyError` is raised (eagerly), or -- inside a compiled jax function, where
@@ -16,9 +21,15 @@ The jitter policy lives here and nowhere else (ARCHITECTURE: "one place for each
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import importlib
 import math
+import sys
 import warnings
-from functools import lru_cache, partial
+from collections.abc import Iterator
+from functools import lru_cache
+from types import ModuleType
 from typing import Any
 
 import array_api_compat
@@ -52,12 +63,21 @@ def namespace(*arrays: Array):
     return array_api_compat.array_namespace(*(backend or present))
 
 
+def is_array(x: Any) -> bool:
+    """Whether ``x`` is an array of numpy, jax, torch or another array-API library (Python numbers are not).
+
+    Unlike ``array_api_compat.is_array_api_obj`` this never touches a library that is blocked in ``sys.modules``."""
+    return isinstance(x, np.ndarray | np.generic) or is_jax(x) or is_torch(x) or hasattr(x, "__array_namespace__")
+
+
 def is_jax(x: Array) -> bool:
-    return array_api_compat.is_jax_array(x)
+    """Whether ``x`` is a jax array (False without asking array_api_compat while jax is not imported or blocked)."""
+    return sys.modules.get("jax") is not None and array_api_compat.is_jax_array(x)
 
 
 def is_torch(x: Array) -> bool:
-    return array_api_compat.is_torch_array(x)
+    """Whether ``x`` is a torch tensor (False while torch is not imported or blocked)."""
+    return sys.modules.get("torch") is not None and array_api_compat.is_torch_array(x)
 
 
 def dtype_name(x: Array) -> str:
@@ -65,9 +85,54 @@ def dtype_name(x: Array) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
+_SCOPED_JITTER: contextvars.ContextVar[float | None] = contextvars.ContextVar("relative_jitter", default=None)
+
+
+@contextlib.contextmanager
+def relative_jitter(value: float | None) -> Iterator[None]:
+    """Within the block, :func:`cholesky` starts from the relative jitter ``value`` instead of :data:`JITTER`.
+
+    ``None`` leaves the current setting. The value is read when a function is traced, so a jitted function keeps
+    the jitter it was compiled with.
+
+    Raises:
+        ValueError: ``value`` is not a finite number >= 0.
+    """
+    if value is None:
+        yield
+        return
+    level = check_jitter(value)
+    token = _SCOPED_JITTER.set(level)
+    try:
+        yield
+    finally:
+        _SCOPED_JITTER.reset(token)
+
+
+def check_jitter(value: Any) -> float:
+    """``value`` as a float, or ValueError naming ``jitter`` unless it is a finite number >= 0."""
+    try:
+        level = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"jitter: expected a finite relative jitter >= 0, got {value!r}") from None
+    if isinstance(value, bool) or not (math.isfinite(level) and level >= 0):
+        raise ValueError(f"jitter: expected a finite relative jitter >= 0, got {value!r}")
+    return level
+
+
 def base_jitter(x: Array) -> float:
-    """The relative jitter for the dtype of ``x`` (see :data:`JITTER`)."""
-    return JITTER.get(dtype_name(x), 1e-6)
+    """The relative jitter for ``x``: the innermost :func:`relative_jitter` scope, else :data:`JITTER` by dtype."""
+    scoped = _SCOPED_JITTER.get()
+    return JITTER.get(dtype_name(x), 1e-6) if scoped is None else scoped
+
+
+def _backend(x: Array) -> ModuleType | None:
+    """The backend module for a jax or torch array (imported on first use), None for numpy."""
+    if is_jax(x):
+        return importlib.import_module("ppl_sparsegp.backends.jax_backend")
+    if is_torch(x):
+        return importlib.import_module("ppl_sparsegp.backends.torch_backend")
+    return None
 
 
 BLAS_THREADS = 1
@@ -87,35 +152,41 @@ def blas_threads(limit: int | None = BLAS_THREADS):
     return threadpool_limits(limits=limit, user_api="blas")
 
 
-def _eye_like(A: Array) -> Array:
+def eye_like(A: Array) -> Array:
+    """The identity [n, n] in the backend, dtype and device of A [..., n, n]."""
     xp = namespace(A)
     return xp.eye(A.shape[-1], dtype=A.dtype, device=array_api_compat.device(A))
 
 
-def _scale(A: Array) -> Array:
+def diagonal_scale(A: Array) -> Array:
     """Mean of the diagonal of ``A`` [..., n, n] -> [..., 1, 1], the unit of the relative jitter."""
     xp = namespace(A)
     diag = xp.linalg.diagonal(A)
     return xp.mean(diag, axis=-1)[..., None, None]
 
 
-def _jitter_level(j0: float, A: Array, k):
+def jitter_level(j0: float, A: Array, k):
     """Relative jitter of escalation step ``k`` (0: the requested ``j0``; then ×10 from at least the base)."""
     if isinstance(k, int) and k == 0:
         return j0
     return max(j0, base_jitter(A)) * 10.0**k
 
 
-def _jitter_message(level: float) -> str:
+def jitter_message(level: float) -> str:
     return f"Cholesky needed a relative jitter of {level:.1e} (escalated from the base jitter)."
 
 
-def _failure_message(level: float) -> str:
+def failure_message(level: float) -> str:
     return (
         f"Cholesky factorisation failed even with a relative jitter of {level:.1e}; "
         "the matrix is not positive definite (check for duplicated inducing inputs, a tiny "
         "lengthscale or kernel variance, or non-finite inputs)."
     )
+
+
+def warn_jitter(level: float, ok: bool) -> None:
+    """The :class:`JitterWarning` of an escalation that ended at ``level``, successfully or not."""
+    warnings.warn((jitter_message if ok else failure_message)(level), JitterWarning, stacklevel=3)
 
 
 def cholesky(A: Array, jitter: float | None = None) -> Array:
@@ -128,31 +199,24 @@ def cholesky(A: Array, jitter: float | None = None) -> Array:
     Returns:
         L with ``L @ L.T ~= A``, shape [..., n, n], lower triangular.
     """
-    j0 = base_jitter(A) if jitter is None else float(jitter)
+    j0 = base_jitter(A) if jitter is None else check_jitter(jitter)
+    backend = _backend(A)
     if is_jax(A):
-        return _cholesky_jax(A, j0)
-    return _cholesky_eager(A, j0)
-
-
-def _cholesky_eager(A: Array, j0: float) -> Array:
-    eye, scale = _eye_like(A), _scale(A)
+        return backend.cholesky(A, j0)
+    raw = _raw_cholesky if backend is None else backend.raw_cholesky
+    eye, scale = eye_like(A), diagonal_scale(A)
     for k in range(MAX_ESCALATIONS + 1):
-        level = _jitter_level(j0, A, k)
-        L = _raw_cholesky(A + level * scale * eye)
+        level = jitter_level(j0, A, k)
+        L = raw(A + level * scale * eye)
         if L is not None:
             if k > 0:
-                warnings.warn(_jitter_message(level), JitterWarning, stacklevel=3)
+                warnings.warn(jitter_message(level), JitterWarning, stacklevel=2)
             return L
-    raise CholeskyError(_failure_message(level))
+    raise CholeskyError(failure_message(level))
 
 
 def _raw_cholesky(A: Array) -> Array | None:
-    """Cholesky of a torch or numpy array, or None when it fails."""
-    if is_torch(A):
-        import torch
-
-        L, info = torch.linalg.cholesky_ex(A)
-        return None if bool(torch.any(info != 0)) else L
+    """Cholesky of a numpy array, or None when it fails."""
     try:
         L = np.linalg.cholesky(A)
     except np.linalg.LinAlgError:
@@ -160,100 +224,10 @@ def _raw_cholesky(A: Array) -> Array | None:
     return L if np.all(np.isfinite(L)) else None
 
 
-def _cholesky_jax(A: Array, j0: float) -> Array:
-    import jax
-    import jax.numpy as jnp
-
-    L = _jittered_cholesky_jax(A, j0)
-    if not isinstance(L, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(L))):
-        raise CholeskyError(_failure_message(_jitter_level(j0, A, MAX_ESCALATIONS)))
-    return L
-
-
-@lru_cache(maxsize=1)
-def _jax_cholesky_primitive():
-    """A jax Cholesky whose primal escalates the jitter (``lax.cond`` + ``while_loop``) and whose tangent is the
-    standard Cholesky rule dL = L Φ(L⁻¹ dA L⁻ᵀ) (Φ: lower triangle, halved diagonal; Murray 2016), with the
-    jitter held constant. Differentiating through the control flow instead costs ~25x a plain Cholesky."""
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-
-    def primal(A, j0):
-        # A while_loop rather than lax.cond: under vmap (vectorised MCMC chains) a cond with a batched predicate
-        # runs both branches on every call, escalation and host callback included; a batched while_loop runs
-        # its body only while some matrix in the batch still needs more jitter.
-        eye, scale = _eye_like(A), _scale(A)
-
-        def not_done(state):
-            k, L = state
-            return jnp.logical_and(jnp.logical_not(jnp.all(jnp.isfinite(L))), k < MAX_ESCALATIONS)
-
-        def try_next(state):
-            k, _ = state
-            level = _jitter_level(j0, A, k + 1)
-            L = jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
-            ok = jnp.all(jnp.isfinite(L))
-            # pure_callback with vmap_method="broadcast_all" calls the host once per batch; jax.debug.callback
-            # would emit one call per batch element, so the program (and its compile time) grew with the batch.
-            # The returned zero is added to the counter to keep the call alive.
-            flags = (level, ok, jnp.logical_or(ok, k + 1 == MAX_ESCALATIONS), not_done(state))
-            token = jax.pure_callback(
-                _warn_from_device, jax.ShapeDtypeStruct((), jnp.int32), *flags, vmap_method="broadcast_all"
-            )
-            return k + 1 + token, L
-
-        L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
-        return lax.while_loop(not_done, try_next, (jnp.asarray(0, dtype=jnp.int32), L0))[1]
-
-    @partial(jax.custom_jvp, nondiff_argnums=(1,))
-    def chol(A, j0):
-        return primal(A, j0)
-
-    @chol.defjvp
-    def chol_jvp(j0, primals, tangents):
-        (A,), (dA,) = primals, tangents
-        L = chol(A, j0)  # through this rule again, so higher derivatives avoid the control flow too
-        return L, L @ _cholesky_tangent_phi(L, dA)
-
-    return chol
-
-
-def _cholesky_tangent_phi(L: Array, dA: Array) -> Array:
-    """Φ(L⁻¹ dA L⁻ᵀ) [..., n, n] for a jax factor L of A, so that the Cholesky tangent is dL = L Φ(...) (Murray
-    2016; Φ: lower triangle with the diagonal halved). dA is symmetrised first: the factorisation reads A as
-    symmetric."""
-    import jax.numpy as jnp
-
-    dA = 0.5 * (dA + jnp.swapaxes(dA, -1, -2))
-    inner = solve_triangular(L, jnp.swapaxes(solve_triangular(L, dA), -1, -2))  # L⁻¹ dA L⁻ᵀ
-    return jnp.tril(inner) / (1.0 + jnp.eye(L.shape[-1], dtype=L.dtype))
-
-
-def _jittered_cholesky_jax(A: Array, j0: float) -> Array:
-    return _jax_cholesky_primitive()(A, j0)
-
-
-def _warn_from_device(level, ok, final, active) -> np.ndarray:
-    """Host side of the jax Cholesky's escalation: warn once a matrix succeeded at a raised jitter, or failed at
-    the last one. Under vmap the arguments are batched and matrices that needed no (more) jitter are inactive.
-    Returns zeros of the batch shape (the token that keeps the call in the program)."""
-    mask = np.asarray(active, bool)
-    levels, oks, finals = (np.ravel(np.broadcast_to(np.asarray(a), mask.shape)[mask]) for a in (level, ok, final))
-    for level_i, ok_i, final_i in zip(levels, oks, finals, strict=True):
-        if final_i:
-            message = _jitter_message if ok_i else _failure_message
-            warnings.warn(message(float(level_i)), JitterWarning, stacklevel=2)
-    return np.zeros(mask.shape, dtype=np.int32)
-
-
 def stop_gradient(x: Array) -> Array:
     """``x`` as a constant for automatic differentiation (jax ``lax.stop_gradient``, torch ``detach``)."""
-    if is_jax(x):
-        import jax
-
-        return jax.lax.stop_gradient(x)
-    return x.detach() if is_torch(x) else x
+    backend = _backend(x)
+    return x if backend is None else backend.stop_gradient(x)
 
 
 def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:
@@ -266,15 +240,9 @@ def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = F
     Returns:
         X, shape [..., n, k].
     """
-    if is_jax(L):
-        from jax.scipy.linalg import solve_triangular as jsolve
-
-        return jsolve(L, B, lower=lower, trans=1 if transpose else 0)
-    if is_torch(L):
-        import torch
-
-        T = L.mT if transpose else L
-        return torch.linalg.solve_triangular(T, B, upper=(lower == transpose))
+    backend = _backend(L)
+    if backend is not None:
+        return backend.solve_triangular(L, B, lower=lower, transpose=transpose)
     import scipy.linalg
 
     if L.ndim == 2 and B.ndim == 2:
@@ -307,7 +275,7 @@ def lower_solve(L: Array, B: Array, transpose: bool = False) -> Array:
     n, k = L.shape[-1], B.shape[-1]
     if k < INVERSE_PROJECTION_RATIO * n:
         return solve_triangular(L, B, lower=True, transpose=transpose)
-    L_inv = solve_triangular(L, _eye_like(L), lower=True)
+    L_inv = solve_triangular(L, eye_like(L), lower=True)
     return (matrix_transpose(L_inv) if transpose else L_inv) @ B
 
 
@@ -336,28 +304,9 @@ def cholesky_project(K: Array, B: Array, jitter: float | None = None) -> Array:
         A, [n, k].
     """
     if is_jax(K) and K.ndim == 2 and B.ndim == 2:
-        j0 = base_jitter(K) if jitter is None else float(jitter)
-        return _jax_cholesky_project()(K, B, j0)
+        j0 = base_jitter(K) if jitter is None else check_jitter(jitter)
+        return _backend(K).cholesky_project(K, B, j0)
     return lower_solve(cholesky(K, jitter), B)
-
-
-@lru_cache(maxsize=1)
-def _jax_cholesky_project():
-    import jax
-
-    @partial(jax.custom_jvp, nondiff_argnums=(2,))
-    def project(K, B, j0):
-        return lower_solve(_cholesky_jax(K, j0), B)
-
-    @project.defjvp
-    def project_jvp(j0, primals, tangents):
-        # dA = L⁻¹ dB - Φ(L⁻¹ dK L⁻ᵀ) A; transposed by jax for reverse mode, it is the rule in the docstring.
-        (K, B), (dK, dB) = primals, tangents
-        L = _cholesky_jax(K, j0)
-        A = lower_solve(L, B)
-        return A, lower_solve(L, dB) - _cholesky_tangent_phi(L, dK) @ A
-
-    return project
 
 
 def cho_solve(L: Array, B: Array) -> Array:
@@ -371,28 +320,11 @@ def logdet_from_cholesky(L: Array) -> Array:
     return 2.0 * xp.sum(xp.log(xp.abs(xp.linalg.diagonal(L))), axis=-1)
 
 
-@lru_cache(maxsize=1)
-def _jax_special():
-    """jax.scipy.special's functions used here, each compiled as one unit: called eagerly, a composite such as
-    ``log_ndtr`` would otherwise dispatch (and compile) dozens of primitive operations one by one."""
-    from types import SimpleNamespace
-
-    import jax
-    import jax.scipy.special as s
-
-    names = ("ndtr", "log_ndtr", "gammaln", "logsumexp")
-    jitted = {n: jax.jit(getattr(s, n)) for n in names if n != "logsumexp"}
-    jitted["logsumexp"] = jax.jit(s.logsumexp, static_argnames="axis")
-    return SimpleNamespace(**jitted)
-
-
 def _special(x: Array):
-    if is_jax(x):
-        return _jax_special()
-    if is_torch(x):
-        import torch
-
-        return torch.special
+    """ndtr, log_ndtr, gammaln and logsumexp for the backend of ``x`` (scipy.special for numpy)."""
+    backend = _backend(x)
+    if backend is not None:
+        return backend.special()
     import scipy.special as s
 
     return s
@@ -410,20 +342,18 @@ def normal_logcdf(x: Array) -> Array:
 
 def gammaln(x: Array) -> Array:
     """log Gamma(x), elementwise."""
-    if is_torch(x):
-        import torch
-
-        return torch.lgamma(x)
     return _special(x).gammaln(x)
 
 
 def logsumexp(x: Array, axis: int) -> Array:
-    """log sum exp along ``axis``, stable."""
-    if is_torch(x):
-        import torch
-
-        return torch.logsumexp(x, dim=axis)
-    return _special(x).logsumexp(x, axis=axis)
+    """log sum exp along ``axis``, stable. numpy arrays are reduced here rather than by scipy, whose array-API
+    layer inspects torch and jax in ``sys.modules`` and fails where they are blocked."""
+    if _backend(x) is not None:
+        return _special(x).logsumexp(x, axis=axis)
+    x = np.asarray(x)
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    return np.squeeze(peak, axis=axis) + np.log(np.sum(np.exp(x - peak), axis=axis))
 
 
 def log_sigmoid(x: Array) -> Array:

@@ -1,4 +1,7 @@
-"""Point processes over subsets of K candidate inducing inputs (Uhrenholt, Charvet & Jensen, UAI 2021).
+"""NumPyro distributions over subsets of K candidate inducing inputs (Uhrenholt, Charvet & Jensen, UAI 2021).
+
+The densities and the KL are the backend-neutral functions of :mod:`ppl_sparsegp.core.point_processes`, compiled
+here with ``jax.jit``; this module adds the samplers and NumPyro's distribution interface.
 
 A subset S of the candidates Z* = {z_1, ..., z_K} is written as a binary inclusion mask s ∈ {0,1}^K, with
 |S| = Σ_k s_k. Every mask here has event shape [K]; samples are **float 0/1 arrays** (the dtype of the parameters),
@@ -25,8 +28,9 @@ registered with NumPyro's ``kl_divergence`` so that ``TraceMeanField_ELBO`` uses
 
 Its gradient is ∂KL/∂λ_k = α (1 − 2 λ_k + 2 E|S|) + log(λ_k / (1 − λ_k)) (spec §2.6).
 
-Without a data signal each λ_k settles where that gradient vanishes; :func:`no_signal_inclusion_probability`
-solves for the common value (e.g. K = 80, α = 0.05 → λ* = 0.183).
+Without a data signal each λ_k settles where that gradient vanishes;
+:func:`ppl_sparsegp.core.point_processes.no_signal_inclusion_probability` solves for the common value (e.g.
+K = 80, α = 0.05 → λ* = 0.183).
 
 Shapes: masks [..., K]; ``probs`` λ [..., K] (leading axes are the guide's batch shape); α a scalar;
 ``size_log_probs()`` [K + 1]; ``log_prob`` and the KL drop the last axis.
@@ -47,12 +51,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from jax.scipy.special import gammaln, logsumexp
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 from numpyro.distributions.util import validate_sample
-from scipy.optimize import brentq
-from scipy.special import expit
+
+from ppl_sparsegp.core import point_processes
+from ppl_sparsegp.core.point_processes import no_signal_inclusion_probability
 
 Array = Any
 
@@ -94,29 +98,11 @@ def _check_mask_shape(value: Array, num_candidates: int) -> None:
         raise ValueError(f"mask must have shape [..., {num_candidates}], got shape {jnp.shape(value)}")
 
 
-@jax.jit
-def _entropy(probs: Array) -> Array:
-    """Σ_k −λ_k log λ_k − (1 − λ_k) log(1 − λ_k) over the last axis; exact 0 terms at λ_k ∈ {0, 1}, finite gradients."""
-    inside = (probs > 0) & (probs < 1)
-    safe = jnp.where(inside, probs, 0.5)
-    terms = jnp.where(inside, -(safe * jnp.log(safe) + (1 - safe) * jnp.log1p(-safe)), 0.0)
-    return jnp.sum(terms, axis=-1)
-
-
-@jax.jit
-def _inclusion_log_prob(probs: Array, value: Array) -> Array:
-    terms = jax.scipy.special.xlogy(value, probs) + jax.scipy.special.xlog1py(1 - value, -probs)
-    return jnp.sum(terms, axis=-1)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _size_log_probs(num_candidates: int, alpha: Array) -> tuple[Array, Array]:
-    """(log P(|S| = n) for n = 0..K [K + 1], log C) for the squared-cardinality prior."""
-    K = num_candidates
-    n = jnp.arange(K + 1, dtype=jnp.result_type(alpha, float))
-    unnormalised = gammaln(K + 1.0) - gammaln(n + 1.0) - gammaln(K - n + 1.0) - alpha * n**2
-    log_c = -logsumexp(unnormalised)
-    return unnormalised + log_c, log_c
+_entropy = jax.jit(point_processes.inclusion_entropy)
+_inclusion_log_prob = jax.jit(point_processes.inclusion_log_prob)
+_size_log_probs = jax.jit(point_processes.subset_size_log_probs, static_argnums=0)
+_prior_log_prob = jax.jit(point_processes.subset_prior_log_prob)
+_kl = jax.jit(point_processes.kl_inclusion_subset_prior)
 
 
 def _uniform(key: Array, shape: tuple[int, ...], dtype: Any) -> Array:
@@ -134,21 +120,9 @@ def _sample_subsets(key: Array, size_log_probs: Array, sample_shape: tuple[int, 
     return (ranks < sizes[..., None]).astype(size_log_probs.dtype)
 
 
-@jax.jit
-def _prior_log_prob(value: Array, alpha: Array, log_c: Array) -> Array:
-    return -alpha * jnp.sum(value, axis=-1) ** 2 + log_c
-
-
 @functools.partial(jax.jit, static_argnums=2)
 def _sample_inclusions(key: Array, probs: Array, shape: tuple[int, ...]) -> Array:
     return (_uniform(key, shape, probs.dtype) < probs).astype(probs.dtype)
-
-
-@jax.jit
-def _kl(probs: Array, alpha: Array, log_c: Array) -> Array:
-    expected = jnp.sum(probs, axis=-1)
-    variance = jnp.sum(probs * (1 - probs), axis=-1)
-    return alpha * (variance + expected**2) - log_c - _entropy(probs)
 
 
 class SubsetPointProcess(dist.Distribution):
@@ -257,34 +231,9 @@ def kl_inclusion_point_process(q: IndependentInclusion, p: SubsetPointProcess) -
     return _kl(q.probs, p.alpha, p.log_normalizer)
 
 
-def no_signal_inclusion_probability(num_candidates: int, alpha: float) -> float:
-    """The common inclusion probability λ* at which KL[q_λ ‖ p_α] alone is stationary (no data signal).
-
-    With every λ_k = λ the KL is K [α (λ(1 − λ) + K λ²) − h(λ)] − log C, with h the Bernoulli entropy, and
-    d/dλ KL = K [α (1 − 2λ + 2Kλ) + logit λ]. The fixed point therefore solves (spec §2.6)::
-
-        logit λ = −α (1 + 2 (K − 1) λ).
-
-    The left side increases from −∞ to ∞ and the right side does not increase, so the root is unique; in
-    r = logit λ it lies in [−α (2K − 1), −α], which Brent's method brackets. By symmetry it is also a stationary
-    point of the KL over free λ_k (∂KL/∂λ_k = α (1 − 2λ_k + 2 E|S|) + logit λ_k), and for α <= 2 the KL is strictly
-    convex in λ (its Hessian is diag(1 / (λ_k (1 − λ_k)) − 2α) + 2α 11ᵀ), so λ* is then its unique minimiser.
-
-    Args:
-        num_candidates: K >= 1.
-        alpha: the prior strength α >= 0.
-
-    Returns:
-        λ* in (0, 1) as a Python float (0.5 when α = 0).
-    """
-    K = _check_num_candidates(num_candidates)
-    a = float(_check_alpha(alpha))
-    lo, hi = -a * (2 * K - 1), -a
-    if lo == hi:
-        return float(expit(hi))
-
-    def stationarity(r: float) -> float:
-        return r + a * (1 + 2 * (K - 1) * expit(r))
-
-    root = brentq(stationarity, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
-    return float(expit(root))
+__all__ = [
+    "IndependentInclusion",
+    "SubsetPointProcess",
+    "kl_inclusion_point_process",
+    "no_signal_inclusion_probability",
+]

@@ -1,14 +1,15 @@
-"""NumPyro distributions over inducing outputs u [P, M], with their KL registered for NumPyro's ELBOs.
+"""NumPyro distributions over inducing outputs u [P, M] (KL registered for NumPyro's ELBOs), and of y given f.
 
 ``InducingPrior`` is p(u) = Π_p N(u_p | 0, Kmm) (or, whitened, p(v) = N(0, I)); ``InducingPosterior`` is the
 variational q(u) = Π_p N(u_p | m_p, R_p R_p^T) with a full lower-triangular or diagonal R_p. With both registered,
 ``TraceMeanField_ELBO`` computes KL[q(u) || p(u)] in closed form (thesis eq 4.26) through
-:func:`ppl_sparsegp.conditionals.kl_qu_pu`, which for the whitened prior needs no O(M³) solve.
+:func:`ppl_sparsegp.core.kl.kl_qu_pu`, which for the whitened prior needs no O(M³) solve.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,10 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from . import conditionals, ops
+from ppl_sparsegp.core import kl, ops
+from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, StudentT
+
+Array = Any
 
 
 class InducingPrior(dist.Distribution):
@@ -93,4 +97,24 @@ class InducingPosterior(dist.Distribution):
 
 @kl_divergence.register(InducingPosterior, InducingPrior)
 def _kl_inducing(q: InducingPosterior, p: InducingPrior):
-    return conditionals.kl_qu_pu(q.loc, q.scale, p.Lmm)
+    return kl.kl_qu_pu(q.loc, q.scale, p.Lmm)
+
+
+def observation_distribution(likelihood: Likelihood, f: Array) -> dist.Distribution:
+    """p(y | f) as a NumPyro distribution with batch shape ``f.shape``, for posterior predictive draws of y.
+
+    Gaussian: Normal(f, σ); Bernoulli: Bernoulli(link(f)); Poisson: Poisson(binsize · exp f); Student-t:
+    StudentT(df, f, scale). Each matches :meth:`~ppl_sparsegp.core.likelihoods.Likelihood.log_prob`.
+
+    Raises:
+        TypeError: a likelihood class without a NumPyro counterpart here.
+    """
+    if isinstance(likelihood, Gaussian):
+        return dist.Normal(f, jnp.sqrt(jnp.asarray(likelihood.variance, dtype=f.dtype)))
+    if isinstance(likelihood, Bernoulli):
+        return dist.Bernoulli(probs=likelihood.conditional_mean(f))
+    if isinstance(likelihood, Poisson):
+        return dist.Poisson(likelihood.conditional_mean(f))
+    if isinstance(likelihood, StudentT):
+        return dist.StudentT(likelihood.df, f, jnp.asarray(likelihood.scale, dtype=f.dtype))
+    raise TypeError(f"likelihood: no NumPyro distribution of y given f for {type(likelihood).__name__}")

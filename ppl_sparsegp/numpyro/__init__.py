@@ -1,0 +1,1 @@
+"""NumPyro glue over the core: distributions over inducing outputs, subsets and inducing inputs."""
