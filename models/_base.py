@@ -17,13 +17,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import numpyro.distributions as dist
-from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro import sites
 
 Array = Any
 
@@ -58,41 +57,23 @@ class GPModel:
 
     def hyperparameter_sites(self) -> dict[str, Any]:
         """Site name -> initial value for every kernel and likelihood hyperparameter."""
-        sites = {f"kernel.{k}": v for k, v in self.kernel.parameters().items()}
-        sites.update({f"likelihood.{k}": v for k, v in self.likelihood.parameters().items()})
-        return sites
+        return sites.hyperparameter_values(self.kernel, self.likelihood)
 
-    def _hyper_model(self) -> tuple[Kernel, Likelihood]:
-        """Model side: register every hyperparameter site and rebuild kernel and likelihood from them."""
-        values: dict[str, Array] = {}
-        for site, init in self.hyperparameter_sites().items():
-            if site in self.fixed:
-                values[site] = jnp.asarray(init)
-            elif site in self.priors:
-                values[site] = numpyro.sample(site, self.priors[site])
-            else:
-                values[site] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
-        return self._rebuild(values)
+    def hyperparameters(self) -> tuple[Kernel, Likelihood]:
+        """Model side: register every hyperparameter site (:func:`ppl_sparsegp.numpyro.sites.hyperparameters`)
+        and return the kernel and likelihood at their values."""
+        return sites.hyperparameters(self.kernel, self.likelihood, self.priors, self.fixed)
 
-    def _hyper_guide(self) -> None:
+    def hyperparameter_guide(self) -> None:
         """Guide side: a point mass at ``"<site>_map"`` for each hyperparameter that has a prior."""
-        for site, init in self.hyperparameter_sites().items():
-            if site in self.priors:
-                value = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=constraints.positive)
-                event_dim = len(self.priors[site].event_shape)
-                numpyro.sample(site, dist.Delta(value, event_dim=event_dim))
-
-    def _rebuild(self, values: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
-        k = {s.removeprefix("kernel."): v for s, v in values.items() if s.startswith("kernel.")}
-        lik = {s.removeprefix("likelihood."): v for s, v in values.items() if s.startswith("likelihood.")}
-        return self.kernel.with_parameters(k), self.likelihood.with_parameters(lik)
+        sites.hyperparameter_guide(self.kernel, self.likelihood, self.priors)
 
     def fitted(self, params: Mapping[str, Array]) -> tuple[Kernel, Likelihood]:
         """Kernel and likelihood at fitted values: ``params[site]``, else ``params[site + '_map']``, else init."""
         values = {}
         for site, init in self.hyperparameter_sites().items():
             values[site] = params.get(site, params.get(f"{site}_map", jnp.asarray(init)))
-        return self._rebuild(values)
+        return sites.rebuild(self.kernel, self.likelihood, values)
 
     def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
         """Eager checks of the data, of Z against X, and of initial hyperparameter values.
@@ -101,9 +82,9 @@ class GPModel:
         """
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
-        sites = self.hyperparameter_sites()
-        given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in sites}
-        self._rebuild(given)  # kernels and likelihoods reject non-finite or non-positive concrete values
+        names = self.hyperparameter_sites()
+        given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in names}
+        sites.rebuild(self.kernel, self.likelihood, given)  # rejects non-finite or non-positive concrete values
         Z = getattr(self, "Z", None)
         if Z is not None and _is_concrete(X):
             validation.check_same_dim(Z, X)

@@ -3,12 +3,14 @@
 Generative model (whitened, as the released code; spec §1.6)::
 
     log λ_d ~ N(0, 1),  log σ_k² ~ N(log 0.05, 1)       kernel θ (RBF-ARD, k = σ_k² exp(-½ Σ_d (x_d-x'_d)²/λ_d²))
-    Z ~ p_ξ(Z)  [M, D]                                   Normal, DPP, Strauss or uniform (inducing/z_priors.py)
+    Z ~ p_ξ(Z)  [M, D]                                   Normal, DPP, Strauss or uniform (numpyro/z_priors.py)
     v ~ N(0, I)  [P, M],  u = L_zz(Z, θ) v               inducing outputs, one column per output, shared Z and θ
     y_n | v, Z, θ:  exp ℓ_n                              the data term below
 
 MCMC samples (v, Z, θ) from the free-form optimum log q̂ = Σ_n ℓ_n + log p(v) + log p(Z) + log p(θ) (Eq. 6),
 with f_n | v, Z, θ ~ N(m_n, s_n), m_n = a_nᵀ v, s_n = k_nn − a_nᵀ a_n, a_n = L_zz⁻¹ k_zn. The data term is
+
+The choice between them is the model's ``likelihood_term`` (``data_term`` on the command line):
 
 * ``"log_expected"`` (default): ℓ_n = log E_{N(f_n; m_n, s_n)} p(y_n | f_n), e.g. log N(y_n; m_n, s_n + σ²).
   This is what the released code uses and what produced the paper's Table 6 (spec §1.3);
@@ -30,22 +32,25 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
-from .svgp import SVGP
+from ._base import GPModel, as_output_columns
 
 Array = Any
 
-DATA_TERMS = ("log_expected", "expected_log")
+LIKELIHOOD_TERMS = ("log_expected", "expected_log")
 
 
 def bsgp_kernel(input_dim: int) -> RBF:
@@ -80,19 +85,19 @@ def noise_prior() -> dist.Distribution:
     return dist.LogNormal(0.0, 1.0)
 
 
-def data_log_likelihood(likelihood: Likelihood, data_term: str, Y: Array, mean: Array, var: Array) -> Array:
+def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, mean: Array, var: Array) -> Array:
     """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
 
     Shapes: Y, mean, var [P, B] -> [P, B].
     """
-    if data_term == "log_expected":
+    if likelihood_term == "log_expected":
         return likelihood.log_predictive_density(Y, mean, var)
     return likelihood.variational_expectation(Y, mean, var)
 
 
-def check_data_term(data_term: str) -> None:
-    if data_term not in DATA_TERMS:
-        raise ValueError(f"data_term: expected one of {DATA_TERMS}, got {data_term!r}")
+def check_likelihood_term(likelihood_term: str) -> None:
+    if likelihood_term not in LIKELIHOOD_TERMS:
+        raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
 
 
 def build_z_prior(
@@ -113,33 +118,41 @@ def check_z_prior(prior: str | dist.Distribution, num_inducing: int, input_dim: 
 
 
 @dataclass(eq=False)
-class BSGP(SVGP):
+class BSGP(GPModel):
     """Shallow BSGP: v, Z and θ sampled; see the module docstring for the model and its sites.
 
-    Args (beyond :class:`models.svgp.SVGP`'s kernel, likelihood, Z, num_latent, batch_size):
+    Args (beyond :class:`models._base.GPModel`'s kernel, likelihood, priors, fixed):
         Z: the initial inducing inputs [M, D] (k-means on X in the paper); their prior is ``z_prior``.
+        num_latent: P, outputs sharing Z and θ (one column of y each).
+        batch_size: points per evaluation through the ``"data"`` plate (default 1000; None: all).
         z_prior: ``"normal"`` (default), ``"dpp"``, ``"strauss"``, ``"uniform"``, or a distribution over [M, D].
         z_prior_options: keyword arguments of :func:`ppl_sparsegp.numpyro.z_priors.z_prior` (e.g. Strauss'
             ``gamma``, ``radius``, ``smoothness``).
-        data_term: ``"log_expected"`` (default, Table 6) or ``"expected_log"`` (Eq. 6).
+        likelihood_term: ``"log_expected"`` (default, Table 6) or ``"expected_log"`` (Eq. 6); see
+            :func:`data_log_likelihood`.
         priors: default :func:`bsgp_priors` for the kernel; every kernel hyperparameter must be sampled.
     """
 
+    Z: Array = None
+    num_latent: int = 1
+    batch_size: int | None = 1000
     z_prior: str | dist.Distribution = "normal"
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
-    data_term: Literal["log_expected", "expected_log"] = "log_expected"
-    batch_size: int | None = 1000
-    learn_Z: bool = False
-
-    DATA_TERMS: ClassVar[tuple[str, ...]] = DATA_TERMS
+    likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
 
     def __post_init__(self) -> None:
-        if not self.whiten:
-            raise ValueError("whiten: BSGP samples the whitened inducing outputs (spec §1.6); expected True")
+        if self.Z is None:
+            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+        validation.check_inputs(self.Z, x_name="Z")
+        for name in ("num_latent", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_likelihood_term(self.likelihood_term)
         if not self.priors:
             self.priors = bsgp_priors(self.kernel)
         super().__post_init__()
-        check_z_prior(self.z_prior, self.num_inducing, int(np.shape(self.Z)[1]))
+        check_z_prior(self.z_prior, self.num_inducing, self.input_dim)
         unsampled = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")} - set(self.priors)
         if unsampled - set(self.fixed):
             raise ValueError(
@@ -147,13 +160,27 @@ class BSGP(SVGP):
                 f"{sorted(unsampled - set(self.fixed))}"
             )
 
-    def inducing_inputs(self, kernel: Kernel) -> Array:
-        """Z sampled from its prior (the DPP's density uses the sampled kernel)."""
-        prior = build_z_prior(self.z_prior, self.z_prior_options, self.num_inducing, int(np.shape(self.Z)[1]), kernel)
-        return numpyro.sample("Z", prior)
+    @property
+    def num_inducing(self) -> int:
+        return int(np.shape(self.Z)[0])
 
-    def data_log_likelihood(self, likelihood: Likelihood, Y: Array, mean: Array, var: Array) -> Array:
-        return data_log_likelihood(likelihood, self.data_term, Y, mean, var)
+    @property
+    def input_dim(self) -> int:
+        return int(np.shape(self.Z)[1])
+
+    def model(self, X: Array, y: Array) -> None:
+        """θ ~ p(θ), Z ~ p_ξ(Z | θ), v ~ N(0, I), then exp ℓ_n per point of a minibatch (scaled by N/B)."""
+        self.check_data(X, y)
+        if (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
+            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
+        kernel, likelihood = self.hyperparameters()
+        Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
+        v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
+        with sites.data_plate(y.shape[0], self.batch_size) as idx:
+            Xb, Yb = sites.batch(X, y, idx)
+            mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
+            ell = data_log_likelihood(likelihood, self.likelihood_term, Yb, mean, var)
+            numpyro.factor("y", jnp.sum(ell, axis=0))
 
     def guide(self, X: Array, y: Array) -> None:
         raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS (see fit_bsgp)")
@@ -168,8 +195,29 @@ class BSGP(SVGP):
 
     def initial_values(self) -> dict[str, Array]:
         """The released code's starting point (spec §2.4): Z as given, v = 0, θ at the kernel's values."""
-        sites = self.hyperparameter_sites()
-        values = {s: jnp.asarray(sites[s]) for s in self.priors}
+        initial = self.hyperparameter_sites()
+        values = {s: jnp.asarray(initial[s]) for s in self.priors}
         values["Z"] = jnp.asarray(self.Z)
         values["u"] = jnp.zeros((self.num_latent, self.num_inducing), jnp.asarray(self.Z).dtype)
         return values
+
+    def _draw(self, params: Mapping[str, Array]) -> tuple[Kernel, Likelihood, Array, Array]:
+        """Kernel, likelihood, Z [M, D] and v [P, M] of one posterior draw."""
+        kernel, likelihood = self.fitted(params)
+        return kernel, likelihood, jnp.asarray(params.get("Z", self.Z)), jnp.asarray(params["u"])
+
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """ℓ_n of one draw per data point: [N] (or [N, P])."""
+        kernel, likelihood, Z, v = self._draw(params)
+        mean, var = conditionals.inducing_conditional(kernel, Z, jnp.asarray(X), v)
+        Y = y[None, :] if y.ndim == 1 else y.T
+        terms = data_log_likelihood(likelihood, self.likelihood_term, Y, mean, var)
+        return terms[0] if y.ndim == 1 else terms.T
+
+    def predict_f(
+        self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
+    ) -> tuple[Array, Array]:
+        """p(f(X_new) | v, Z, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``)."""
+        kernel, _, Z, v = self._draw(params)
+        mean, var = conditionals.inducing_conditional(kernel, Z, jnp.asarray(X_new), v, full_cov=full_cov)
+        return as_output_columns(mean, var, self.num_latent == 1)

@@ -1,6 +1,6 @@
 """BSGP in one call: k-means Z, the shallow or deep model, and the released sampler schedule (spec 001 §2).
 
-:func:`fit_bsgp` builds :class:`models.bsgp.BSGP` (one layer) or :class:`models.deep_gp.DeepBSGP`, then runs
+:func:`fit_bsgp` builds :class:`models.bsgp.BSGP` (one layer) or :class:`models.deep_bsgp.DeepBSGP`, then runs
 
 * ``engine="sghmc"`` (default): :class:`ppl_sparsegp.infer.sghmc.AdaptiveSGHMC` with the released settings of
   :func:`ppl_sparsegp.infer.sghmc.bsgp_schedule` (ε = 0.01, momentum decay 0.05, 21 updates per iteration of
@@ -33,8 +33,8 @@ from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
 from ppl_sparsegp.infer.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates, bsgp_schedule
 
-from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_data_term, check_z_prior, noise_prior
-from .deep_gp import DeepBSGP, deep_bsgp
+from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_likelihood_term, check_z_prior, noise_prior
+from .deep_bsgp import DeepBSGP, deep_bsgp
 
 Array = Any
 
@@ -113,7 +113,7 @@ def fit_bsgp(
     Z: Array | None = None,
     z_prior: str = "normal",
     z_prior_options: dict[str, Any] | None = None,
-    data_term: str = "log_expected",
+    likelihood_term: str = "log_expected",
     noise: str = "point",
     engine: str = "sghmc",
     num_iterations: int = 10_000,
@@ -143,7 +143,7 @@ def fit_bsgp(
         Z: initial inducing inputs [M, D] (default: k-means on X).
         z_prior, z_prior_options: the prior over every layer's Z (``"normal"``, ``"dpp"``, ``"strauss"``,
             ``"uniform"``) and its options.
-        data_term: ``"log_expected"`` (Table 6) or ``"expected_log"`` (Eq. 6).
+        likelihood_term: ``"log_expected"`` (Table 6) or ``"expected_log"`` (Eq. 6).
         noise: ``"point"`` (optimised alongside the chain, SGHMC only) or ``"sampled"`` (LogNormal(0, 1) prior).
         engine: ``"sghmc"`` or ``"nuts"`` (shallow model only: the deep model's potential is stochastic).
         num_iterations, num_kept: SGHMC warmup of 21 × ``num_iterations`` updates and ``num_kept`` draws 32
@@ -158,7 +158,7 @@ def fit_bsgp(
     """
     _check_choice("engine", engine, BSGP_ENGINES)
     _check_choice("noise", noise, NOISE_MODES)
-    check_data_term(data_term)
+    check_likelihood_term(likelihood_term)
     target_accept_prob = validation.check_open_unit_interval("target_accept_prob", target_accept_prob)
     X, y = np.asarray(X), np.asarray(y)
     validation.check_inputs(X, y)
@@ -176,7 +176,9 @@ def fit_bsgp(
     P = 1 if y.ndim == 1 else y.shape[1]
     batch = None if engine == "nuts" else min(batch_size, N)
     noise_priors = {f"likelihood.{k}": noise_prior() for k in likelihood.parameters()} if noise == "sampled" else {}
-    common = dict(z_prior=z_prior, z_prior_options=dict(z_prior_options or {}), data_term=data_term, batch_size=batch)
+    common = dict(
+        z_prior=z_prior, z_prior_options=dict(z_prior_options or {}), likelihood_term=likelihood_term, batch_size=batch
+    )
     if num_layers == 1:
         kernel = bsgp_kernel(D)
         priors = {**bsgp_priors(kernel), **noise_priors}

@@ -7,7 +7,7 @@ Layer ℓ = 0..L-1 maps its input H^ℓ [B, D_ℓ] (H^0 = X) to F^{ℓ+1} [B, D_
     H^{ℓ+1} = F^{ℓ+1} (+ X with ``add_input``: "the observed input added to the second layer", paper C.4)
     y_n | F^L_n ~ p(y_n | F^L_n)                     any likelihood of ppl_sparsegp.core.likelihoods
 
-W^ℓ is a fixed linear mean on inner layers (:func:`models.deep_gp.linear_mean_weights`, or None: zero mean); the
+W^ℓ is a fixed linear mean on inner layers (:func:`models.deep_bsgp.linear_mean_weights`, or None: zero mean); the
 last layer has zero mean. Guide: q(u^{ℓ,d}) = N(m^{ℓ,d}, S^{ℓ,d}) over u itself (default; a subset of it is the
 marginal of the selected points) or, with ``whiten=True``, over v = L⁻¹u.
 
@@ -21,7 +21,7 @@ data term is estimated from ``num_samples`` = S propagated samples: each inner l
 reparameterisation, F = μ + σ ε, and the last layer's expectation is exact (Gaussian) or Gauss-Hermite
 (``Likelihood.variational_expectation``), averaged over the S samples. The KLs are closed form
 (:mod:`ppl_sparsegp.numpyro.distributions`). Minibatches: ``batch_size`` subsamples the ``"data"`` plate (data term
-scaled by N/B, KLs counted once; :func:`models.svgp.data_plate`).
+scaled by N/B, KLs counted once; :func:`ppl_sparsegp.numpyro.sites.data_plate`).
 
 Masks: ``_model(X, y, masks)`` / ``_guide(masks)`` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate the
 bound of the deep GP on the selected inducing inputs at fixed shapes (:mod:`ppl_sparsegp.core.masking`;
@@ -53,10 +53,10 @@ from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
 from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.numpyro.sites import data_plate
 
 from ._base import _is_concrete
-from .deep_gp import linear_mean_weights
-from .svgp import data_plate
+from .deep_bsgp import linear_mean_weights
 
 Array = Any
 
@@ -222,7 +222,7 @@ class DeepSVGP:
     def _model(self, X: Array, y: Array, masks: Sequence[Array] | None) -> None:
         """The model over the inducing inputs selected by ``masks`` (one 0/1 array [M_ℓ] per layer; None: all)."""
         self.check_data(X, y)
-        kernels, likelihood = self._hyper_model()
+        kernels, likelihood = self.hyperparameters()
         layers = []
         for i, kernel in enumerate(kernels):
             Z = numpyro.param(f"layer{i}.Z", jnp.asarray(self.Z[i]))
@@ -365,7 +365,7 @@ def deep_svgp(
     1 on the last layer and ``inner_kernel_variance`` on inner ones, as the released code's layer-wise start).
 
     Args:
-        X: training inputs [N, D] (for the linear mean, :func:`models.deep_gp.linear_mean_weights`).
+        X: training inputs [N, D] (for the linear mean, :func:`models.deep_bsgp.linear_mean_weights`).
         num_outputs: P.
         likelihood: the likelihood of y.
         Z: inducing inputs in the space of X: one array [M, D] for every layer, or one [M_ℓ, D] per layer. Layer

@@ -43,7 +43,7 @@ factor ``"y"``) for :class:`BayesianGPLVM`, or those of :class:`SGPR` (factor ``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,10 +59,11 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian
+from ppl_sparsegp.numpyro.sites import data_plate
 
 from ._base import _is_concrete
 from .sgpr import SGPR
-from .svgp import SVGP, data_plate
+from .svgp import SVGP
 
 Array = Any
 
@@ -147,7 +148,7 @@ class LatentInputs:
     def latent_guide(self) -> None:
         """The guide's site ``"X"`` under q(X), over the rows of the ``"data"`` plate (a minibatch or all N)."""
         loc, scale = self.latent_parameters()
-        with self._data_plate(self.num_points) as idx:
+        with data_plate(self.num_points, getattr(self, "batch_size", None)) as idx:
             batch = (loc, scale) if idx is None else (loc[idx], scale[idx])
             numpyro.sample(LATENT_SITE, dist.Normal(*batch).to_event(1))
 
@@ -218,7 +219,7 @@ class BayesianGPLVM(LatentInputs, SVGP):
     def guide(self, Y: Array) -> None:
         self._guide(None)
 
-    def _batch_inputs(self, X: None, idx: Array | None) -> Array:
+    def _batch_inputs(self, Xb: None, idx: Array | None) -> Array:
         """The latent inputs of the batch rows, drawn from the prior N(0, I): [B, Q]."""
         return self.latent_prior(self.num_points if idx is None else idx.shape[0])
 
@@ -266,23 +267,20 @@ class CollapsedGPLVM(LatentInputs, SGPR):
     def model(self, Y: Array) -> None:
         Y = jnp.asarray(Y)
         self.check_data(Y)
-        kernel, likelihood = self._hyper_model()
+        kernel, likelihood = self.hyperparameters()
         Z = self.inducing_inputs()
-        with self._data_plate(self.num_points):
+        with data_plate(self.num_points):
             X = self.latent_prior(self.num_points)
         numpyro.factor("collapsed_bound", self.bound_at(kernel, likelihood, Z, X, Y))
 
     def guide(self, Y: Array) -> None:
-        self._hyper_guide()
+        self.hyperparameter_guide()
         self.latent_guide()
 
     def bound_at(self, kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, Y: Array) -> Array:
         """The data term at latent inputs X [N, Q]: Titsias' bound with every inducing input (a hook: the selective
         model draws its subset here). Scalar."""
         return self.collapsed_bound(kernel, likelihood, Z, X, Y)
-
-    def _data_plate(self, n: int) -> Iterator[None]:
-        return data_plate(n, None, None)
 
     def reconstruct(self, params: Mapping[str, Array], Y: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]), with the collapsed q(u) optimal

@@ -38,7 +38,7 @@ class GPR(GPModel):
 
     def model(self, X: Array, y: Array) -> None:
         self.check_data(X, y)
-        kernel, likelihood = self._hyper_model()
+        kernel, likelihood = self.hyperparameters()
         N = X.shape[0]
         K = kernel(X) + likelihood.variance * jnp.eye(N, dtype=X.dtype)
         L = ops.cholesky(K)
@@ -46,7 +46,7 @@ class GPR(GPModel):
         numpyro.sample("y", dist.MultivariateNormal(scale_tril=L).expand([Y.shape[1]]), obs=Y.T)
 
     def guide(self, X: Array, y: Array) -> None:
-        self._hyper_guide()
+        self.hyperparameter_guide()
 
     def log_marginal_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """log p(y | θ) at fitted hyperparameters (scalar, summed over output columns)."""

@@ -142,13 +142,13 @@ class SelectiveSGPR(SubsetSelection, SGPR):
 
     def model(self, X: Array, y: Array) -> None:
         self.check_data(X, y)
-        kernel, likelihood = self._hyper_model()
+        kernel, likelihood = self.hyperparameters()
         Z = self.inducing_inputs()
         mask = self.inclusion_model(Z.dtype)
         numpyro.factor("collapsed_bound", self._bound(kernel, likelihood, Z, mask, X, y))
 
     def guide(self, X: Array, y: Array) -> None:
-        self._hyper_guide()
+        self.hyperparameter_guide()
         self.inclusion_guide(jnp.asarray(self.Z).dtype)
 
     @staticmethod

@@ -11,10 +11,10 @@ p(f_n | u, θ) = N(a_n^T v, k_nn - a_n^T a_n), closed form or Gauss-Hermite per 
 density are draws of the KL-optimal free-form q*(u, θ); predictions mix p(f_* | u_s, θ_s) over draws s
 (:mod:`ppl_sparsegp.infer.predict`). Z is fixed (from a Gaussian fit, §5.5).
 
-This is :class:`models.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and ``learn_Z=False``; it has
-the same site names, the sampled ``"u"`` holding v. Every hyperparameter is either sampled (named in
-``priors``) or held fixed (named in ``fixed``): an MCMC engine would otherwise keep a ``param`` at its initial
-value silently.
+Its density equals that of :class:`models.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and
+``learn_Z=False``, with the same site names (the sampled ``"u"`` holds v), so an SVGP fit initialises it. Every
+hyperparameter is either sampled (named in ``priors``) or held fixed (named in ``fixed``): an MCMC engine would
+otherwise keep a ``param`` at its initial value silently.
 
 :func:`fit_sgpmc` is the thesis recipe in one call: fit SVGP (MAP for θ, Z from k-means, Z held fixed for
 the first steps), fix Z, start θ at its point estimate and v at a draw of q(v), run NUTS.
@@ -29,35 +29,47 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 import numpyro.distributions as dist
 import optax
 
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
+from ppl_sparsegp.numpyro import sites
 
+from ._base import GPModel, as_output_columns
 from .svgp import SVGP
 
 Array = Any
 
 
 @dataclass(eq=False)
-class SGPMC(SVGP):
+class SGPMC(GPModel):
     """The SGPMC target as a NumPyro model; Z [M, D] fixed, v sampled at site ``"u"`` [P, M].
 
-    Args: as :class:`SVGP`; ``whiten``, ``learn_Z`` and ``data_term`` are fixed to True, False and
-    ``"sampled"``; ``priors`` and ``fixed`` together must cover every hyperparameter site.
+    Args (beyond :class:`models._base.GPModel`'s kernel, likelihood, priors, fixed; ``priors`` and ``fixed``
+    together must cover every hyperparameter site):
+        Z: the fixed inducing inputs [M, D].
+        num_latent: P, latent functions sharing Z and the kernel (one per output column of y).
+        batch_size: subsample B points per evaluation through the ``"data"`` plate (SG-MCMC engines only).
     """
 
-    whiten: bool = True
-    learn_Z: bool = False
-    data_term: Literal["sampled"] = "sampled"
+    Z: Array = None
+    num_latent: int = 1
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name, required in (("whiten", True), ("learn_Z", False), ("data_term", "sampled")):
-            if getattr(self, name) != required:
-                raise ValueError(f"{name}: SGPMC requires {required!r} (thesis eq 5.26), got {getattr(self, name)!r}")
+        if self.Z is None:
+            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+        validation.check_inputs(self.Z, x_name="Z")
+        for name in ("num_latent", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
         super().__post_init__()
         free = set(self.hyperparameter_sites()) - set(self.priors) - set(self.fixed)
         if free:
@@ -65,6 +77,45 @@ class SGPMC(SVGP):
                 f"priors: SGPMC samples its hyperparameters, so each needs a prior or must be named in `fixed`; "
                 f"no prior for {sorted(free)}"
             )
+
+    @property
+    def num_inducing(self) -> int:
+        return int(np.shape(self.Z)[0])
+
+    def model(self, X: Array, y: Array) -> None:
+        """θ ~ p(θ), v ~ N(0, I), and the variational potential Σ_n E_{p(f_n | v, θ)}[log p(y_n | f_n)]
+        (thesis eq 5.26), on a minibatch when ``batch_size`` is set."""
+        self.check_data(X, y)
+        if (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
+            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
+        kernel, likelihood = self.hyperparameters()
+        Z = jnp.asarray(self.Z)
+        v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
+        with sites.data_plate(y.shape[0], self.batch_size) as idx:
+            Xb, Yb = sites.batch(X, y, idx)
+            mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
+            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+
+    def guide(self, X: Array, y: Array) -> None:
+        raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")
+
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """log φ(y_n | v, θ) of one draw per data point (the per-point factor of eq 5.26): [N] (or [N, P])."""
+        kernel, likelihood = self.fitted(params)
+        mean, var = conditionals.inducing_conditional(kernel, jnp.asarray(self.Z), jnp.asarray(X), params["u"])
+        Y = y[None, :] if y.ndim == 1 else y.T
+        terms = likelihood.variational_expectation(Y, mean, var)
+        return terms[0] if y.ndim == 1 else terms.T
+
+    def predict_f(
+        self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
+    ) -> tuple[Array, Array]:
+        """p(f(X_new) | v, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``)."""
+        kernel, _ = self.fitted(params)
+        mean, var = conditionals.inducing_conditional(
+            kernel, jnp.asarray(self.Z), jnp.asarray(X_new), jnp.asarray(params["u"]), full_cov=full_cov
+        )
+        return as_output_columns(mean, var, self.num_latent == 1)
 
 
 def default_priors(

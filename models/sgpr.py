@@ -46,12 +46,12 @@ class SGPR(GPModel):
 
     def model(self, X: Array, y: Array) -> None:
         self.check_data(X, y)
-        kernel, likelihood = self._hyper_model()
+        kernel, likelihood = self.hyperparameters()
         Z = self.inducing_inputs()
         numpyro.factor("collapsed_bound", self.collapsed_bound(kernel, likelihood, Z, X, y))
 
     def guide(self, X: Array, y: Array) -> None:
-        self._hyper_guide()
+        self.hyperparameter_guide()
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """The collapsed bound at fitted values (scalar)."""

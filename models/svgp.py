@@ -30,22 +30,16 @@ plate ``"data"``; factor ``"y"`` [B]; guide params ``"u_loc"`` [P, M] and ``"u_s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import jax
 import jax.numpy as jnp
 import numpyro
-from numpyro import handlers
-from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, kl, ops
-from ppl_sparsegp.core.kernels import Kernel
-from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
-from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns
 
@@ -96,22 +90,6 @@ class SVGP(GPModel):
     def num_inducing(self) -> int:
         return int(jnp.shape(self.Z)[0])
 
-    def inducing_inputs(self, kernel: Kernel) -> Array:
-        """Z [M, D] in the model: a param (``learn_Z``) or the fixed initial value (``kernel``: for priors on Z)."""
-        return numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
-
-    def variational_parameters(self) -> tuple[Array, Array]:
-        """The guide's q(u) parameters as NumPyro params: (u_loc [P, M], scale [P, M, M] or [P, M])."""
-        P, M = self.num_latent, self.num_inducing
-        dtype = jnp.asarray(self.Z).dtype
-        loc = numpyro.param("u_loc", jnp.zeros((P, M), dtype=dtype))
-        if self.q_diag:
-            scale = numpyro.param("u_scale", jnp.ones((P, M), dtype=dtype), constraint=constraints.positive)
-        else:
-            eye = jnp.broadcast_to(jnp.eye(M, dtype=dtype), (P, M, M))
-            scale = numpyro.param("u_scale_tril", eye, constraint=constraints.lower_cholesky)
-        return loc, scale
-
     def _check_outputs(self, y: Array) -> None:
         P = 1 if y.ndim == 1 else y.shape[1]
         if P != self.num_latent:
@@ -128,33 +106,34 @@ class SVGP(GPModel):
         """
         self.check_data(X, y)
         self._check_outputs(y)
-        kernel, likelihood = self._hyper_model()
-        Z = self.inducing_inputs(kernel)
+        kernel, likelihood = self.hyperparameters()
+        Z = numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
         Kmm = kernel(Z)
         # Whitened and unmasked, Lmm only projects Kmn: the fused ops.cholesky_project (cheaper gradient) forms it.
         fused = mask is None and self.whiten
         Lmm = None if fused else (ops.cholesky(Kmm) if mask is None else masked_cholesky(Kmm, mask))
-        u = numpyro.sample(
-            "u",
-            InducingPrior(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype),
-        )
+        u = sites.inducing_outputs(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype)
         if self.data_term == "analytic":
-            q_mu, q_sqrt = self._masked_q(self.variational_parameters(), mask)
+            q_mu, q_sqrt = self._masked_q(self._q_parameters(Z.dtype), mask)
         else:
             q_mu, q_sqrt = u, None
-        with self._data_plate(y.shape[0]) as idx:
-            Xb, yb = self._batch_inputs(X, idx), (y if idx is None else y[idx])
+        with sites.data_plate(y.shape[0], self.batch_size, self.num_data) as idx:
+            Xb, Yb = sites.batch(X, y, idx)
+            Xb = self._batch_inputs(Xb, idx)
             Kmn = kernel(Z, Xb) if mask is None else mask[:, None] * kernel(Z, Xb)
             A = ops.cholesky_project(Kmm, Kmn) if fused else None
             mean, var = conditionals.conditional(
                 Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten, projection=A
             )
-            Yb = yb[None, :] if yb.ndim == 1 else yb.T
-            numpyro.factor("y", jnp.sum(self.data_log_likelihood(likelihood, Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def _batch_inputs(self, X: Array, idx: Array | None) -> Array:
-        """The inputs of the data points in the current batch: X [N, D] -> [B, D] (a hook for latent inputs)."""
-        return X if idx is None else X[idx]
+    def _batch_inputs(self, Xb: Array | None, idx: Array | None) -> Array:
+        """The inputs of the batch [B, D]: the given rows (the GP-LVM draws latent ones instead)."""
+        return Xb
+
+    def _q_parameters(self, dtype: Any) -> tuple[Array, Array]:
+        """q(u)'s params (u_loc [P, M], u_scale_tril [P, M, M] or u_scale [P, M])."""
+        return sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
 
     @staticmethod
     def _masked_q(q: tuple[Array, Array], mask: Array | None) -> tuple[Array, Array]:
@@ -163,22 +142,13 @@ class SVGP(GPModel):
             return q
         return masked_mean(q[0], mask), masked_scale(q[1], mask)
 
-    def data_log_likelihood(self, likelihood: Likelihood, Y: Array, mean: Array, var: Array) -> Array:
-        """The data term per point, E_{N(f; mean, var)}[log p(y | f)] (eq 4.24 / 5.26): Y, mean, var [P, B]."""
-        return likelihood.variational_expectation(Y, mean, var)
-
-    def _data_plate(self, n: int):
-        """The ``"data"`` plate of :func:`data_plate` with this model's ``batch_size`` and ``num_data``."""
-        return data_plate(n, self.batch_size, self.num_data)
-
     def guide(self, X: Array, y: Array) -> None:
         self._guide(None)
 
     def _guide(self, mask: Array | None) -> None:
         """The guide with q(u) restricted to the candidates in ``mask`` [M] (None: all of them)."""
-        self._hyper_guide()
-        q_mu, q_sqrt = self._masked_q(self.variational_parameters(), mask)
-        numpyro.sample("u", InducingPosterior(q_mu, q_sqrt))
+        self.hyperparameter_guide()
+        sites.inducing_posterior(*self._masked_q(self._q_parameters(jnp.asarray(self.Z).dtype), mask))
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """The full-batch ELBO (eq 4.22) at given parameters: Σ_n E_q[log p(y_n|f_n)] - KL (scalar)."""
@@ -209,7 +179,7 @@ class SVGP(GPModel):
         q_mu, q_sqrt = self._q(params)
         mean, var = conditionals.inducing_conditional(kernel, Z, X, q_mu, q_sqrt, whiten=self.whiten)
         Y = y[None, :] if y.ndim == 1 else y.T
-        terms = self.data_log_likelihood(likelihood, Y, mean, var)
+        terms = likelihood.variational_expectation(Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
 
     def predict_f(
@@ -223,22 +193,3 @@ class SVGP(GPModel):
             kernel, Z, X_new, q_mu, q_sqrt, whiten=self.whiten, full_cov=full_cov
         )
         return as_output_columns(mean, var, self.num_latent == 1)
-
-
-@contextmanager
-def data_plate(n: int, batch_size: int | None, num_data: int | None):
-    """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
-
-    ``batch_size=B < n`` draws B i.i.d. indices (the data term is scaled by n/B); otherwise the plate covers all
-    n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
-    """
-    if batch_size is not None and batch_size < n:
-        # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
-        # batch); an outer handler that substitutes the "data" plate still takes precedence.
-        draw = jax.random.randint(numpyro.prng_key(), (batch_size,), 0, n)
-        with handlers.substitute(data={"data": draw}), numpyro.plate("data", n, subsample_size=batch_size) as idx:
-            yield idx
-    else:
-        scale = 1.0 if num_data is None else num_data / n
-        with numpyro.handlers.scale(scale=scale), numpyro.plate("data", n):
-            yield None

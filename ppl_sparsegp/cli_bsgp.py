@@ -64,9 +64,9 @@ from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer import diagnostics
-from ppl_sparsegp.models.bsgp import DATA_TERMS, bsgp_kernel
+from ppl_sparsegp.models.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.models.bsgp_fit import BSGP_ENGINES, NOISE_MODES, BSGPFit, fit_bsgp
-from ppl_sparsegp.models.deep_gp import DeepBSGP
+from ppl_sparsegp.models.deep_bsgp import DeepBSGP
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
@@ -161,7 +161,7 @@ def add_bsgp_arguments(fit: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--data-term",
-        choices=DATA_TERMS,
+        choices=LIKELIHOOD_TERMS,
         default=None,
         help="per-point data term: log_expected log E[p(y|f)] (the released code, Table 6) or expected_log "
         f"E[log p(y|f)] (the paper's Eq. 6) (default: {d['data_term']})",
@@ -438,7 +438,7 @@ def run_bsgp(
             num_inducing=opts["inducing"],
             Z=Z,
             z_prior=opts["z_prior"],
-            data_term=opts["data_term"],
+            likelihood_term=opts["data_term"],
             noise=opts["noise"] or "point",
             engine=opts["engine"],
             num_chains=opts["chains"],

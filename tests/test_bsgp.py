@@ -11,7 +11,7 @@ from numpyro import handlers
 from numpyro.infer.util import potential_energy
 from ppl_sparsegp.models.bsgp import BSGP, bsgp_kernel, bsgp_priors
 from ppl_sparsegp.models.bsgp_fit import fit_bsgp
-from ppl_sparsegp.models.deep_gp import DeepBSGP, deep_bsgp, linear_mean_weights
+from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp, linear_mean_weights
 from scipy import stats
 
 from ppl_sparsegp.core import kernels, likelihoods
@@ -76,7 +76,7 @@ def _bsgp(data_term="log_expected", z_prior="normal", batch_size=None, **kw):
         Z=np.zeros((M, D)),
         priors=bsgp_priors(kernel),
         z_prior=z_prior,
-        data_term=data_term,
+        likelihood_term=data_term,
         batch_size=batch_size,
         **kw,
     )
@@ -249,7 +249,7 @@ def test_nuts_runs_on_the_same_model_with_sampled_noise(problem):
         ({"engine": "hmc"}, "engine: expected one of"),
         ({"noise": "fixed"}, "noise: expected one of"),
         ({"z_prior": "poisson"}, "z_prior: expected one of"),
-        ({"data_term": "elbo"}, "data_term: expected one of"),
+        ({"likelihood_term": "elbo"}, "likelihood_term: expected one of"),
         ({"num_layers": 0}, "num_layers: expected a positive integer"),
         ({"num_inducing": 100}, "num_inducing"),
         ({"engine": "nuts", "noise": "sampled", "target_accept_prob": 1.0}, "target_accept_prob: expected a number"),
@@ -266,5 +266,5 @@ def test_bsgp_requires_sampled_kernel_hyperparameters_and_whitening():
     kernel = kernels.RBF(lengthscale=np.ones(D))
     with pytest.raises(ValueError, match="priors: BSGP samples the kernel hyperparameters"):
         BSGP(kernel=kernel, likelihood=likelihoods.Gaussian(), Z=np.zeros((M, D)), priors={"kernel.variance": None})
-    with pytest.raises(ValueError, match="whiten"):
+    with pytest.raises(TypeError, match="whiten"):  # whitened by construction: there is no switch to turn off
         BSGP(kernel=kernel, likelihood=likelihoods.Gaussian(), Z=np.zeros((M, D)), whiten=False)

@@ -90,8 +90,11 @@ def inducing_conditional(
     with ``full_cov``). ``kernel(A, B)`` gives the cross-covariance, ``kernel(A)`` the covariance and
     ``kernel.diag(A)`` the variances. The other arguments and the returns are those of :func:`conditional`."""
     Knn = kernel(X) if full_cov else kernel.diag(X)
-    Lmm = ops.cholesky(kernel(Z))
-    return conditional(kernel(Z, X), Lmm, Knn, q_mu, q_sqrt, whiten=whiten, full_cov=full_cov)
+    Kmm, Kmn = kernel(Z), kernel(Z, X)
+    if whiten:  # only A = Lmm⁻¹ Kmn is needed: the fused projection has the cheaper gradient
+        A = ops.cholesky_project(Kmm, Kmn)
+        return conditional(Kmn, None, Knn, q_mu, q_sqrt, whiten=True, full_cov=full_cov, projection=A)
+    return conditional(Kmn, ops.cholesky(Kmm), Knn, q_mu, q_sqrt, whiten=False, full_cov=full_cov)
 
 
 def _sqrt_times(q_sqrt: Array, B: Array) -> Array:

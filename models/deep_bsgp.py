@@ -10,7 +10,7 @@ vectors of X, or zero padding, as Salimbeni & Deisenroth 2017) and zero mean on 
 (BSGP Eq. 15) is estimated without bias by the doubly-stochastic scheme of Eq. 16: one draw of each inner
 layer's F^{ℓ+1} per evaluation (``F = m + √s ε``, ε from the model's PRNG key, so the potential is stochastic
 and suits SG-MCMC, not NUTS), then the last layer's data term ℓ_n in closed form or by quadrature (the
-``data_term`` of :mod:`models.bsgp`), on a minibatch of ``batch_size`` points scaled by N/B.
+``likelihood_term`` of :mod:`models.bsgp`), on a minibatch of ``batch_size`` points scaled by N/B.
 
 Site names: ``"layer<ℓ>.kernel.lengthscale"`` [D_ℓ], ``"layer<ℓ>.kernel.variance"``, ``"layer<ℓ>.Z"`` [M, D_ℓ],
 ``"layer<ℓ>.u"`` [D_{ℓ+1}, M], ``"likelihood.variance"`` (a param optimised by the sampler unless given a
@@ -35,9 +35,10 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro.sites import batch, data_plate
 
 from ._base import as_output_columns
-from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_data_term, check_z_prior, data_log_likelihood
+from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any
 
@@ -65,7 +66,7 @@ class DeepBSGP:
         kernels: one per layer (default :func:`models.bsgp.bsgp_kernel` of the layer's input width).
         priors: per-layer site suffix -> prior (default :func:`models.bsgp.bsgp_priors`).
         likelihood_priors: likelihood site -> prior (default none: the noise is a point estimate).
-        z_prior, z_prior_options, data_term, batch_size: as :class:`models.bsgp.BSGP`.
+        z_prior, z_prior_options, likelihood_term, batch_size: as :class:`models.bsgp.BSGP`.
     """
 
     Z: Sequence[Array]
@@ -76,7 +77,7 @@ class DeepBSGP:
     likelihood_priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
     z_prior: str | dist.Distribution = "normal"
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
-    data_term: Literal["log_expected", "expected_log"] = "log_expected"
+    likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
     batch_size: int | None = 1000
 
     def __post_init__(self) -> None:
@@ -99,7 +100,7 @@ class DeepBSGP:
         self.kernels = [bsgp_kernel(d) for d in self.input_dims] if self.kernels is None else list(self.kernels)
         if len(self.kernels) != L:
             raise ValueError(f"kernels: expected {L} kernels, got {len(self.kernels)}")
-        check_data_term(self.data_term)
+        check_likelihood_term(self.likelihood_term)
         for z in self.Z:
             check_z_prior(self.z_prior, z.shape[0], z.shape[1])
         unknown = set(self.likelihood_priors) - {f"likelihood.{k}" for k in self.likelihood.parameters()}
@@ -173,26 +174,13 @@ class DeepBSGP:
         self.check_data(X, y)
         likelihood = self._likelihood_sample()
         layers = [self._layer_sample(i) for i in range(self.num_layers)]
-        n = X.shape[0]
         key = numpyro.prng_key()
         if key is None:
             raise ValueError("DeepBSGP.model needs a PRNG key (run it under numpyro.handlers.seed or an MCMC kernel)")
-        key_batch, key_prop = jax.random.split(key)
-        if self.batch_size is not None and self.batch_size < n:
-            draw = jax.random.randint(key_batch, (self.batch_size,), 0, n)
-            with (
-                numpyro.handlers.substitute(data={"data": draw}),
-                numpyro.plate("data", n, subsample_size=self.batch_size) as idx,
-            ):
-                self._score(likelihood, layers, X[idx], y[idx], key_prop)
-        else:
-            with numpyro.plate("data", n):
-                self._score(likelihood, layers, X, y, key_prop)
-
-    def _score(self, likelihood: Likelihood, layers: Sequence, Xb: Array, yb: Array, key: Array) -> None:
-        mean, var = self._propagate(layers, Xb, key)
-        Yb = yb[None, :] if yb.ndim == 1 else yb.T
-        numpyro.factor("y", jnp.sum(data_log_likelihood(likelihood, self.data_term, Yb, mean, var), axis=0))
+        with data_plate(X.shape[0], self.batch_size) as idx:
+            Xb, Yb = batch(X, y, idx)
+            mean, var = self._propagate(layers, Xb, key)
+            numpyro.factor("y", jnp.sum(data_log_likelihood(likelihood, self.likelihood_term, Yb, mean, var), axis=0))
 
     def check_data(self, X: Array, y: Array | None = None) -> None:
         """Eager checks: finite X [N, D_0] and y [N] or [N, P] with P = widths[-1]."""
