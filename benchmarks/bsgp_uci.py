@@ -50,11 +50,11 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-from ppl_sparsegp.models.bsgp_fit import fit_bsgp  # noqa: E402
 from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
 from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
+from ppl_sparsegp.models.bsgp_fit import fit_bsgp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "bsgp_uci.json"

@@ -69,14 +69,14 @@ jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="selectiv
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
-from ppl_sparsegp.models.selective_deep import fit_selective_deep  # noqa: E402
 from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
 from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.core import likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
+from ppl_sparsegp.models.selective_deep import fit_selective_deep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = {"reduced": ROOT / "results" / "selective_deep.json", "paper": ROOT / "results" / "selective_deep_paper.json"}

@@ -61,6 +61,10 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
+
+from ppl_sparsegp.data import load_oilflow  # noqa: E402
+from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 from ppl_sparsegp.models.gplvm import pca_latents  # noqa: E402
 from ppl_sparsegp.models.selective_gplvm import (  # noqa: E402
     BOUNDS,
@@ -68,10 +72,6 @@ from ppl_sparsegp.models.selective_gplvm import (  # noqa: E402
     fit_selective_gplvm,
     gplvm_on_grid,
 )
-from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
-
-from ppl_sparsegp.data import load_oilflow  # noqa: E402
-from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_gplvm.json"

@@ -46,15 +46,15 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from ppl_sparsegp.models.gpr import GPR  # noqa: E402
-from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
-from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+from ppl_sparsegp.models.gpr import GPR  # noqa: E402
+from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
+from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_synthetic.json"

@@ -60,14 +60,14 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
-from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 
 from ppl_sparsegp import data  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
+from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_uci.json"

@@ -24,7 +24,7 @@ Minibatches: ``batch_size`` points (default 1000, min(1000, N) as the paper) per
 
 Site names: ``"kernel.lengthscale"`` [D], ``"kernel.variance"``, ``"likelihood.variance"``, ``"Z"`` [M, D],
 ``"u"`` [P, M] (holding v), plate ``"data"``, factor ``"y"``. Predictions mix the Gaussian predictives of the
-draws (:mod:`ppl_sparsegp.infer.predict`), recomputing K_zz for every draw of Z and θ.
+draws (:mod:`ppl_sparsegp.posterior.predict`), recomputing K_zz for every draw of Z and θ.
 """
 
 from __future__ import annotations

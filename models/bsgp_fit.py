@@ -30,8 +30,8 @@ from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
-from ppl_sparsegp.infer.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates, bsgp_schedule
+from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 
 from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_likelihood_term, check_z_prior, noise_prior
 from .deep_bsgp import DeepBSGP, deep_bsgp

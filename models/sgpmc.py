@@ -9,7 +9,7 @@ Target (thesis eq 5.26), sampled jointly over the whitened inducing outputs v an
 The data term is the variational potential: the expectation of the log-likelihood under the *prior conditional*
 p(f_n | u, θ) = N(a_n^T v, k_nn - a_n^T a_n), closed form or Gauss-Hermite per likelihood. Samples of this
 density are draws of the KL-optimal free-form q*(u, θ); predictions mix p(f_* | u_s, θ_s) over draws s
-(:mod:`ppl_sparsegp.infer.predict`). Z is fixed (from a Gaussian fit, §5.5).
+(:mod:`ppl_sparsegp.posterior.predict`). Z is fixed (from a Gaussian fit, §5.5).
 
 Its density equals that of :class:`models.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and
 ``learn_Z=False``, with the same site names (the sampled ``"u"`` holds v), so an SVGP fit initialises it. Every

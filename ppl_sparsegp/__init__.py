@@ -1,0 +1,66 @@
+"""ppl_sparsegp: sparse Gaussian processes as probabilistic programs (NumPyro first, Pyro on the same core).
+
+``import ppl_sparsegp as psg`` gives the everyday API::
+
+    ds, scaler = psg.standardize(psg.load_dataset("diabetes"))
+    gp = psg.SVGP(kernel=psg.kernels.RBF(lengthscale=np.ones(10)), likelihood=psg.likelihoods.Gaussian(),
+                  Z=psg.kmeans(ds.X_train, 64))
+    res = psg.fit_svi(gp.model, gp.guide, ds.X_train, ds.y_train, optimizer=optax.adam(0.01), num_steps=2000)
+
+Names are loaded on first use (PEP 562), so ``import ppl_sparsegp.core`` stays free of jax, numpyro and torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    # numerics (backend-neutral)
+    "kernels": ("ppl_sparsegp.core.kernels", None),
+    "likelihoods": ("ppl_sparsegp.core.likelihoods", None),
+    # models
+    "GPR": ("ppl_sparsegp.models.gpr", "GPR"),
+    "SGPR": ("ppl_sparsegp.models.sgpr", "SGPR"),
+    "SVGP": ("ppl_sparsegp.models.svgp", "SVGP"),
+    "SGPMC": ("ppl_sparsegp.models.sgpmc", "SGPMC"),
+    "BSGP": ("ppl_sparsegp.models.bsgp", "BSGP"),
+    "DeepBSGP": ("ppl_sparsegp.models.deep_bsgp", "DeepBSGP"),
+    "DeepSVGP": ("ppl_sparsegp.models.deep_svgp", "DeepSVGP"),
+    "BayesianGPLVM": ("ppl_sparsegp.models.gplvm", "BayesianGPLVM"),
+    "CollapsedGPLVM": ("ppl_sparsegp.models.gplvm", "CollapsedGPLVM"),
+    "SelectiveSGPR": ("ppl_sparsegp.models.selective", "SelectiveSGPR"),
+    "SelectiveSVGP": ("ppl_sparsegp.models.selective", "SelectiveSVGP"),
+    # multi-phase procedures from the papers
+    "fit_sgpmc": ("ppl_sparsegp.models.sgpmc", "fit_sgpmc"),
+    "fit_bsgp": ("ppl_sparsegp.models.bsgp_fit", "fit_bsgp"),
+    "fit_selective": ("ppl_sparsegp.models.selective_fit", "fit_selective"),
+    # engines
+    "fit_svi": ("ppl_sparsegp.infer.svi", "fit_svi"),
+    "run_mcmc": ("ppl_sparsegp.infer.mcmc", "run_mcmc"),
+    # data, initialisation, evaluation
+    "load_dataset": ("ppl_sparsegp.data", "load_dataset"),
+    "standardize": ("ppl_sparsegp.data", "standardize"),
+    "kmeans": ("ppl_sparsegp.inducing.initialise", "kmeans"),
+    "metrics": ("ppl_sparsegp.metrics", None),
+    # after the engine
+    "predict": ("ppl_sparsegp.posterior.predict", None),
+    "diagnostics": ("ppl_sparsegp.posterior.diagnostics", None),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ppl_sparsegp' has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    value = importlib.import_module(module)
+    if attribute is not None:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

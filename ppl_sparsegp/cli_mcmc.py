@@ -33,10 +33,10 @@ import numpy as np
 from ppl_sparsegp import results
 from ppl_sparsegp.cli_checks import check_counts, refuse_options_of
 from ppl_sparsegp.data import Dataset, Standardizer
-from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.infer.mcmc import ENGINES
-from ppl_sparsegp.infer.predict import log_predictive_density, posterior_predictive
 from ppl_sparsegp.models.sgpmc import default_priors, fit_sgpmc
+from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.posterior.predict import log_predictive_density, posterior_predictive
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 MCMC_DEFAULTS = {"engine": "nuts", "warmup": 500, "samples": 1000, "chains": 2, "thinning": 1, "prior": "gamma"}

@@ -18,14 +18,14 @@ import jax
 import numpy as np
 import optax
 import pytest
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
 
 from ppl_sparsegp import cli, data, results
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
 
 
 @pytest.fixture

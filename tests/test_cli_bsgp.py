@@ -17,7 +17,7 @@ import pytest
 
 from ppl_sparsegp import cli_bsgp, data
 from ppl_sparsegp.cli import main
-from ppl_sparsegp.infer import diagnostics
+from ppl_sparsegp.posterior import diagnostics
 
 TINY = ("--iterations", "20", "--kept", "4", "--inducing", "10", "--no-progress")
 

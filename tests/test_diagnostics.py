@@ -1,5 +1,5 @@
 """ArviZ output of every engine (NUTS, SG-MCMC, SVI): groups, names, netCDF round trip, az.loo/summary; and the
-posterior predictive mixtures of infer.predict."""
+posterior predictive mixtures of posterior.predict."""
 
 import arviz as az
 import jax
@@ -9,18 +9,18 @@ import optax
 import pytest
 import xarray as xr
 from numpyro.infer import NUTS
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
-from ppl_sparsegp.models.svgp import SVGP
 from scipy.special import logsumexp
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.data import Standardizer
-from ppl_sparsegp.infer import diagnostics, predict
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.posterior import diagnostics, predict
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
 
 from ppl_sparsegp.core import bounds
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
+from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
 
 N, D, Q, M = 30, 3, 2, 5
 

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 from numpyro.infer import TraceMeanField_ELBO
-from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
-from ppl_sparsegp.models.svgp import SVGP
 
 from ppl_sparsegp.core import bounds, ops
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
+from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.svgp import SVGP
 
 K = 9
 MASKS = [

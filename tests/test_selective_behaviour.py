@@ -24,12 +24,12 @@ import functools
 import numpy as np
 import optax
 import pytest
-from ppl_sparsegp.models.selective_fit import SelectiveFit, fit_selective
-from ppl_sparsegp.models.sgpr import SGPR
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models.selective_fit import SelectiveFit, fit_selective
+from ppl_sparsegp.models.sgpr import SGPR
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
+
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.models import selective_gplvm
 from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.selective import INCLUSION_PARAM
@@ -20,9 +23,6 @@ from ppl_sparsegp.models.selective_gplvm import (
     latent_grid,
 )
 from ppl_sparsegp.models.sgpr import SGPR
-
-from ppl_sparsegp.core.kernels import RBF
-from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.results import write_npz
 
 N, D, Q, SIZE = 30, 3, 2, 3

@@ -7,13 +7,13 @@ import numpy as np
 import numpyro.distributions as dist
 import pytest
 from numpyro.infer import NUTS
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors, fit_sgpmc
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
-from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.infer.mcmc import run_mcmc
+from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpmc import SGPMC, default_priors, fit_sgpmc
+from ppl_sparsegp.posterior import diagnostics
 
 ALL_FIXED = ["kernel.lengthscale", "kernel.variance", "likelihood.variance"]
 

@@ -9,10 +9,10 @@ import numpyro
 import numpyro.distributions as dist
 import optax
 import pytest
-from ppl_sparsegp.models.svgp import SVGP
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.svi import EarlyStopping, NonFiniteLossError, fit_svi
+from ppl_sparsegp.models.svgp import SVGP
 
 
 def _normal_model(y):

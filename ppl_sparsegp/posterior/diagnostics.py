@@ -34,8 +34,8 @@ import xarray as xr
 
 from ppl_sparsegp import results
 from ppl_sparsegp.infer.mcmc import MCMCResult
-from ppl_sparsegp.infer.predict import guide_draws
 from ppl_sparsegp.numpyro.distributions import observation_distribution
+from ppl_sparsegp.posterior.predict import guide_draws
 
 Array = Any
 
