@@ -1,0 +1,43 @@
+"""The layer rules of docs/architecture.md, checked on the source: which package may import which."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ppl_sparsegp"
+
+ALLOWED = {
+    # layer: the ppl_sparsegp modules it may import (prefixes)
+    "core": ("ppl_sparsegp.core",),
+    "backends": ("ppl_sparsegp.core",),
+    "numpyro": ("ppl_sparsegp.core", "ppl_sparsegp.numpyro", "ppl_sparsegp.validation"),
+    "infer": ("ppl_sparsegp.core.ops", "ppl_sparsegp.infer", "ppl_sparsegp.results", "ppl_sparsegp.validation"),
+}
+FORBIDDEN_THIRD_PARTY = {"core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox")}
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the module's package
+                package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[: -node.level])
+                base = f"{package}.{node.module}" if node.module else package
+                names += [base] if node.module else [f"{base}.{alias.name}" for alias in node.names]
+            else:
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def test_each_layer_imports_only_what_it_may():
+    broken = []
+    for layer, allowed in ALLOWED.items():
+        for path in (PACKAGE / layer).glob("*.py"):
+            for name in _imports(path):
+                if name.startswith("ppl_sparsegp") and not name.startswith(allowed):
+                    broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
+                top = name.split(".")[0]
+                if top in FORBIDDEN_THIRD_PARTY.get(layer, ()):
+                    broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not broken, "\n".join(broken)
