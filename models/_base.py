@@ -112,6 +112,21 @@ class GPModel:
         return likelihood.log_predictive_density(jnp.asarray(y_new), mean, var)
 
 
+def check_sparse_settings(Z: Array, **counts: int | None) -> None:
+    """Eager checks shared by the sparse models: inducing inputs ``Z`` [M, D] given and finite, and each of
+    ``counts`` (e.g. ``num_latent``, ``batch_size``) None or a positive integer.
+
+    Raises:
+        ValueError: naming the argument and what was expected.
+    """
+    if Z is None:
+        raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+    validation.check_inputs(Z, x_name="Z")
+    for name, value in counts.items():
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
 def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Array, Array]:
     """[P, S] core layout -> [S] (one output) or [S, P]; full covariances [P, S, S] -> [S, S] or kept."""
     if var.ndim == 3:

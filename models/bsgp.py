@@ -39,14 +39,13 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 
-from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
-from ._base import GPModel, as_output_columns
+from ._base import GPModel, as_output_columns, check_sparse_settings
 
 Array = Any
 
@@ -141,13 +140,7 @@ class BSGP(GPModel):
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
 
     def __post_init__(self) -> None:
-        if self.Z is None:
-            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-        validation.check_inputs(self.Z, x_name="Z")
-        for name in ("num_latent", "batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
         check_likelihood_term(self.likelihood_term)
         if not self.priors:
             self.priors = bsgp_priors(self.kernel)

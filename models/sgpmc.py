@@ -33,7 +33,6 @@ import numpyro
 import numpyro.distributions as dist
 import optax
 
-from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
@@ -41,7 +40,7 @@ from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_f
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns
+from ._base import GPModel, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -63,13 +62,7 @@ class SGPMC(GPModel):
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.Z is None:
-            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-        validation.check_inputs(self.Z, x_name="Z")
-        for name in ("num_latent", "batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
         super().__post_init__()
         free = set(self.hyperparameter_sites()) - set(self.priors) - set(self.fixed)
         if free:
@@ -99,23 +92,29 @@ class SGPMC(GPModel):
     def guide(self, X: Array, y: Array) -> None:
         raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")
 
+    def variational_twin(self) -> SVGP:
+        """The whitened SVGP with the same kernel, likelihood, priors and fixed Z: its data term with
+        ``data_term="sampled"`` is this model's, and it predicts from a draw ``{"u": v, ...}`` the same way."""
+        return SVGP(
+            kernel=self.kernel,
+            likelihood=self.likelihood,
+            priors=self.priors,
+            fixed=self.fixed,
+            Z=self.Z,
+            num_latent=self.num_latent,
+            learn_Z=False,
+            data_term="sampled",
+        )
+
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """log φ(y_n | v, θ) of one draw per data point (the per-point factor of eq 5.26): [N] (or [N, P])."""
-        kernel, likelihood = self.fitted(params)
-        mean, var = conditionals.inducing_conditional(kernel, jnp.asarray(self.Z), jnp.asarray(X), params["u"])
-        Y = y[None, :] if y.ndim == 1 else y.T
-        terms = likelihood.variational_expectation(Y, mean, var)
-        return terms[0] if y.ndim == 1 else terms.T
+        return self.variational_twin().pointwise_log_likelihood(params, X, y)
 
     def predict_f(
         self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
     ) -> tuple[Array, Array]:
         """p(f(X_new) | v, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``)."""
-        kernel, _ = self.fitted(params)
-        mean, var = conditionals.inducing_conditional(
-            kernel, jnp.asarray(self.Z), jnp.asarray(X_new), jnp.asarray(params["u"]), full_cov=full_cov
-        )
-        return as_output_columns(mean, var, self.num_latent == 1)
+        return self.variational_twin().predict_f(params, X_new, full_cov=full_cov)
 
 
 def default_priors(

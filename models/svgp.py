@@ -36,12 +36,11 @@ from typing import Any, ClassVar, Literal
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns
+from ._base import GPModel, as_output_columns, check_sparse_settings
 
 Array = Any
 
@@ -73,13 +72,7 @@ class SVGP(GPModel):
     DATA_TERMS: ClassVar[tuple[str, ...]] = ("analytic", "sampled")
 
     def __post_init__(self) -> None:
-        if self.Z is None:
-            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-        validation.check_inputs(self.Z, x_name="Z")
-        for name in ("num_latent", "batch_size", "num_data"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size, num_data=self.num_data)
         if self.data_term not in self.DATA_TERMS:
             raise ValueError(f"data_term: expected one of {self.DATA_TERMS}, got {self.data_term!r}")
         if self.batch_size is not None and self.num_data is not None:
