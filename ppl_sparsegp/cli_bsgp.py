@@ -37,8 +37,9 @@ Outputs in ``--out`` (default ``runs/bsgp-<data>-<split>``), each written atomic
   MNLL = NLPD, RMSE, MAE; binary: accuracy, NLL, ECE, AUC), the settings, timings (warmup and sampling seconds,
   updates per second) and versions.
 
-The chain is checkpointed to ``OUT/mcmc.ckpt`` after every 100 warmup iterations (2100 updates) and after the
-sampling, with the settings it was written for in ``OUT/mcmc.ckpt.json``; re-running the same command resumes from
+The chain is checkpointed to ``OUT/mcmc.ckpt`` (an ``.npz``, see :mod:`ppl_sparsegp.infer.checkpoint`; never a pickle)
+after every 100 warmup iterations (2100 updates) and after the sampling, with the settings it was written for in
+``OUT/mcmc.ckpt.json``; re-running the same command resumes from
 it (a run with other settings is refused: delete the checkpoint or choose another ``--out``).
 """
 
@@ -48,7 +49,6 @@ import argparse
 import datetime
 import json
 import math
-import pickle
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +63,7 @@ from ppl_sparsegp.cli_checks import check_counts, flag, refuse_inapplicable, ref
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.inducing.z_priors import Z_PRIORS
+from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import diagnostics
 from ppl_sparsegp.models.bsgp import DATA_TERMS, bsgp_kernel
 from ppl_sparsegp.models.bsgp_fit import BSGP_ENGINES, NOISE_MODES, BSGPFit, fit_bsgp
@@ -285,7 +286,9 @@ def _check_checkpoint(out: Path, settings: dict[str, Any]) -> dict[str, int] | N
     """Where an existing checkpoint stands (``None`` when there is none); refuse one written for other settings.
 
     Raises:
-        ValueError: the checkpoint's settings file records other settings, or the checkpoint is unreadable.
+        ValueError: the checkpoint's settings file records other settings, or the checkpoint is unreadable
+            (:class:`ppl_sparsegp.infer.checkpoint.CheckpointError`: damaged, non-finite, or not an ``.npz``; a
+            pickle is never loaded).
     """
     ckpt, side = out / "mcmc.ckpt", out / SETTINGS_FILE
     if not ckpt.exists():
@@ -301,12 +304,8 @@ def _check_checkpoint(out: Path, settings: dict[str, Any]) -> dict[str, int] | N
                 f"checkpoint: {ckpt} was written by a run with other settings ({'; '.join(differ)}); delete it "
                 "or choose another --out"
             )
-    try:
-        with open(ckpt, "rb") as fh:
-            payload = pickle.load(fh)  # written by run_mcmc in this output folder
-        return {"warmup_done": int(payload["warmup_done"]), "draws_done": int(payload["draws_done"])}
-    except (OSError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
-        raise ValueError(f"--out: {ckpt} is not a readable checkpoint ({err}); delete it to start afresh") from None
+    counters = checkpoints.read(ckpt).counters
+    return {"warmup_done": counters["warmup_done"], "draws_done": counters["draws_done"]}
 
 
 class _WarmupBar:
