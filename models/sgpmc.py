@@ -85,10 +85,14 @@ def default_priors(
 
 @dataclass
 class SGPMCFit:
-    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run."""
+    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run.
+
+    ``svi`` is the result of the last SVI phase, or None when ``svi_steps=0`` (the chains then start at the initial
+    values of the kernel, the likelihood and q(v) = N(0, I) draws).
+    """
 
     svgp: SVGP
-    svi: SVIResult
+    svi: SVIResult | None
     model: SGPMC
     mcmc: MCMCResult
 
@@ -132,9 +136,12 @@ def fit_sgpmc(
         X [N, D], y [N] or [N, P]: training data. kernel, likelihood: their initial values.
         Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
         key: JAX PRNG key. engine_options: passed to the kernel (NUTS default: ``max_tree_depth=8``).
+        svi_steps: Adam steps of the Gaussian fit in all; 0 runs none (``SGPMCFit.svi`` is then None).
         The rest: the SVI and MCMC settings (see :func:`run_mcmc`).
     """
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
+    if isinstance(svi_steps, bool) or not isinstance(svi_steps, int | np.integer) or svi_steps < 0:
+        raise ValueError(f"svi_steps: expected a non-negative integer, got {svi_steps!r}")
     if not isinstance(fixed_z_steps, int) or not 0 <= fixed_z_steps <= svi_steps:
         raise ValueError(f"fixed_z_steps: expected an integer in [0, svi_steps={svi_steps}], got {fixed_z_steps!r}")
     if engine not in ENGINES:
@@ -147,6 +154,7 @@ def fit_sgpmc(
     model.check_data(X, y)
     svi_key, init_key, mcmc_key = jax.random.split(key, 3)
     params: dict[str, Array] = {}
+    svi = None
     for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
         if steps == 0:
             continue
