@@ -32,11 +32,13 @@ import numpy as np
 import numpyro.distributions as dist
 import optax
 
+from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.kernels import Kernel
 from ppl_sparsegp.likelihoods import Likelihood
 
+from ._base import part_fingerprint
 from .svgp import SVGP
 
 Array = Any
@@ -83,6 +85,22 @@ def default_priors(
     return {site: base.expand(np.shape(v)).to_event(np.ndim(v)) for site, v in sites.items()}
 
 
+def _prior_fingerprint(prior: dist.Distribution) -> str:
+    """A prior for a checkpoint's fingerprint: its class chain, shapes and parameter values (a sha256), e.g.
+    ``"Independent/ExpandedDistribution/Gamma [3] 1a2b..."``. Not the pytree structure, whose auxiliary data NumPyro
+    orders differently from one process to the next."""
+    names, base = [], prior
+    while base is not None:
+        names.append(type(base).__name__)
+        inner = getattr(base, "base_dist", None)
+        if inner is None:
+            break
+        base = inner
+    values = {name: np.asarray(getattr(base, name)) for name in sorted(base.arg_constraints) if hasattr(base, name)}
+    shape = [*prior.batch_shape, *prior.event_shape]
+    return f"{'/'.join(names)} {shape} {tree_sha256(values)[:16]}"
+
+
 @dataclass
 class SGPMCFit:
     """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run.
@@ -121,6 +139,7 @@ def fit_sgpmc(
     chunk_size: int | None = None,
     checkpoint: str | None = None,
     progress: bool = False,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> SGPMCFit:
     """The thesis recipe (§5.5): Gaussian fit, then NUTS on the free-form q*(v, θ) with Z fixed.
 
@@ -137,6 +156,11 @@ def fit_sgpmc(
         Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
         key: JAX PRNG key. engine_options: passed to the kernel (NUTS default: ``max_tree_depth=8``).
         svi_steps: Adam steps of the Gaussian fit in all; 0 runs none (``SGPMCFit.svi`` is then None).
+        checkpoint: the MCMC checkpoint (see :func:`run_mcmc`); the SVI fit is not checkpointed, it is repeated
+            (deterministically) by a resumed call.
+        fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (the SVI
+            settings, Z, the initial kernel and likelihood, the priors, the engine and its options) and
+            ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
         The rest: the SVI and MCMC settings (see :func:`run_mcmc`).
     """
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
@@ -153,6 +177,20 @@ def fit_sgpmc(
     model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
     model.check_data(X, y)
     svi_key, init_key, mcmc_key = jax.random.split(key, 3)
+    own = {
+        "sgpmc.svi_steps": int(svi_steps),
+        "sgpmc.fixed_z_steps": fixed_z_steps,
+        "sgpmc.learning_rate": learning_rate,
+        "sgpmc.batch_size": batch_size,
+        "sgpmc.num_latent": num_latent,
+        "sgpmc.engine": engine,
+        "sgpmc.engine_options": dict(engine_options or {}),
+        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
+        "sgpmc.kernel": part_fingerprint(kernel),
+        "sgpmc.likelihood": part_fingerprint(likelihood),
+        "sgpmc.priors": {site: _prior_fingerprint(prior) for site, prior in sorted(priors.items())},
+        "sgpmc.key": key_data(key),
+    }
     params: dict[str, Array] = {}
     svi = None
     for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
@@ -198,5 +236,6 @@ def fit_sgpmc(
         chunk_size=chunk_size,
         checkpoint=checkpoint,
         progress=progress,
+        fingerprint={**own, **dict(fingerprint or {})},
     )
     return SGPMCFit(svgp=svgp, svi=svi, model=model, mcmc=mcmc)
