@@ -11,8 +11,9 @@ Usage::
 
 ``ppl-sparsegp fit --help`` lists every option with its default. One run:
 
-1. checks every option and then the dataset (sizes, task, ``M <= N``) -- all before anything is compiled;
-   a problem is a ``ValueError`` naming the option, printed as one line ``error: ...`` with exit code 2;
+1. checks every option (``--out`` included: a folder this process can write, or create) and then the dataset
+   (sizes, task, ``M <= N``) -- all before anything is compiled; a problem is a ``ValueError`` naming the option,
+   printed as one line ``error: ...`` with exit code 2;
 2. loads the dataset (:func:`ppl_sparsegp.data.load_dataset`) and standardises X (and y for regression) with
    training statistics (:func:`ppl_sparsegp.data.standardize`);
 3. builds the model (ARD kernel with variance and lengthscales from the options, initial noise variance 0.1 in
@@ -51,7 +52,7 @@ import numpyro
 import optax
 
 from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, kernels, likelihoods, results, validation
-from ppl_sparsegp.cli_checks import check_counts, flag
+from ppl_sparsegp.cli_checks import check_counts, check_output_folder, flag
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
@@ -317,6 +318,7 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
         cli_selective.check_bound(opts)
     if opts["out"] is None:
         opts["out"] = Path("runs") / f"{method}-{opts['data'].replace('/', '_')}-{opts['split']}"
+    check_output_folder(opts["out"])
     return opts
 
 

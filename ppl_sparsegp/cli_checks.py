@@ -1,9 +1,12 @@
 """Checks shared by the ``fit`` options of every method: an option's flag, options given to a method they do not
-apply to, and integer counts. Each raises a ValueError naming the flag, before anything is loaded or compiled."""
+apply to, integer counts and the output folder. Each raises a ValueError naming the flag, before anything is loaded
+or compiled."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 SPECIAL_FLAGS = {"whiten": "--whiten/--no-whiten"}
@@ -38,3 +41,22 @@ def check_counts(opts: Mapping[str, Any], positive: Iterable[str] = (), non_nega
             value = opts.get(name)
             if value is not None and value < least:
                 raise ValueError(f"{flag(name)} must be {what} integer, got {value}")
+
+
+def check_output_folder(out: str | os.PathLike) -> None:
+    """``--out`` must be a folder this process can create files in, or one it can create (checked, not created).
+
+    Raises:
+        ValueError: naming ``--out``: it is a file, lies under a file, or is not writable.
+    """
+    path = Path(out).absolute()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out: cannot create {out}, since {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise ValueError(f"--out: {out} {what}")
