@@ -59,8 +59,8 @@ def first(*names):
             pass
     raise ImportError(names)
 
-kernels = first("ppl_sparsegp.core.kernels", "ppl_sparsegp.kernels")
-likelihoods = first("ppl_sparsegp.core.likelihoods", "ppl_sparsegp.likelihoods")
+kernels = first("ppl_sparsegp.core.kernels", "ppl_sparsegp.core.kernels")
+likelihoods = first("ppl_sparsegp.core.likelihoods", "ppl_sparsegp.core.likelihoods")
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 from ppl_sparsegp.models.svgp import SVGP  # noqa: E402
 

@@ -10,6 +10,7 @@ a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial va
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ import numpyro.distributions as dist
 from ppl_sparsegp import validation
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.numpyro import sites
 
 Array = Any
@@ -137,3 +139,10 @@ def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Arr
 def to_numpy_params(params: Mapping[str, Array]) -> dict[str, np.ndarray]:
     """Fitted parameters as numpy arrays (for saving)."""
     return {k: np.asarray(v) for k, v in params.items()}
+
+
+def part_fingerprint(part: Kernel | Likelihood) -> str:
+    """A kernel or likelihood for a checkpoint's fingerprint: its class names (``Sum/RBF/Linear``) and the sha256 of
+    its parameter values (dtypes, shapes and bytes; first 16 hex digits), e.g. ``"Sum/RBF/Linear 85d75e4bd1e0cf87"``."""
+    names = re.findall(r"\b([A-Z]\w*)\(", repr(part)) or [type(part).__name__]
+    return f"{'/'.join(names)} {tree_sha256(dict(part.parameters()))[:16]}"

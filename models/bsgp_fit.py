@@ -15,7 +15,7 @@ with K_zz recomputed for every draw (spec §2.5).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +29,12 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.inducing.initialise import kmeans
+from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates, bsgp_schedule
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 
+from ._base import part_fingerprint
 from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_likelihood_term, check_z_prior, noise_prior
 from .deep_bsgp import DeepBSGP, deep_bsgp
 
@@ -131,6 +133,7 @@ def fit_bsgp(
     checkpoint: str | None = None,
     progress: bool = False,
     callback: Callable[[BSGPFit], None] | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> BSGPFit:
     """Sample BSGP (``num_layers`` = 1) or deep BSGP with the paper's settings.
 
@@ -155,6 +158,8 @@ def fit_bsgp(
         batch_size: minibatch size of the SGHMC gradients (min(batch_size, N) are used).
         num_chains, warmup_chunk_size, chunk_size, checkpoint, progress: see :func:`run_mcmc`.
         callback: called with the :class:`BSGPFit` so far after every warmup piece and sampling chunk.
+        fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (model, Z, prior,
+            likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
     """
     _check_choice("engine", engine, BSGP_ENGINES)
     _check_choice("noise", noise, NOISE_MODES)
@@ -211,6 +216,20 @@ def fit_bsgp(
         thin = schedule.thinning if thinning is None else thinning
         # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
         chain_method = "sequential" if sites and num_chains > 1 else "vectorized"
+    own = {
+        "bsgp.num_layers": num_layers,
+        "bsgp.Z_sha256": tree_sha256(Z),
+        "bsgp.z_prior": z_prior,
+        "bsgp.z_prior_options": dict(z_prior_options or {}),
+        "bsgp.likelihood_term": likelihood_term,
+        "bsgp.noise": noise,
+        "bsgp.likelihood": part_fingerprint(likelihood),
+        "bsgp.engine": engine,
+        "bsgp.step_size": step_size,
+        "bsgp.mdecay": mdecay,
+        "bsgp.target_accept_prob": target_accept_prob,
+        "bsgp.batch_size": batch,
+    }
     mcmc = run_mcmc(
         kernel,
         jnp.asarray(X),
@@ -226,5 +245,6 @@ def fit_bsgp(
         checkpoint=checkpoint,
         progress=progress,
         callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
+        fingerprint={**own, **dict(fingerprint or {})},
     )
     return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)

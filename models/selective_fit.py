@@ -20,13 +20,16 @@ Checkpoints: with ``checkpoint_dir`` each phase keeps its SVI state in ``checkpo
 Ctrl-C). Calling again with the same arguments resumes: finished phases are read back, not re-run, and the subset
 is drawn with the same key from the same λ, so a resumed fit equals an uninterrupted one. A phase that runs any
 step deletes the later phases' checkpoints, which no longer follow from it (e.g. after raising
-``selection_steps``). Delete the folder (or its files) to start afresh after changing any other setting.
+``selection_steps``). Each checkpoint records a fingerprint of every other setting (the caller's ``fingerprint``,
+this function's arguments, the phase, and ``fit_svi``'s data hash, key and initial values): a call that differs in
+any of them is refused, naming what differs; delete the folder (or its files) to start afresh.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,10 +42,12 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.inducing.initialise import kmeans, random_subset
+from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion
 
+from ._base import part_fingerprint
 from .selective import INCLUSION_PARAM, SelectiveSGPR, SelectiveSVGP
 from .sgpr import SGPR
 from .svgp import SVGP
@@ -164,16 +169,20 @@ def phase_checkpoint(checkpoint_dir: str | os.PathLike | None, phase: str) -> Pa
 class PhaseCheckpoints:
     """The checkpoints of the three phases in one folder (see the module docstring), or none for ``folder=None``.
 
-    ``options(phase)`` gives the ``checkpoint`` / ``checkpoint_every`` arguments of that phase's
-    :func:`ppl_sparsegp.infer.svi.fit_svi`; ``finished(phase, result)`` deletes the later phases' checkpoints
-    when the phase ran any step, since they no longer follow from it.
+    ``options(phase)`` gives the ``checkpoint`` / ``checkpoint_every`` / ``fingerprint`` arguments of that phase's
+    :func:`ppl_sparsegp.infer.svi.fit_svi` (the fingerprint is ``fingerprint`` plus ``{"phase": phase}``);
+    ``finished(phase, result)`` deletes the later phases' checkpoints when the phase ran any step, since they no
+    longer follow from it.
     """
 
-    def __init__(self, folder: str | os.PathLike | None, every: Any) -> None:
+    def __init__(
+        self, folder: str | os.PathLike | None, every: Any, fingerprint: Mapping[str, Any] | None = None
+    ) -> None:
         self.every = _check_steps("checkpoint_every", every, 1)
         if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
             raise ValueError(f"checkpoint_dir: expected a folder, got the file {folder}")
         self.folder = folder
+        self.fingerprint = dict(fingerprint or {})
 
     def create(self) -> None:
         """Create the folder (after the arguments are checked, so bad input leaves nothing behind)."""
@@ -181,7 +190,11 @@ class PhaseCheckpoints:
             Path(self.folder).mkdir(parents=True, exist_ok=True)
 
     def options(self, phase: str) -> dict[str, Any]:
-        return {"checkpoint": phase_checkpoint(self.folder, phase), "checkpoint_every": self.every}
+        return {
+            "checkpoint": phase_checkpoint(self.folder, phase),
+            "checkpoint_every": self.every,
+            "fingerprint": {**self.fingerprint, "phase": phase},
+        }
 
     def finished(self, phase: str, result: SVIResult) -> None:
         if self.folder is not None and result.steps_run:
@@ -240,6 +253,7 @@ def fit_selective(
     progress: bool = False,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int = 500,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> SelectiveFit:
     """Pre-train on K candidates, learn which to keep, sample a subset, prune and post-train.
 
@@ -263,6 +277,8 @@ def fit_selective(
         progress: show progress bars.
         checkpoint_dir: a folder for the phases' checkpoints (created; see the module docstring), or None.
         checkpoint_every: steps between checkpoint writes within a phase.
+        fingerprint: the caller's settings, recorded in every phase's checkpoint beside this function's own
+            arguments (all but the three step counts, which a resumed call may raise); see the module docstring.
 
     Returns:
         A :class:`SelectiveFit`.
@@ -277,7 +293,26 @@ def fit_selective(
     post_steps = _check_steps("post_steps", post_steps, 0)
     learning_rate = _check_rate("learning_rate", learning_rate)
     selection_learning_rate = _check_rate("selection_learning_rate", selection_learning_rate)
-    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
+    settings = None
+    if checkpoint_dir is not None:
+        settings = {
+            "selective.candidates": tree_sha256(candidates),
+            "selective.alpha": alpha,
+            "selective.bound": bound,
+            "selective.likelihood": None if likelihood is None else part_fingerprint(likelihood),
+            "selective.kernel": None if kernel is None else part_fingerprint(kernel),
+            "selective.init": init,
+            "selective.learn_candidates": bool(learn_candidates),
+            "selective.initial_inclusion": initial_inclusion,
+            "selective.num_particles": num_particles,
+            "selective.selection": selection,
+            "selective.learning_rate": learning_rate,
+            "selective.selection_learning_rate": selection_learning_rate,
+            "selective.batch_size": batch_size,
+            "selective.key": key_data(key),
+            **dict(fingerprint or {}),
+        }
+    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every, settings)
     X, y = np.asarray(X), np.asarray(y)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     pre_key, selection_key, prune_key, post_key, init_key = jax.random.split(key, 5)

@@ -36,11 +36,12 @@ import optax
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, check_sparse_settings
+from ._base import GPModel, check_sparse_settings, part_fingerprint
 from .svgp import SVGP
 
 Array = Any
@@ -133,12 +134,32 @@ def default_priors(
     return {site: base.expand(np.shape(v)).to_event(np.ndim(v)) for site, v in sites.items()}
 
 
+def _prior_fingerprint(prior: dist.Distribution) -> str:
+    """A prior for a checkpoint's fingerprint: its class chain, shapes and parameter values (a sha256), e.g.
+    ``"Independent/ExpandedDistribution/Gamma [3] 1a2b..."``. Not the pytree structure, whose auxiliary data NumPyro
+    orders differently from one process to the next."""
+    names, base = [], prior
+    while base is not None:
+        names.append(type(base).__name__)
+        inner = getattr(base, "base_dist", None)
+        if inner is None:
+            break
+        base = inner
+    values = {name: np.asarray(getattr(base, name)) for name in sorted(base.arg_constraints) if hasattr(base, name)}
+    shape = [*prior.batch_shape, *prior.event_shape]
+    return f"{'/'.join(names)} {shape} {tree_sha256(values)[:16]}"
+
+
 @dataclass
 class SGPMCFit:
-    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run."""
+    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run.
+
+    ``svi`` is the result of the last SVI phase, or None when ``svi_steps=0`` (the chains then start at the initial
+    values of the kernel, the likelihood and q(v) = N(0, I) draws).
+    """
 
     svgp: SVGP
-    svi: SVIResult
+    svi: SVIResult | None
     model: SGPMC
     mcmc: MCMCResult
 
@@ -167,6 +188,7 @@ def fit_sgpmc(
     chunk_size: int | None = None,
     checkpoint: str | None = None,
     progress: bool = False,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> SGPMCFit:
     """The thesis recipe (§5.5): Gaussian fit, then NUTS on the free-form q*(v, θ) with Z fixed.
 
@@ -182,9 +204,17 @@ def fit_sgpmc(
         X [N, D], y [N] or [N, P]: training data. kernel, likelihood: their initial values.
         Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
         key: JAX PRNG key. engine_options: passed to the kernel (NUTS default: ``max_tree_depth=8``).
+        svi_steps: Adam steps of the Gaussian fit in all; 0 runs none (``SGPMCFit.svi`` is then None).
+        checkpoint: the MCMC checkpoint (see :func:`run_mcmc`); the SVI fit is not checkpointed, it is repeated
+            (deterministically) by a resumed call.
+        fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (the SVI
+            settings, Z, the initial kernel and likelihood, the priors, the engine and its options) and
+            ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
         The rest: the SVI and MCMC settings (see :func:`run_mcmc`).
     """
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
+    if isinstance(svi_steps, bool) or not isinstance(svi_steps, int | np.integer) or svi_steps < 0:
+        raise ValueError(f"svi_steps: expected a non-negative integer, got {svi_steps!r}")
     if not isinstance(fixed_z_steps, int) or not 0 <= fixed_z_steps <= svi_steps:
         raise ValueError(f"fixed_z_steps: expected an integer in [0, svi_steps={svi_steps}], got {fixed_z_steps!r}")
     if engine not in ENGINES:
@@ -196,7 +226,22 @@ def fit_sgpmc(
     model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
     model.check_data(X, y)
     svi_key, init_key, mcmc_key = jax.random.split(key, 3)
+    own = {
+        "sgpmc.svi_steps": int(svi_steps),
+        "sgpmc.fixed_z_steps": fixed_z_steps,
+        "sgpmc.learning_rate": learning_rate,
+        "sgpmc.batch_size": batch_size,
+        "sgpmc.num_latent": num_latent,
+        "sgpmc.engine": engine,
+        "sgpmc.engine_options": dict(engine_options or {}),
+        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
+        "sgpmc.kernel": part_fingerprint(kernel),
+        "sgpmc.likelihood": part_fingerprint(likelihood),
+        "sgpmc.priors": {site: _prior_fingerprint(prior) for site, prior in sorted(priors.items())},
+        "sgpmc.key": key_data(key),
+    }
     params: dict[str, Array] = {}
+    svi = None
     for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
         if steps == 0:
             continue
@@ -240,5 +285,6 @@ def fit_sgpmc(
         chunk_size=chunk_size,
         checkpoint=checkpoint,
         progress=progress,
+        fingerprint={**own, **dict(fingerprint or {})},
     )
     return SGPMCFit(svgp=svgp, svi=svi, model=model, mcmc=mcmc)

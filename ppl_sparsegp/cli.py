@@ -11,23 +11,27 @@ Usage::
 
 ``ppl-sparsegp fit --help`` lists every option with its default. One run:
 
-1. checks every option and then the dataset (sizes, task, ``M <= N``) -- all before anything is compiled;
-   a problem is a ``ValueError`` naming the option, printed as one line ``error: ...`` with exit code 2;
+1. checks every option (``--out`` included: a folder this process can write, or create) and then the dataset
+   (sizes, task, ``M <= N``) -- all before anything is compiled; a problem is a ``ValueError`` naming the option,
+   printed as one line ``error: ...`` with exit code 2;
 2. loads the dataset (:func:`ppl_sparsegp.data.load_dataset`) and standardises X (and y for regression) with
    training statistics (:func:`ppl_sparsegp.data.standardize`);
 3. builds the model (ARD kernel with variance and lengthscales from the options, initial noise variance 0.1 in
    standardised units, inducing inputs by k-means, random subset or greedy variance selection);
 4. fits it with :func:`ppl_sparsegp.infer.svi.fit_svi` and Adam (optax), checkpointing the SVI state to
-   ``OUT/checkpoint.npz``; re-running the same command resumes from that checkpoint (delete it to start again);
+   ``OUT/checkpoint.npz`` (:mod:`ppl_sparsegp.infer.checkpoint`) with a fingerprint of every option that changes
+   the result and of the data; re-running the same command (``--steps`` may be raised) resumes from it, a run with
+   any other difference is refused before any work, naming what differs, and ``--restart`` discards it;
 5. predicts on the test set (the training set when the dataset has no test targets, e.g. ``snelson``) and
    computes metrics in original units: RMSE, MAE and NLPD for regression; accuracy, NLL, ECE and AUC for binary
    classification;
 6. writes ``OUT/params.npz`` (fitted parameters in standardised units, plus the standardisation statistics),
-   ``OUT/fit.png`` (loss trace and a picture of the fit) and, last, ``OUT/results.json``, each atomically
-   (:mod:`ppl_sparsegp.results`): a failure part-way leaves the previous files intact.
+   ``OUT/fit.png`` (loss trace and a picture of the fit) and ``OUT/results.json`` as one set
+   (:func:`ppl_sparsegp.results.write_output_set`): a failure part-way leaves the previous set as it was.
 
-Exit codes: 0 success; 2 bad options or data (argparse's own errors included); 1 a run-time failure that is not
-the user's input (missing data files, a failed Cholesky, a non-finite loss, a full disk), also as one line;
+Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
+is damaged, non-finite or another run's; 1 a run-time failure that is not the user's input (missing or corrupt data
+files, a failed Cholesky, a non-finite loss, a full disk), also as one line;
 130 interrupted (Ctrl-C), after ``fit_svi`` has saved the checkpoint that a re-run resumes from.
 """
 
@@ -40,7 +44,6 @@ import math
 import platform
 import sys
 import time
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,10 +54,18 @@ import numpyro
 import optax
 
 from ppl_sparsegp import cli_bsgp, cli_mcmc, cli_selective, data, results, validation
-from ppl_sparsegp.cli_checks import check_counts, flag
+from ppl_sparsegp.cli_checks import (
+    RESTART_HINT,
+    check_counts,
+    check_output_folder,
+    fingerprint_settings,
+    flag,
+    prepare_checkpoints,
+)
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.data import DataIntegrityError, Dataset, Standardizer
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.checkpoint import CheckpointError
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models._base import GPModel, to_numpy_params
 from ppl_sparsegp.models.gpr import GPR
@@ -110,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit a GP to a dataset, evaluate it on the test set and write the results",
         description="Fit a GP (svgp, sgpr or gpr) by SVI with Adam; write results.json, params.npz and fit.png "
         "to --out. Data are standardised with training statistics; metrics are in original units. Re-running the "
-        "same command resumes from OUT/checkpoint.npz. sgpmc and bsgp sample by MCMC, and selective chooses the "
-        "inducing points from K candidates (see their option groups).",
+        "same command resumes from OUT/checkpoint.npz (a run with other settings is refused; --restart discards it). "
+        "sgpmc and bsgp sample by MCMC, and selective chooses the inducing points from K candidates (see their "
+        "option groups).",
     )
     fit.add_argument(
         "method",
@@ -248,6 +260,12 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="output folder (default: runs/<method>-<data>-<split>)"
     )
+    group.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the checkpoints in --out (checkpoint.npz, mcmc.ckpt, selective_<phase>.npz) and start afresh "
+        "(default: resume from them; a run whose settings or data differ from theirs is refused)",
+    )
     group.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: shown)")
     group.add_argument(
         "--quiet", action="store_true", help="print nothing on success, progress bar included (default: off)"
@@ -318,6 +336,7 @@ def resolve_options(args: argparse.Namespace) -> dict[str, Any]:
         cli_selective.check_bound(opts)
     if opts["out"] is None:
         opts["out"] = Path("runs") / f"{method}-{opts['data'].replace('/', '_')}-{opts['split']}"
+    check_output_folder(opts["out"])
     return opts
 
 
@@ -479,17 +498,6 @@ def _curve_1d(
 # The run
 
 
-def _checkpoint_step(path: Path) -> int:
-    """The step stored in an existing checkpoint (0 when there is none)."""
-    if not path.exists():
-        return 0
-    try:
-        with np.load(path) as ckpt:
-            return int(ckpt["step"])
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        raise ValueError(f"--out: {path} is not a readable checkpoint ({err}); delete it to start afresh") from None
-
-
 def _versions() -> dict[str, str]:
     return {
         "python": platform.python_version(),
@@ -525,11 +533,11 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
     opts = _settle_likelihood(opts, ds.task)
     std, scaler = data.standardize(ds)
     if opts["method"] == "sgpmc":
-        return cli_mcmc.run_sgpmc(opts, model_parts(opts, std), ds, std, scaler, argv)
+        return cli_mcmc.run_sgpmc(opts, model_parts, ds, std, scaler, argv)
     if opts["method"] == "selective":
         return cli_selective.run_selective(
             opts,
-            model_parts(opts, std),
+            model_parts,
             ds,
             std,
             scaler,
@@ -540,10 +548,12 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
         )
     out = Path(opts["out"])
     checkpoint = out / "checkpoint.npz"
-    resumed_from = _checkpoint_step(checkpoint)
+    X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
+    settings = fingerprint_settings(opts, resumable=("steps",))
+    found = prepare_checkpoints(opts, [checkpoint], settings, X, y)
+    resumed_from = found[checkpoint].counters["step"] if checkpoint in found else 0
 
     gp = build_model(opts, std)
-    X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
     t0 = time.perf_counter()
     fit = fit_svi(
         gp.model,
@@ -556,6 +566,7 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
         checkpoint=checkpoint,
         checkpoint_every=opts["checkpoint_every"],
         key=opts["seed"],
+        fingerprint=settings,
     )
     train_seconds = time.perf_counter() - t0
 
@@ -569,14 +580,8 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
 
     params = to_numpy_params(fit.params)
     params.update({f"standardizer.{k}": np.asarray(v) for k, v in vars(scaler).items()})
-    results.write_npz(out / "params.npz", params)
     curve = _curve_1d(predict, fit.params, (X, y), ds, scaler)
     figure = plot_fit(fit.losses, ds.task, evaluated_on, y_eval, mean, var, curve)
-    try:
-        results.write_figure(out / "fit.png", figure)
-    finally:
-        plt.close(figure)
-
     record = {
         "method": opts["method"],
         "data": ds.name,
@@ -606,7 +611,11 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
     }
     if not has_test:
         record["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
-    results.write_json(out / "results.json", record)
+    try:
+        outputs = {"params.npz": results.npz_file(params), "fit.png": results.figure_file(figure)}
+        results.write_output_set(out, {**outputs, "results.json": results.json_file(record)})
+    finally:
+        plt.close(figure)
     return record
 
 
@@ -650,6 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts = resolve_options(args)
         record = run_fit(opts, argv)
     except ValueError as err:
+        if isinstance(err, CheckpointError):
+            err.hint = RESTART_HINT
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except (OSError, FloatingPointError, DataIntegrityError) as err:

@@ -26,7 +26,8 @@ The SVI options (``--steps``, ``--lr``, ``--checkpoint-every``), the kernel opti
 and sgpmc's ``--prior`` and ``--chunk`` are errors with bsgp, as the bsgp options are with other methods; every
 check happens before anything is loaded or compiled, and a problem is one line ``error: ...``, exit code 2.
 
-Outputs in ``--out`` (default ``runs/bsgp-<data>-<split>``), each written atomically:
+Outputs in ``--out`` (default ``runs/bsgp-<data>-<split>``), written as one set
+(:func:`ppl_sparsegp.results.write_output_set`):
 
 * ``posterior.nc``: ArviZ InferenceData of the kept draws (standardised units): ``posterior`` (the shallow model's
   ``Z`` with dims (inducing_point, input_dim), ``u``, ``kernel.*``, ``likelihood.*``; the deep model's
@@ -37,18 +38,18 @@ Outputs in ``--out`` (default ``runs/bsgp-<data>-<split>``), each written atomic
   MNLL = NLPD, RMSE, MAE; binary: accuracy, NLL, ECE, AUC), the settings, timings (warmup and sampling seconds,
   updates per second) and versions.
 
-The chain is checkpointed to ``OUT/mcmc.ckpt`` after every 100 warmup iterations (2100 updates) and after the
-sampling, with the settings it was written for in ``OUT/mcmc.ckpt.json``; re-running the same command resumes from
-it (a run with other settings is refused: delete the checkpoint or choose another ``--out``).
+The chain is checkpointed to ``OUT/mcmc.ckpt`` (an ``.npz``, see :mod:`ppl_sparsegp.infer.checkpoint`) after every
+100 warmup iterations (2100 updates) and after the sampling, with a fingerprint of every option but the output ones
+and of the data; a copy of those settings, for reading, is in ``OUT/mcmc.ckpt.json``. Re-running the same command
+resumes from it; a run with any other option or data is refused before any work, naming what differs (start afresh
+with ``--restart``, which discards both files, or choose another ``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import pickle
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +60,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ppl_sparsegp import data, results
-from ppl_sparsegp.cli_checks import check_counts, flag, refuse_inapplicable, refuse_options_of
+from ppl_sparsegp.cli_checks import (
+    check_counts,
+    fingerprint_settings,
+    flag,
+    prepare_checkpoints,
+    refuse_inapplicable,
+    refuse_options_of,
+)
 from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
@@ -104,30 +112,7 @@ UPDATES_PER_ITERATION = 21
 CHECKPOINT_ITERATIONS = 100
 LOG_LIKELIHOOD_MAX_ENTRIES = 4_000_000
 SETTINGS_FILE = "mcmc.ckpt.json"
-_CHAIN_SETTINGS = (
-    "data",
-    "split",
-    "layers",
-    "z_prior",
-    "data_term",
-    "noise",
-    "likelihood",
-    "noise_variance",
-    "inducing",
-    "init",
-    "seed",
-    "dtype",
-    "engine",
-    "step_size",
-    "batch_size",
-    "chains",
-    "iterations",
-    "kept",
-    "warmup",
-    "samples",
-    "thinning",
-)
-"""Options that define the chain: a checkpoint written for others is refused before anything compiles."""
+"""A readable copy of the settings in the checkpoint's fingerprint (the checkpoint's own copy is the one compared)."""
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -278,38 +263,6 @@ def _inducing_inputs(opts: dict[str, Any], X: np.ndarray) -> np.ndarray:
     return np.asarray(Z, dtype=X.dtype)
 
 
-def _chain_settings(opts: dict[str, Any]) -> dict[str, Any]:
-    return results.to_jsonable({name: opts[name] for name in _CHAIN_SETTINGS})
-
-
-def _check_checkpoint(out: Path, settings: dict[str, Any]) -> dict[str, int] | None:
-    """Where an existing checkpoint stands (``None`` when there is none); refuse one written for other settings.
-
-    Raises:
-        ValueError: the checkpoint's settings file records other settings, or the checkpoint is unreadable.
-    """
-    ckpt, side = out / "mcmc.ckpt", out / SETTINGS_FILE
-    if not ckpt.exists():
-        return None
-    if side.exists():
-        try:
-            written = json.loads(side.read_text())
-        except (OSError, ValueError) as err:
-            raise ValueError(f"--out: {side} is not readable ({err}); delete it and {ckpt.name}") from None
-        differ = [f"{flag(k)} {written.get(k)!r} -> {settings[k]!r}" for k in settings if written.get(k) != settings[k]]
-        if differ:
-            raise ValueError(
-                f"checkpoint: {ckpt} was written by a run with other settings ({'; '.join(differ)}); delete it "
-                "or choose another --out"
-            )
-    try:
-        with open(ckpt, "rb") as fh:
-            payload = pickle.load(fh)  # written by run_mcmc in this output folder
-        return {"warmup_done": int(payload["warmup_done"]), "draws_done": int(payload["draws_done"])}
-    except (OSError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as err:
-        raise ValueError(f"--out: {ckpt} is not a readable checkpoint ({err}); delete it to start afresh") from None
-
-
 class _WarmupBar:
     """A progress bar over the warmup updates, driven by fit_bsgp's callback after every warmup piece."""
 
@@ -412,8 +365,12 @@ def run_bsgp(
     std, scaler = data.standardize(ds)
     X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
     out = Path(opts["out"])
-    settings = _chain_settings(opts)
-    resumed = _check_checkpoint(out, settings)
+    settings = fingerprint_settings(opts)
+    found = prepare_checkpoints(opts, [out / "mcmc.ckpt"], settings, X, y, also_discard=[out / SETTINGS_FILE])
+    resumed = None
+    if out / "mcmc.ckpt" in found:
+        counters = found[out / "mcmc.ckpt"].counters
+        resumed = {"warmup_done": counters["warmup_done"], "draws_done": counters["draws_done"]}
     likelihood = likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype)
     Z = _inducing_inputs(opts, X)
     sghmc = opts["engine"] == "sghmc"
@@ -445,6 +402,7 @@ def run_bsgp(
             checkpoint=str(out / "mcmc.ckpt"),
             progress=not (opts["no_progress"] or opts["quiet"]),
             callback=bar,
+            fingerprint=settings,
             **schedule,
         )
     finally:
@@ -468,13 +426,6 @@ def run_bsgp(
         scores = {"mnll": scores["nlpd"], **scores}
 
     idata, groups = _inference_data(fit, X, y)
-    diagnostics.save(idata, out / "posterior.nc")
-    figure = _figure(fit, ds.task, evaluated_on, y_eval, mean, var)
-    try:
-        results.write_figure(out / "fit.png", figure)
-    finally:
-        plt.close(figure)
-
     mcmc = fit.mcmc
     stats = mcmc.extra_fields
     draws = mcmc.flat_samples()
@@ -532,7 +483,12 @@ def run_bsgp(
     }
     if not has_test:
         record["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
-    results.write_json(out / "results.json", record)
+    figure = _figure(fit, ds.task, evaluated_on, y_eval, mean, var)
+    try:
+        outputs = {"posterior.nc": diagnostics.netcdf_file(idata), "fit.png": results.figure_file(figure)}
+        results.write_output_set(out, {**outputs, "results.json": results.json_file(record)})
+    finally:
+        plt.close(figure)
     return record
 
 

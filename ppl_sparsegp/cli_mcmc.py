@@ -2,7 +2,8 @@
 
 ``ppl-sparsegp fit sgpmc --data NAME [--engine nuts|hmc|sghmc|sgld] [--warmup 500] [--samples 1000] ...`` runs the
 thesis recipe (:func:`models.sgpmc.fit_sgpmc`): an SVGP fit with priors on the hyperparameters (MAP), then the
-chosen engine on the SGPMC target with Z fixed. It writes, each atomically, to ``--out``:
+chosen engine on the SGPMC target with Z fixed. It writes to ``--out``, as one set
+(:func:`ppl_sparsegp.results.write_output_set`):
 
 * ``posterior.nc``: ArviZ InferenceData (posterior, sample_stats, log_likelihood, posterior_predictive,
   observed_data) in standardised units;
@@ -10,8 +11,11 @@ chosen engine on the SGPMC target with Z fixed. It writes, each atomically, to `
 * ``results.json`` (last): test metrics of the mixture predictive in original units, NUTS/SG-MCMC statistics,
   R-hat and ESS of the hyperparameters, timings and versions.
 
-The chains are checkpointed to ``OUT/mcmc.ckpt`` after the warmup and every ``--chunk`` draws; re-running the same
-command repeats the (deterministic) SVI fit and resumes the chains from the checkpoint.
+The chains are checkpointed to ``OUT/mcmc.ckpt`` (an ``.npz``, see :mod:`ppl_sparsegp.infer.checkpoint`) after the
+warmup and every ``--chunk`` draws, with a fingerprint of every option but the output ones and of the data;
+re-running the same command repeats the (deterministic) SVI fit and resumes the chains from the checkpoint. A run
+with any other option or data is refused before the SVI fit, naming what differs; ``--restart`` discards the
+checkpoint.
 
 ``ppl-sparsegp diagnose RUN_DIR`` loads ``RUN_DIR/posterior.nc``, prints ``az.summary`` (hyperparameters by
 default, ``--all`` for every variable) and writes ``trace.png`` and ``rank.png`` beside it.
@@ -22,7 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +35,7 @@ import jax
 import numpy as np
 
 from ppl_sparsegp import results
-from ppl_sparsegp.cli_checks import check_counts, refuse_options_of
+from ppl_sparsegp.cli_checks import check_counts, fingerprint_settings, prepare_checkpoints, refuse_options_of
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.infer.mcmc import ENGINES
 from ppl_sparsegp.models.sgpmc import default_priors, fit_sgpmc
@@ -109,15 +113,25 @@ def resolve_mcmc_options(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_sgpmc(
-    opts: dict[str, Any], gp_parts: dict[str, Any], ds: Dataset, std: Dataset, scaler: Standardizer, argv: Sequence[str]
+    opts: dict[str, Any],
+    model_parts: Callable[[dict[str, Any], Dataset], dict[str, Any]],
+    ds: Dataset,
+    std: Dataset,
+    scaler: Standardizer,
+    argv: Sequence[str],
 ) -> dict[str, Any]:
     """Fit SGPMC on the standardised data ``std``; write posterior.nc, fit.png and results.json to ``opts["out"]``.
 
-    ``gp_parts`` holds the initial ``kernel``, ``likelihood`` and inducing inputs ``Z`` built by the CLI.
+    ``model_parts(opts, std)`` (the CLI's) builds the initial ``kernel``, ``likelihood`` and inducing inputs ``Z``; it
+    is called once the checkpoint in ``--out`` has been checked (or discarded by ``--restart``), so a changed run is
+    refused before any work.
     """
     out = Path(opts["out"])
     dtype = np.dtype(opts["dtype"])
     X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
+    settings = fingerprint_settings(opts)
+    prepare_checkpoints(opts, [out / "mcmc.ckpt"], settings, X, y)
+    gp_parts = model_parts(opts, std)
     batch = opts["batch_size"] if opts["batch_size"] is not None and opts["batch_size"] < len(X) else None
     engine_options = {} if opts["step_size"] is None else {"step_size": opts["step_size"]}
     start = time.perf_counter()
@@ -143,12 +157,12 @@ def run_sgpmc(
         chunk_size=opts["chunk"],
         checkpoint=out / "mcmc.ckpt",
         progress=not (opts["no_progress"] or opts["quiet"]),
+        fingerprint=settings,
     )
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     seconds = time.perf_counter() - start
     idata = diagnostics.from_mcmc(fit.mcmc, fit.model, X, y)
-    diagnostics.save(idata, out / "posterior.nc")
 
     has_test = ds.y_test is not None
     X_eval = (std.X_test if has_test else std.X_train).astype(dtype)
@@ -158,11 +172,6 @@ def run_sgpmc(
     pred = posterior_predictive(fit.model, draws, X_eval)
     logp = log_predictive_density(fit.model, draws, X_eval, y_eval_std)
     scores, mean, var = evaluate((pred.y_mean, pred.y_var, logp), y_eval, scaler, ds.task)
-    figure = plot_fit(fit.svi.losses, ds.task, "test" if has_test else "train", y_eval, mean, var)
-    try:
-        results.write_figure(out / "fit.png", figure)
-    finally:
-        plt.close(figure)
 
     hyper = [v for v in idata.posterior.data_vars if v != "u"]
     stats = fit.mcmc.extra_fields
@@ -192,7 +201,12 @@ def run_sgpmc(
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "files": {"posterior": "posterior.nc", "figure": "fit.png", "checkpoint": "mcmc.ckpt"},
     }
-    results.write_json(out / "results.json", record)
+    figure = plot_fit(fit.svi.losses, ds.task, "test" if has_test else "train", y_eval, mean, var)
+    try:
+        outputs = {"posterior.nc": diagnostics.netcdf_file(idata), "fit.png": results.figure_file(figure)}
+        results.write_output_set(out, {**outputs, "results.json": results.json_file(record)})
+    finally:
+        plt.close(figure)
     return record
 
 
@@ -242,11 +256,13 @@ def run_diagnose(run_dir: Path, include_all: bool = False) -> str:
     idata = diagnostics.load(path)
     names = None if include_all else [v for v in idata.posterior.data_vars if v != "u"]
     table = diagnostics.summary(idata, var_names=names)
-    for name, plot in (("trace.png", az.plot_trace), ("rank.png", az.plot_rank)):
-        axes = plot(idata, var_names=names or [v for v in idata.posterior.data_vars if v != "u"])
-        figure = np.asarray(axes).ravel()[0].figure
-        try:
-            results.write_figure(Path(run_dir) / name, figure)
-        finally:
+    figures = {}
+    try:
+        for name, plot in (("trace.png", az.plot_trace), ("rank.png", az.plot_rank)):
+            axes = plot(idata, var_names=names or [v for v in idata.posterior.data_vars if v != "u"])
+            figures[name] = np.asarray(axes).ravel()[0].figure
+        results.write_output_set(run_dir, {name: results.figure_file(f) for name, f in figures.items()})
+    finally:
+        for figure in figures.values():
             plt.close(figure)
     return table.to_string()

@@ -17,9 +17,12 @@ the shared ``--lr`` (0.01), ``--init`` (random or kmeans; default random), ``--k
 ``--q-diag`` are errors with selective, as are the MCMC and bsgp options, and the selective options with any other
 method; every check happens before anything is loaded or compiled, and a problem is one line ``error: ...``, exit
 code 2. Each phase checkpoints its SVI state to ``OUT/selective_<phase>.npz`` (every ``--checkpoint-every`` steps
-and on Ctrl-C); re-running the same command resumes where it stopped (delete those files to start again).
+and on Ctrl-C) with a fingerprint of every option but the output ones and the step counts, and of the data;
+re-running the same command (the step counts may be raised) resumes where it stopped, a run with any other option or
+data is refused before any work, naming what differs, and ``--restart`` discards the three files.
 
-Outputs in ``--out`` (default ``runs/selective-<data>-<split>``), each written atomically:
+Outputs in ``--out`` (default ``runs/selective-<data>-<split>``), written as one set
+(:func:`ppl_sparsegp.results.write_output_set`):
 
 * ``params.npz``: the pruned model's fitted parameters in standardised units (as for sgpr / svgp: ``Z`` holds the
   |S| kept inducing inputs), plus the standardisation statistics;
@@ -45,7 +48,13 @@ import jax
 import numpy as np
 
 from ppl_sparsegp import results, validation
-from ppl_sparsegp.cli_checks import check_counts, refuse_inapplicable, refuse_options_of
+from ppl_sparsegp.cli_checks import (
+    check_counts,
+    fingerprint_settings,
+    prepare_checkpoints,
+    refuse_inapplicable,
+    refuse_options_of,
+)
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.models._base import to_numpy_params
 from ppl_sparsegp.models.selective_fit import (
@@ -296,7 +305,7 @@ def _figure(fit: SelectiveFit, candidates: np.ndarray, scaler: Standardizer, *pi
 
 def run_selective(
     opts: dict[str, Any],
-    parts: dict[str, Any],
+    model_parts: Callable[[dict[str, Any], Dataset], dict[str, Any]],
     ds: Dataset,
     std: Dataset,
     scaler: Standardizer,
@@ -308,8 +317,9 @@ def run_selective(
 ) -> dict[str, Any]:
     """Fit selective on the standardised data ``std``; write params.npz, selection.npz, fit.png and results.json.
 
-    ``opts`` come from ``cli.resolve_options`` (likelihood settled), ``parts`` holds the initial ``kernel`` and
-    ``likelihood`` built by the CLI; ``ds`` is the dataset in original units and ``scaler`` its standardisation.
+    ``opts`` come from ``cli.resolve_options`` (likelihood settled); ``model_parts(opts, std)`` (the CLI's) builds the
+    initial ``kernel`` and ``likelihood``, once the checkpoints in ``--out`` have been checked (or discarded by
+    ``--restart``); ``ds`` is the dataset in original units and ``scaler`` its standardisation.
     ``predictor`` and ``curve_1d`` are the CLI's ``compiled_predictor`` and ``_curve_1d`` (prediction and the 1-D
     picture, shared with the other SVI methods).
     """
@@ -317,6 +327,9 @@ def run_selective(
     dtype = np.dtype(opts["dtype"])
     X, y = std.X_train.astype(dtype), std.y_train.astype(dtype)
     batch = opts["batch_size"] if opts["batch_size"] is not None and opts["batch_size"] < len(X) else None
+    settings = fingerprint_settings(opts, resumable=("pre_steps", "selection_steps", "post_steps"))
+    prepare_checkpoints(opts, [phase_checkpoint(out, phase) for phase in PHASES], settings, X, y)
+    parts = model_parts(opts, std)
     start = time.perf_counter()
     fit = fit_selective(
         X,
@@ -340,6 +353,7 @@ def run_selective(
         progress=not (opts["no_progress"] or opts["quiet"]),
         checkpoint_dir=out,
         checkpoint_every=opts["checkpoint_every"],
+        fingerprint=settings,
     )
     fit_seconds = time.perf_counter() - start
 
@@ -355,7 +369,6 @@ def run_selective(
 
     params = to_numpy_params(fit.params)
     params.update({f"standardizer.{k}": np.asarray(v) for k, v in vars(scaler).items()})
-    results.write_npz(out / "params.npz", params)
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
     selection = {
         "inclusion_probs": fit.inclusion_probs,
@@ -363,13 +376,7 @@ def run_selective(
         "candidates": candidates,
         "selected": np.flatnonzero(fit.mask),
     }
-    results.write_npz(out / "selection.npz", selection)
     curve = curve_1d(predict, fit.params, (X, y), ds, scaler)
-    figure = _figure(fit, candidates, scaler, ds.task, evaluated_on, y_eval, mean, var, curve)
-    try:
-        results.write_figure(out / "fit.png", figure)
-    finally:
-        plt.close(figure)
 
     steps = {phase: int(len(fit.losses.get(phase, ()))) for phase in PHASES}
     record = {
@@ -409,7 +416,13 @@ def run_selective(
     }
     if not has_test:
         record["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
-    results.write_json(out / "results.json", record)
+    figure = _figure(fit, candidates, scaler, ds.task, evaluated_on, y_eval, mean, var, curve)
+    try:
+        outputs = {"params.npz": results.npz_file(params), "selection.npz": results.npz_file(selection)}
+        outputs["fit.png"] = results.figure_file(figure)
+        results.write_output_set(out, {**outputs, "results.json": results.json_file(record)})
+    finally:
+        plt.close(figure)
     return record
 
 

@@ -182,8 +182,20 @@ def _not_found(what: str, path: Path) -> DatasetNotFoundError:
 
 @lru_cache(maxsize=8)
 def _manifest_at(path: str, mtime_ns: int) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)["datasets"]
+    """The ``datasets`` table of the manifest at ``path``; a damaged manifest is a DataIntegrityError naming it (not a
+    ValueError, which the CLI would blame on ``--data``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            datasets = json.load(fh)["datasets"]
+        if not isinstance(datasets, dict) or not all(isinstance(v, dict) for v in datasets.values()):
+            raise TypeError("'datasets' is not a table of datasets")
+        return datasets
+    except (ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        detail = "no 'datasets' table" if isinstance(err, KeyError) else " ".join(str(err).split())
+        raise DataIntegrityError(
+            f"{path} is not a readable data manifest ({type(err).__name__}: {detail}); it is truncated or corrupt: "
+            "restore it from shared/data"
+        ) from None
 
 
 def _manifest(root: Path) -> dict[str, Any]:
@@ -203,9 +215,16 @@ def _read_bytes(key: str, filename: str) -> bytes:
     path = root / key / filename
     if not path.is_file():
         raise _not_found(f"dataset file {key}/{filename}", path)
-    entry = _manifest(root).get(key, {}).get("files", {}).get(filename)
+    files = _manifest(root).get(key, {}).get("files", {})
+    entry = files.get(filename) if isinstance(files, dict) else None
     if entry is None:
         raise DataIntegrityError(f"{path} is not listed in {root / 'manifest.json'}, so it cannot be verified")
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("bytes"), int)
+        or not isinstance(entry.get("sha256"), str)
+    ):
+        raise DataIntegrityError(f"{root / 'manifest.json'} is damaged: its entry for {key}/{filename} is {entry!r}")
     stat = path.stat()
     raw = path.read_bytes()
     resolved = str(path.resolve())

@@ -10,6 +10,14 @@ or the complete new one, never a torn one:
 
 If anything fails before step 3 (a value that cannot be serialised, a full disk, an interrupt) the temporary
 file is removed and the target is left exactly as it was.
+
+A run's outputs are committed as one set by :func:`write_output_set`: every file is first written in full to its
+own temporary name, and only when all of them are written are they renamed into place (each replaced file kept as
+a hard-linked backup until the last rename succeeds). Whatever fails part-way, the folder holds the old set
+unchanged or the new set complete. The file writers for it are :func:`json_file`, :func:`npz_file` and
+:func:`figure_file` (and :func:`ppl_sparsegp.infer.diagnostics.netcdf_file`).
+
+:func:`read_npz` reads an ``.npz`` without pickle and turns any damage into one ``ValueError`` naming the file.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,7 +34,21 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["atomic_write", "to_jsonable", "write_figure", "write_json", "write_npz"]
+__all__ = [
+    "atomic_write",
+    "figure_file",
+    "json_file",
+    "npz_file",
+    "read_npz",
+    "to_jsonable",
+    "write_figure",
+    "write_json",
+    "write_npz",
+    "write_output_set",
+]
+
+FileWriter = Callable[[Path], None]
+"""Writes one whole file at the path it is given (a temporary name in the target's folder)."""
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -98,16 +122,21 @@ def write_json(path: str | os.PathLike, obj: Mapping[str, Any]) -> Path:
     return atomic_write(path, lambda fh: fh.write(text.encode("utf-8")))
 
 
+def _plain_arrays(arrays: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    converted = {name: np.asarray(value) for name, value in arrays.items()}
+    for name, arr in converted.items():
+        if arr.dtype.hasobject:
+            raise ValueError(f"arrays[{name!r}] has dtype object, which cannot be saved without pickle")
+    return converted
+
+
 def write_npz(path: str | os.PathLike, arrays: Mapping[str, Any]) -> Path:
     """Write named arrays to an uncompressed ``.npz`` atomically; readable with ``np.load(allow_pickle=False)``.
 
     Raises:
         ValueError: an array holds Python objects (it would need pickle, which is never used).
     """
-    converted = {name: np.asarray(value) for name, value in arrays.items()}
-    for name, arr in converted.items():
-        if arr.dtype.hasobject:
-            raise ValueError(f"arrays[{name!r}] has dtype object, which cannot be saved without pickle")
+    converted = _plain_arrays(arrays)
     return atomic_write(path, lambda fh: np.savez(fh, **converted))
 
 
@@ -115,3 +144,130 @@ def write_figure(path: str | os.PathLike, figure: Any, dpi: int = 120) -> Path:
     """Save a matplotlib ``figure`` atomically in the format named by the suffix of ``path`` (e.g. ``.png``)."""
     fmt = Path(path).suffix.lstrip(".") or "png"
     return atomic_write(path, lambda fh: figure.savefig(fh, format=fmt, dpi=dpi, bbox_inches="tight"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output sets
+
+
+def json_file(obj: Mapping[str, Any]) -> FileWriter:
+    """A writer of ``obj`` as indented UTF-8 JSON (see :func:`to_jsonable`), serialised now: a value JSON cannot
+    hold raises ``TypeError`` here, before any file of a set is written."""
+    data = (json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n").encode("utf-8")
+    return lambda path: Path(path).write_bytes(data)
+
+
+def npz_file(arrays: Mapping[str, Any]) -> FileWriter:
+    """A writer of named arrays as an uncompressed ``.npz`` (checked now: an object array raises ``ValueError``)."""
+    converted = _plain_arrays(arrays)
+
+    def write(path: Path) -> None:
+        with open(path, "wb") as fh:
+            np.savez(fh, **converted)
+
+    return write
+
+
+def figure_file(figure: Any, fmt: str = "png", dpi: int = 120) -> FileWriter:
+    """A writer of a matplotlib ``figure`` in format ``fmt`` (keep the figure open until the set is written)."""
+
+    def write(path: Path) -> None:
+        with open(path, "wb") as fh:
+            figure.savefig(fh, format=fmt, dpi=dpi, bbox_inches="tight")
+
+    return write
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+
+
+def _backup(target: Path) -> Path:
+    """A hard link (or, where links are not supported, a copy) of ``target`` beside it, for a rollback."""
+    backup = target.with_name(f".{target.name}.{secrets.token_hex(4)}.bak.tmp")
+    try:
+        os.link(target, backup)
+    except OSError:
+        shutil.copy2(target, backup)
+    return backup
+
+
+def write_output_set(folder: str | os.PathLike, files: Mapping[str, FileWriter]) -> list[Path]:
+    """Write a run's output files into ``folder`` as one set: the old set stays intact or the new one is complete.
+
+    1. Each ``files[name](tmp)`` writes its whole file to a temporary name ``.<name>.<random>.tmp`` in ``folder``,
+       which is then fsync'ed; if any writer fails (a full disk, an interrupt), every temporary file is removed and
+       ``folder`` is left exactly as it was.
+    2. Only when all are written, each existing target is kept as a backup (a hard link) and the temporary files
+       are renamed onto their targets in the order given (put ``results.json``, the record of the run, last).
+       Should a rename fail, the targets already replaced get their old bytes back from the backups; a file the
+       folder did not hold before may stay, complete (the old ``results.json`` does not name it).
+    3. The backups are removed and the folder is fsync'ed, so the renames survive a power cut.
+
+    Args:
+        folder: the output folder (created if needed).
+        files: file name (no folder part) -> writer, e.g. ``{"params.npz": npz_file(params), "fit.png":
+            figure_file(fig), "results.json": json_file(record)}``.
+
+    Returns:
+        The paths written, in the order given.
+
+    Raises:
+        OSError (or whatever a writer raised): nothing of the new set was committed, or (a failed rename) only
+        files the folder did not hold before.
+    """
+    folder = Path(folder)
+    for name in files:
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"files: expected plain file names, got {name!r}")
+    folder.mkdir(parents=True, exist_ok=True)
+    staged: dict[str, Path] = {}
+    backups: dict[str, Path] = {}
+    renamed: list[str] = []
+    try:
+        for name, write in files.items():
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+            os.close(fd)
+            staged[name] = Path(tmp)
+            os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp creates 0600; give the file the usual permissions
+            write(Path(tmp))
+            _fsync_file(Path(tmp))
+        for name in files:
+            if (folder / name).is_file():
+                backups[name] = _backup(folder / name)
+        for name, tmp in staged.items():
+            os.replace(tmp, folder / name)
+            renamed.append(name)
+    except BaseException:
+        for name in reversed(renamed):  # give the replaced files their old bytes back
+            if name in backups:
+                try:
+                    os.replace(backups.pop(name), folder / name)
+                except OSError:
+                    pass
+        for leftover in (*staged.values(), *backups.values()):
+            leftover.unlink(missing_ok=True)
+        raise
+    for backup in backups.values():
+        backup.unlink(missing_ok=True)
+    _fsync_folder(folder)
+    return [folder / name for name in files]
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file (e.g. ``params.npz``), read without pickle, as name -> array.
+
+    Raises:
+        ValueError: one line naming the file when it cannot be read, is not an ``.npz`` (a pickle is never loaded),
+            or is truncated or corrupted.
+    """
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):
+                raise ValueError("a single .npy array, not an .npz archive")
+            return {name: npz[name] for name in npz.files}
+    except Exception as err:  # any failure to parse the archive means a damaged file (nothing in it is run)
+        detail = " ".join(str(err).split())
+        raise ValueError(f"{path} is not a readable .npz file ({type(err).__name__}: {detail})") from None

@@ -5,6 +5,8 @@
 * Command line: exit code 2 with a one-line ``error: ...`` naming the option (argparse's own message for
   syntax errors), again before any compilation, and without creating the output folder.
 * Atomic writes: a write that fails part-way leaves the previous file intact and no temporary file behind.
+* Output sets: a set of files that fails part-way (a write or a rename) leaves the previous set byte-identical;
+  a damaged ``.npz`` output is one error naming the file.
 """
 
 from __future__ import annotations
@@ -310,3 +312,88 @@ def test_a_run_failing_at_its_last_write_keeps_the_previous_results(tmp_path, ca
     assert json.loads((out / "results.json").read_text()) == previous
     assert (out / "params.npz").exists() and (out / "fit.png").exists()
     assert _leftovers(out) == []
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output sets and damaged output files
+
+
+def _old_set(folder) -> dict[str, bytes]:
+    results.write_output_set(
+        folder,
+        {
+            "params.npz": results.npz_file({"Z": np.ones((2, 3))}),
+            "fit.png": lambda path: path.write_bytes(b"old picture"),
+            "results.json": results.json_file({"rmse": 57.0}),
+        },
+    )
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def _new_set(fail_at: str | None = None) -> dict:
+    def picture(path):
+        if fail_at == "fit.png":
+            path.write_bytes(b"half a pic")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        path.write_bytes(b"new picture")
+
+    return {
+        "params.npz": results.npz_file({"Z": np.zeros((2, 3))}),
+        "fit.png": picture,
+        "results.json": results.json_file({"rmse": 54.0}),
+    }
+
+
+def test_an_output_set_is_written_whole(tmp_path):
+    old = _old_set(tmp_path)
+    assert set(old) == {"params.npz", "fit.png", "results.json"}
+    paths = results.write_output_set(tmp_path, _new_set())
+    assert [p.name for p in paths] == ["params.npz", "fit.png", "results.json"]
+    assert (tmp_path / "fit.png").read_bytes() == b"new picture"
+    assert json.loads((tmp_path / "results.json").read_text()) == {"rmse": 54.0}
+    np.testing.assert_array_equal(results.read_npz(tmp_path / "params.npz")["Z"], np.zeros((2, 3)))
+    assert _leftovers(tmp_path) == [] and len(list(tmp_path.iterdir())) == 3
+
+
+def test_a_write_failing_midway_leaves_the_old_set_byte_identical(tmp_path):
+    old = _old_set(tmp_path)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_output_set(tmp_path, _new_set(fail_at="fit.png"))  # params.npz was written before it
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == old
+
+
+def test_a_rename_failing_midway_puts_the_replaced_files_back(tmp_path, monkeypatch):
+    old = _old_set(tmp_path)
+    real_replace = os.replace
+
+    def full_disk(src, dst):
+        if str(dst).endswith("results.json") and str(src).endswith(".tmp") and ".bak." not in str(src):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_output_set(tmp_path, _new_set())  # params.npz and fit.png were renamed already
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == old
+
+
+def test_unwritable_values_are_refused_before_any_file_of_a_set_is_written(tmp_path):
+    old = _old_set(tmp_path)
+    with pytest.raises(TypeError, match="cannot write a value of type object"):
+        results.write_output_set(tmp_path, {**_new_set(), "results.json": results.json_file({"model": object()})})
+    with pytest.raises(ValueError, match="dtype object"):
+        results.write_output_set(tmp_path, {"params.npz": results.npz_file({"a": np.array([{}], dtype=object)})})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == old
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [lambda b: b[: len(b) // 2], lambda b: b[:100] + bytes(255 - x for x in b[100:300]) + b[300:], lambda b: b"x"],
+    ids=["truncated", "corrupted", "not-npz"],
+)
+def test_a_damaged_params_file_is_one_error_naming_it(tmp_path, damage):
+    path = results.write_npz(tmp_path / "params.npz", {"Z": np.ones((20, 3)), "u_loc": np.zeros((1, 20))})
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is not a readable \.npz file \(") as err:
+        results.read_npz(path)
+    assert "\n" not in str(err.value)

@@ -193,6 +193,7 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--dtype",
         "--checkpoint-every",
         "--out",
+        "--restart",
         "--no-progress",
         "--quiet",
         "--engine",

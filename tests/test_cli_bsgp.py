@@ -105,8 +105,8 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"error: checkpoint: {folder / 'mcmc.ckpt'} was written by a run with other settings "
-        "(--z-prior 'normal' -> 'uniform'); delete it or choose another --out\n"
+        f"error: checkpoint: {folder / 'mcmc.ckpt'} was written for a different model, data or other settings "
+        "(--z-prior 'normal' -> 'uniform'); start afresh with --restart or choose another --out\n"
     )
     assert main(["fit", "bsgp", "--data", "yacht", *TINY, "--iterations", "40", "--out", str(folder)]) == 2
     assert "other settings (--iterations 20 -> 40)" in capsys.readouterr().err

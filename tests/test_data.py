@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -134,6 +135,21 @@ def test_file_missing_from_manifest_is_refused(yacht_copy):
     del manifest["datasets"]["uci/yacht"]["files"]["index_test_0.txt"]
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(DataIntegrityError, match="index_test_0.txt is not listed in"):
+        load_uci("yacht", split=0)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['{"format_version": 1, "datasets": {"uci/yac', "\x00\xff garbage", '{"format_version": 1}', '{"datasets": [1]}'],
+    ids=["truncated", "binary", "no-datasets", "wrong-type"],
+)
+def test_a_damaged_manifest_is_a_data_integrity_error_naming_it(yacht_copy, content):
+    """Not a ValueError (the CLI would blame --data for it, and did) and not a KeyError traceback."""
+    manifest = yacht_copy / "manifest.json"
+    manifest.write_bytes(content.encode("latin-1"))
+    with pytest.raises(
+        DataIntegrityError, match=rf"^{re.escape(str(manifest.resolve()))} is not a readable data manifest .*restore"
+    ):
         load_uci("yacht", split=0)
 
 

@@ -94,3 +94,22 @@ def test_sgpmc_rejects_what_the_sampler_cannot_handle(kwargs, match):
     priors = {"kernel.lengthscale": dist.Gamma(1.1, 1.0)}
     with pytest.raises(TypeError if kwargs else ValueError, match=match):
         SGPMC(kernel=RBF(), likelihood=Bernoulli(), Z=np.zeros((3, 1)), priors=priors, **kwargs)
+
+
+def test_no_svi_steps_samples_from_the_initial_values_and_keeps_the_draws(tmp_path):
+    """svi_steps=0 skips the Gaussian fit: the chains start at the initial kernel, likelihood and a draw of q(v), and
+    the result (and the checkpoint) hold the draws (the recipe used to fail after sampling, losing them)."""
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, (15, 1))
+    y = np.sin(X[:, 0]) + 0.2 * rng.standard_normal(15)
+    kernel, likelihood = RBF(lengthscale=1.0, variance=1.0), Gaussian(variance=0.1)
+    Z = np.linspace(-3, 3, 4)[:, None]
+    fit = fit_sgpmc(X, y, kernel=kernel, likelihood=likelihood, Z=Z, key=jax.random.PRNGKey(0), svi_steps=0,
+                    fixed_z_steps=0, num_warmup=20, num_samples=10, checkpoint=str(tmp_path / "mcmc.ckpt"))  # fmt: skip
+    assert fit.svi is None and fit.mcmc.samples["u"].shape == (1, 10, 1, 4)
+    assert np.all(np.isfinite(fit.mcmc.samples["u"]))
+    np.testing.assert_array_equal(fit.model.Z, Z)  # Z stays at its initial value without a fit
+    with np.load(tmp_path / "mcmc.ckpt", allow_pickle=False) as stored:
+        assert int(stored["draws_done"]) == 10
+    with pytest.raises(ValueError, match="svi_steps"):
+        fit_sgpmc(X, y, kernel=kernel, likelihood=likelihood, Z=Z, key=jax.random.PRNGKey(0), svi_steps=-1)

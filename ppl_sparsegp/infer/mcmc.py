@@ -5,9 +5,11 @@ with several chains, thinning, initialisation from an SVI fit, chunked checkpoin
 ``warmup_chunk_size`` steps (default: one piece), then the post-warmup draws run in chunks of ``chunk_size``
 steps, each continuing from the last state. After every warmup piece and every chunk:
 
-* with ``checkpoint=path`` the kernel state, every draw so far and the run's settings are written atomically,
-  so a killed run restarted with the same arguments resumes after its last complete chunk (it loses at most
-  one chunk) and, because the state carries the random keys, gives the same draws as an uninterrupted run;
+* with ``checkpoint=path`` the kernel state, every draw so far and the run's fingerprint are written atomically
+  (:mod:`ppl_sparsegp.infer.checkpoint`; an ``.npz`` whatever the file's suffix, e.g. the CLI's ``mcmc.ckpt``), so
+  a killed run restarted with the same arguments resumes after its last complete chunk (it loses at most one chunk)
+  and, because the state carries the random keys, gives the same draws as an uninterrupted run. A checkpoint
+  written by a run with other settings, data, key, initial values or schedule is refused before anything compiles;
 * KeyboardInterrupt returns what was drawn so far (``MCMCResult.interrupted``);
 * if a kernel reports a non-finite state (the ``nonfinite`` field of the SG-MCMC kernels), the run stops with
   :class:`DivergingChainError`, which carries every draw made before the first non-finite one.
@@ -17,7 +19,6 @@ Draws are grouped by chain: ``samples[site]`` has shape [C, S, ...] for C chains
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,11 +37,10 @@ from numpyro.infer.util import unconstrain_fn
 from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
-from ppl_sparsegp.results import atomic_write
+from ppl_sparsegp.infer import checkpoint as checkpoints
 
 Array = Any
 
-CHECKPOINT_FORMAT = 1
 HMC_FIELDS = ("diverging", "accept_prob", "adapt_state.step_size", "num_steps", "potential_energy")
 
 
@@ -192,32 +192,25 @@ def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
 
 
 def _save(
-    path: Path, config: dict, state: Any, draws: dict, extras: dict, done: int, warmup_s: float, warmup_done: int
+    path: Path,
+    fingerprint: dict,
+    state: Any,
+    draws: dict,
+    extras: dict,
+    done: int,
+    warmup_s: float,
+    warmup_done: int,
 ) -> None:
-    payload = {
-        "warmup_done": warmup_done,
-        "format": CHECKPOINT_FORMAT,
-        "config": config,
-        "state": jax.device_get(state),
-        "samples": draws,
-        "extra_fields": extras,
-        "draws_done": done,
-        "warmup_seconds": warmup_s,
-    }
-    atomic_write(path, lambda fh: pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _load(path: Path, config: dict) -> dict | None:
-    if not path.exists():
-        return None
-    with open(path, "rb") as fh:
-        payload = pickle.load(fh)  # a file this module wrote; never load checkpoints from untrusted sources
-    if payload.get("format") != CHECKPOINT_FORMAT or payload.get("config") != config:
-        raise ValueError(
-            f"checkpoint: {path} was written by a run with settings {payload.get('config')}, not {config}; "
-            "delete it or choose another path"
-        )
-    return payload
+    """Write the run so far: the kernel state's leaves, the counters ``warmup_done`` and ``draws_done``, the groups
+    ``samples`` (site -> [C, S, ...]) and ``extra_fields`` (field -> [C, S]), and the warmup seconds."""
+    checkpoints.save(
+        path,
+        state,
+        counters={"warmup_done": warmup_done, "draws_done": done},
+        groups={"samples": draws, "extra_fields": extras},
+        metadata={"warmup_seconds": warmup_s},
+        fingerprint=fingerprint,
+    )
 
 
 def _first_nonfinite(extras: Mapping[str, np.ndarray]) -> int | None:
@@ -364,6 +357,7 @@ def run_mcmc(
     checkpoint: str | Path | None = None,
     progress: bool = False,
     callback: Callable[[MCMCResult], None] | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
     **model_kwargs: Array,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
@@ -385,14 +379,22 @@ def run_mcmc(
         chunk_size: post-warmup steps per chunk, a multiple of ``thinning`` (default: all in one chunk).
         warmup_chunk_size: warmup steps per piece (default: the whole warmup in one piece); long warmups are
             checkpointed and resumed piece by piece.
-        checkpoint: path of the checkpoint file (written after every warmup piece and every chunk).
+        checkpoint: path of the checkpoint file (written after every warmup piece and every chunk; an ``.npz``
+            whatever its suffix, see :mod:`ppl_sparsegp.infer.checkpoint`).
+        fingerprint: the caller's settings that affect the draws, name -> JSON-able value, recorded in the
+            checkpoint with a hash of the model's data, the key, a hash of ``init_params`` and the schedule above
+            (warmup, samples, chains, thinning, chunk sizes, chain method, extra fields); a checkpoint that differs
+            in any of them is refused.
         progress: show a progress bar over chunks.
         callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
             where the run is; ``last_state`` is the kernel state).
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
-        ValueError: bad arguments, or a checkpoint written by a run with other settings.
+        ValueError: bad arguments; or (:class:`ppl_sparsegp.infer.checkpoint.CheckpointError`) a checkpoint that is
+            damaged, non-finite, not an ``.npz`` (a pickle is never loaded), or written by a run with another
+            fingerprint (every difference named) or for another kernel; all found before anything is compiled,
+            except the last.
     """
     num_warmup = _check_positive_int("num_warmup", num_warmup, minimum=0)
     num_samples = _check_positive_int("num_samples", num_samples)
@@ -415,21 +417,27 @@ def run_mcmc(
     warmup_chunk = max(num_warmup, 1) if warmup_chunk_size is None else warmup_chunk_size
     warmup_chunk = _check_positive_int("warmup_chunk_size", warmup_chunk)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
-    config = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk, warmup_chunk)
     path = None if checkpoint is None else Path(checkpoint)
     _check_model_data(kernel, model_args)
+    expected = saved = None
+    if path is not None:  # read and compare an existing checkpoint before anything is compiled
+        run = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk, warmup_chunk)
+        run.update(chain_method=chain_method, extra_fields=list(fields), key=checkpoints.key_data(key))
+        run["init_params_sha256"] = None if init_params is None else checkpoints.tree_sha256(dict(init_params))
+        expected = checkpoints.make_fingerprint(fingerprint, model_args, model_kwargs, run)
+        saved = checkpoints.read(path, fingerprint=expected) if path.exists() else None
 
     init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
     draws: dict[str, list] = {}
     extras: dict[str, list] = {}
     done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
     state = init_state
-    saved = None if path is None else _load(path, config)
     if saved is not None:
-        state = jax.tree.map(jnp.asarray, saved["state"])
-        _append(draws, saved["samples"])
-        _append(extras, saved["extra_fields"])
-        done, warmup_s, warmup_done = saved["draws_done"], saved["warmup_seconds"], saved["warmup_done"]
+        state = saved.restore(init_state)
+        _append(draws, saved.groups["samples"])
+        _append(extras, saved.groups["extra_fields"])
+        done, warmup_done = saved.counters["draws_done"], saved.counters["warmup_done"]
+        warmup_s = float(saved.metadata.get("warmup_seconds") or 0.0)
     length = max(1, chunk // thinning)
     chunk_fn = _compiled_chunk(
         kernel,
@@ -475,7 +483,7 @@ def run_mcmc(
             warmup_done += n
             _check_warmup_state(state, result)
             if path is not None:
-                _save(path, config, state, {}, {}, 0, warmup_s, warmup_done)
+                _save(path, expected, state, {}, {}, 0, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
         while done < num_samples:
@@ -503,7 +511,7 @@ def run_mcmc(
             done += n
             bar.update(n)
             if path is not None:
-                _save(path, config, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
+                _save(path, expected, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
     except KeyboardInterrupt:

@@ -7,18 +7,20 @@ non-finite loss raises :class:`NonFiniteLossError` carrying the last finite para
 inside a compiled step shows up here; see :mod:`ppl_sparsegp.core.ops`).
 
 Checkpoints: with ``checkpoint=path`` the full SVI state (parameters, optimiser state, random key), the step
-count and the loss trace are written atomically every ``checkpoint_every`` steps and on KeyboardInterrupt;
-a run started with an existing checkpoint resumes from it, so a killed run loses at most
-``checkpoint_every`` steps and a resumed run reproduces an uninterrupted one exactly.
+count and the loss trace are written atomically every ``checkpoint_every`` steps and on KeyboardInterrupt
+(:mod:`ppl_sparsegp.infer.checkpoint`: an ``.npz`` with the state's leaves, counter ``step``, array ``losses`` and a
+fingerprint); a run started with an existing checkpoint resumes from it, so a killed run loses at most
+``checkpoint_every`` steps and a resumed run reproduces an uninterrupted one exactly. The fingerprint holds the
+caller's ``fingerprint`` settings, a hash of the model's arguments, the key and a hash of ``init_params``: a
+checkpoint written by a run that differs in any of them is refused before anything is compiled.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -34,6 +36,7 @@ from numpyro.optim import _NumPyroOptim, optax_to_numpyro
 from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
+from ppl_sparsegp.infer import checkpoint as checkpoints
 
 Array = Any
 
@@ -124,6 +127,7 @@ def fit_svi(
     init_params: dict[str, Array] | None = None,
     init_state: SVIState | None = None,
     blas_threads: int | None = ops.BLAS_THREADS,
+    fingerprint: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -142,8 +146,12 @@ def fit_svi(
         callback: ``callback(step, chunk_losses, params)`` after every chunk, before that chunk's checkpoint is
             written; returning True stops the run (and writes the checkpoint).
         early_stopping: stop on a loss plateau (see :class:`EarlyStopping`).
-        checkpoint: path of an ``.npz`` checkpoint to resume from and write to.
+        checkpoint: path of an ``.npz`` checkpoint to resume from and write to (see the module docstring).
         checkpoint_every: steps between checkpoint writes (rounded up to whole chunks).
+        fingerprint: the caller's settings that affect the result, name -> JSON-able value (e.g. the learning rate
+            and the model's options), recorded in the checkpoint with a hash of ``*args, **kwargs``, ``key`` and a
+            hash of ``init_params``; a checkpoint that differs in any of them is refused. ``num_steps`` is not part
+            of it: a longer run resumes a shorter one.
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
         blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.core.ops.blas_threads`; None: no
@@ -151,6 +159,11 @@ def fit_svi(
 
     Returns:
         An :class:`SVIResult`.
+
+    Raises:
+        ppl_sparsegp.infer.checkpoint.CheckpointError: (a ``ValueError``) the checkpoint is damaged or non-finite, was
+            written with another fingerprint (every difference named) or for another model, guide or optimiser, or
+            holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
     num_steps = _check_positive_int("num_steps", num_steps)
     steps_per_dispatch = _check_positive_int("steps_per_dispatch", steps_per_dispatch)
@@ -164,15 +177,29 @@ def fit_svi(
         check_data(*args, init_params=init_params, **kwargs)
     # As jax arrays: NumPyro's inverse of a lower-Cholesky constraint indexes the value with traced indices, which a
     # numpy array (e.g. one read from an .npz file) cannot take.
+    expected = saved = None
+    if checkpoint is not None:  # read and compare an existing checkpoint before anything is compiled
+        run = {"key": checkpoints.key_data(key), "init_params_sha256": _init_hash(init_params)}
+        expected = checkpoints.make_fingerprint(fingerprint, args, kwargs, run)
+        saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None
+        if saved is not None and saved.counters.get("step", 0) > num_steps:
+            raise checkpoints.CheckpointError(
+                checkpoint, f"holds {saved.counters['step']} steps, more than the {num_steps} asked for"
+            )
     init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
     done, losses = 0, np.zeros(0)
-    if checkpoint is not None and Path(checkpoint).exists():
-        state, done, losses = load_checkpoint(checkpoint, state)
+    if saved is not None:
+        state, done, losses = saved.restore(state), saved.counters["step"], saved.arrays["losses"]
     first_step = done
+
+    def save(state: SVIState, done: int) -> None:
+        checkpoints.save(
+            checkpoint, state, counters={"step": done}, arrays={"losses": np.concatenate(history)}, fingerprint=expected
+        )
 
     def chunk(state: SVIState, args: tuple, kwargs: dict, length: int):
         def body(s, _):
@@ -217,7 +244,7 @@ def fit_svi(
             # checkpoint) is never behind the checkpoint that a killed run resumes from.
             stop = callback is not None and bool(callback(done, chunk_losses, svi.get_params(state)))
             if checkpoint is not None and (since_checkpoint >= checkpoint_every or done >= num_steps or stop):
-                save_checkpoint(checkpoint, state, done, np.concatenate(history))
+                save(state, done)
                 since_checkpoint = 0
             if stop:
                 stopped = True
@@ -232,7 +259,7 @@ def fit_svi(
                         break
     except KeyboardInterrupt:
         if checkpoint is not None:
-            save_checkpoint(checkpoint, state, done, np.concatenate(history))
+            save(state, done)
         raise
     finally:
         limits.restore_original_limits()
@@ -248,38 +275,6 @@ def fit_svi(
     )
 
 
-def save_checkpoint(path: str | os.PathLike, state: SVIState, step: int, losses: np.ndarray) -> None:
-    """Write ``state``, ``step`` and ``losses`` to ``path`` (.npz) atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    leaves, treedef = jax.tree_util.tree_flatten(state)
-    arrays = {f"leaf_{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, step=step, losses=losses, treedef=str(treedef), **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path: str | os.PathLike, like: SVIState) -> tuple[SVIState, int, np.ndarray]:
-    """Read a checkpoint written by :func:`save_checkpoint` into the structure of ``like``.
-
-    Raises:
-        ValueError: the checkpoint was written for a different model, guide or optimiser.
-    """
-    leaves, treedef = jax.tree_util.tree_flatten(like)
-    with np.load(path) as data:
-        if str(data["treedef"]) != str(treedef) or any(
-            data[f"leaf_{i}"].shape != np.shape(leaf) for i, leaf in enumerate(leaves)
-        ):
-            raise ValueError(
-                f"checkpoint: {path} was written for a different model, guide or optimiser; "
-                "delete it or choose another path"
-            )
-        restored = [
-            jax.numpy.asarray(data[f"leaf_{i}"], dtype=jax.numpy.asarray(leaf).dtype) for i, leaf in enumerate(leaves)
-        ]
-        return jax.tree_util.tree_unflatten(treedef, restored), int(data["step"]), data["losses"]
+def _init_hash(init_params: Mapping[str, Array] | None) -> str | None:
+    """sha256 of the initial values (None when there are none), for the checkpoint's fingerprint."""
+    return None if not init_params else checkpoints.tree_sha256(dict(init_params))

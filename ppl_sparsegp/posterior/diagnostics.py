@@ -252,6 +252,11 @@ def save(idata: Any, path: str | os.PathLike) -> Path:
     return path
 
 
+def netcdf_file(idata: Any) -> results.FileWriter:
+    """A writer of InferenceData (or a DataTree) as netCDF, for :func:`ppl_sparsegp.results.write_output_set`."""
+    return lambda path: idata.to_netcdf(str(path))
+
+
 def load(path: str | os.PathLike) -> Any:
     """Read what :func:`save` wrote (fully into memory, so the file is closed)."""
     if ARVIZ_MAJOR >= 1:
