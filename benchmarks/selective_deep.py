@@ -123,7 +123,15 @@ def _fixed(X, y, counts: tuple[int, int], steps: int, split: int) -> tuple[DeepS
     model = deep_svgp(X, 1, likelihoods.Gaussian(1.0), Z=Z, **ARCHITECTURE, batch_size=BATCH)
     t0 = time.perf_counter()
     res = fit_svi(
-        model.model, model.guide, X, y, optimizer=optax.adam(LEARNING_RATE), num_steps=steps, key=split, progress=False
+        model.model,
+        model.guide,
+        X,
+        y,
+        optimizer=optax.adam(LEARNING_RATE),
+        num_steps=steps,
+        key=split,
+        progress=False,
+        validate=model.check_data,
     )
     return model, res.params, time.perf_counter() - t0
 

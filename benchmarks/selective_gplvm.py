@@ -164,7 +164,7 @@ def run_seed(
     base = fit_svi(
         baseline.model, baseline.guide, Y, optimizer=optax.adam(settings["learning_rate"]),
         num_steps=pre_steps + epochs, key=seed, init_params=baseline.initial_params(), progress=False,
-        checkpoint=checkpoints / "all_grid.npz",
+        checkpoint=checkpoints / "all_grid.npz", validate=baseline.check_data,
     )  # fmt: skip
     base_seconds = time.perf_counter() - t0
     baseline_elbo = float(baseline.elbo(base.params, Y, eval_key, ELBO_DRAWS))

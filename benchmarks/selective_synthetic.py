@@ -96,14 +96,32 @@ def _kernel() -> kernels.RBF:
 
 def exact_log_marginal(X: np.ndarray, y: np.ndarray, seed: int) -> float:
     gp = GPR(kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0))
-    fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.05), num_steps=300, key=seed, progress=False)
+    fit = fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.05),
+        num_steps=300,
+        key=seed,
+        progress=False,
+        validate=gp.check_data,
+    )
     return float(gp.log_marginal_likelihood(fit.params, X, y))
 
 
 def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int) -> float:
     gp = SGPR(kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0), Z=kmeans(X, M, seed=seed))
     fit = fit_svi(
-        gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=BASELINE_STEPS, key=seed, progress=False
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.01),
+        num_steps=BASELINE_STEPS,
+        key=seed,
+        progress=False,
+        validate=gp.check_data,
     )
     return float(gp.elbo(fit.params, X, y))
 

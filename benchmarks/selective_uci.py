@@ -107,7 +107,7 @@ def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int, steps: int, 
     gp = SGPR(kernel=_kernel(X.shape[1]), likelihood=likelihoods.Gaussian(1.0), Z=random_subset(X, M, seed=seed))
     fit = fit_svi(
         gp.model, gp.guide, X, y, optimizer=optax.adam(LEARNING_RATE), num_steps=steps, key=seed, progress=False,
-        checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY,
+        checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY, validate=gp.check_data,
     )  # fmt: skip
     return float(gp.elbo(fit.params, X, y))
 

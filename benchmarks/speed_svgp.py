@@ -421,6 +421,7 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
             blas_threads=cfg["blas_threads_ours"],
             progress=False,
             **kw,
+            validate=gp.check_data,
         )
 
     def _block(res):

@@ -238,6 +238,7 @@ def run_cell(name: str, fold: int, steps: int, checkpoint_dir: Path) -> dict:
         progress=False,
         checkpoint=ckpt,
         checkpoint_every=CHECKPOINT_EVERY,
+        validate=gp.check_data,
     )
     fit_wall = time.perf_counter() - t0
     load_after = _loadavg()

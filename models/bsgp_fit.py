@@ -246,5 +246,6 @@ def fit_bsgp(
         progress=progress,
         callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
         fingerprint={**own, **dict(fingerprint or {})},
+        validate=model.check_data,
     )
     return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)

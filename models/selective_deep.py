@@ -349,6 +349,7 @@ def fit_selective_deep(
             init_params=params,
             progress=progress,
             **options,
+            validate=model.check_data,
         )
 
     losses, seconds = {}, {}

@@ -203,7 +203,17 @@ class PhaseCheckpoints:
 
 
 def _fit(model, X, y, optimizer, steps, key, **options) -> SVIResult:
-    return fit_svi(model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps, key=key, **options)
+    return fit_svi(
+        model.model,
+        model.guide,
+        X,
+        y,
+        optimizer=optimizer,
+        num_steps=steps,
+        key=key,
+        validate=model.check_data,
+        **options,
+    )
 
 
 def post_train(

@@ -344,7 +344,7 @@ def fit_selective_gplvm(
         pre = fit_svi(
             everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
             key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
-            **checkpoints.options("pre"),
+            validate=everything.check_data, **checkpoints.options("pre"),
         )  # fmt: skip
         checkpoints.finished("pre", pre)
         init_params.update(pre.params)
@@ -392,6 +392,7 @@ def fit_selective_gplvm(
             callback=record,
             progress=progress,
             **checkpoints.options("selection"),
+            validate=model.check_data,
         )
     except KeyboardInterrupt:  # fit_svi then writes a checkpoint between scheduled ones: keep the trace with it
         write_trace()

@@ -256,6 +256,7 @@ def fit_sgpmc(
             key=jax.random.fold_in(svi_key, phase),
             init_params={k: v for k, v in params.items() if k != "Z"} or None,
             progress=progress,
+            validate=svgp.check_data,
         )
         params.update(svi.params)
     fitted_kernel, fitted_likelihood = svgp.fitted(params)
@@ -286,5 +287,6 @@ def fit_sgpmc(
         checkpoint=checkpoint,
         progress=progress,
         fingerprint={**own, **dict(fingerprint or {})},
+        validate=model.check_data,
     )
     return SGPMCFit(svgp=svgp, svi=svi, model=model, mcmc=mcmc)

@@ -567,6 +567,7 @@ def _run(opts: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
         checkpoint_every=opts["checkpoint_every"],
         key=opts["seed"],
         fingerprint=settings,
+        validate=gp.check_data,
     )
     train_seconds = time.perf_counter() - t0
 

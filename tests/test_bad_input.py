@@ -54,7 +54,17 @@ def _model(method: str, X: np.ndarray):
 
 
 def _fit(gp, X, y, **kwargs):
-    return fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=5, progress=False, **kwargs)
+    return fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.01),
+        num_steps=5,
+        progress=False,
+        **kwargs,
+        validate=gp.check_data,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------

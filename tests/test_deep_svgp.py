@@ -105,7 +105,16 @@ def test_svi_fits_with_minibatches_and_predicts_a_mixture(rng):
     X = rng.uniform(-2, 2, size=(120, 1))
     y = np.sign(X[:, 0]) + 0.05 * rng.normal(size=120)
     deep = deep_svgp(X, 1, Gaussian(0.5), Z=X[:10], num_samples=2, batch_size=40)
-    res = fit_svi(deep.model, deep.guide, X, y, optimizer=optax.adam(0.03), num_steps=300, progress=False)
+    res = fit_svi(
+        deep.model,
+        deep.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.03),
+        num_steps=300,
+        progress=False,
+        validate=deep.check_data,
+    )
     assert np.mean(res.losses[-50:]) < 0.5 * np.mean(res.losses[:10])
     mean, var = deep.predict_y(res.params, X, key=KEY, num_samples=8)
     assert mean.shape == var.shape == (120,) and np.all(np.asarray(var) > 0)

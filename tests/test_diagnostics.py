@@ -43,7 +43,16 @@ def engines(problem):
     sg = run_mcmc(AdaptiveSGHMC(model.model, num_data=30), X, y, num_warmup=300, num_samples=400, thinning=4,
                   num_chains=2, key=key)  # fmt: skip
     svgp = SVGP(kernel=model.kernel, likelihood=model.likelihood, Z=model.Z, priors=model.priors)
-    fit = fit_svi(svgp.model, svgp.guide, X, y, optimizer=optax.adam(0.02), num_steps=300, progress=False)
+    fit = fit_svi(
+        svgp.model,
+        svgp.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.02),
+        num_steps=300,
+        progress=False,
+        validate=svgp.check_data,
+    )
     return {
         "NUTS": diagnostics.from_mcmc(nuts, model, X, y),
         "AdaptiveSGHMC": diagnostics.from_mcmc(sg, model, X, y),

@@ -25,7 +25,9 @@ def test_svgp_on_snelson_reaches_the_exact_gp_test_nlpd():
     gp = SVGP(
         kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(1)), likelihood=likelihoods.Gaussian(0.1), Z=kmeans(X, 15)
     )
-    res = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=2000, progress=False)
+    res = fit_svi(
+        gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=2000, progress=False, validate=gp.check_data
+    )
     mean, var = gp.predict_y(res.params, ds.X_train[test])
     # Exact GP regression with type-II ML hyperparameters scores 0.181 on this split (thesis ch. 2: at M >= 14 the
     # sparse approximation matches exact prediction on Snelson).

@@ -152,7 +152,15 @@ def test_inclusion_probabilities_settle_at_the_no_signal_fixed_point(rng):
         lambda tree: {k: "inclusion" if k == "inclusion_probs" else "gp" for k in tree},
     )
     result = fit_svi(
-        model.model, model.guide, X, y, optimizer=optimizer, num_steps=1500, loss=ScoreFunctionELBO(4), progress=False
+        model.model,
+        model.guide,
+        X,
+        y,
+        optimizer=optimizer,
+        num_steps=1500,
+        loss=ScoreFunctionELBO(4),
+        progress=False,
+        validate=model.check_data,
     )
     probs = np.asarray(result.params["inclusion_probs"])
     target = no_signal_inclusion_probability(80, 0.05)

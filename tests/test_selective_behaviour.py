@@ -59,7 +59,17 @@ def hyperparameters(seed: int) -> tuple[float, float, float]:
     gp = SGPR(
         kernel=RBF(variance=1.0, lengthscale=np.ones(1)), likelihood=Gaussian(variance=1.0), Z=CANDIDATES, learn_Z=False
     )
-    fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.03), num_steps=HYPER_STEPS, key=seed, progress=False)
+    fit = fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(0.03),
+        num_steps=HYPER_STEPS,
+        key=seed,
+        progress=False,
+        validate=gp.check_data,
+    )
     p = fit.params
     return float(p["kernel.lengthscale"][0]), float(p["kernel.variance"]), float(p["likelihood.variance"])
 

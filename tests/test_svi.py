@@ -58,7 +58,17 @@ def svgp_full_run(tmp_path_factory):
     its checkpoint, written once at the end, is the other model's checkpoint of the refusal test."""
     gp, X, y = _svgp_problem(np.random.default_rng(0))
     ckpt = tmp_path_factory.mktemp("svgp") / "full.npz"
-    full = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, checkpoint_every=1000, **SVGP_FIT)
+    full = fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        num_steps=300,
+        checkpoint=ckpt,
+        checkpoint_every=1000,
+        **SVGP_FIT,
+        validate=gp.check_data,
+    )
     return full, ckpt
 
 
@@ -83,8 +93,9 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_ful
             checkpoint_every=1000,
             callback=kill_after_200,
             **kw,
+            validate=gp.check_data,
         )
-    resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **kw)
+    resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **kw, validate=gp.check_data)
     assert resumed.steps_run == 100 and len(resumed.losses) == 300
     np.testing.assert_array_equal(resumed.losses, full.losses)
     for name in full.params:
@@ -105,8 +116,10 @@ def test_init_params_read_back_as_numpy_arrays_start_the_fit_where_they_say(svgp
     gp, X, y = _svgp_problem(np.random.default_rng(0))
     saved = {name: np.asarray(value) for name, value in full.params.items()}
     short = dict(SVGP_FIT, steps_per_dispatch=1)
-    as_numpy = fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params=saved, **short)
-    as_jax = fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params=dict(full.params), **short)
+    as_numpy = fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params=saved, **short, validate=gp.check_data)
+    as_jax = fit_svi(
+        gp.model, gp.guide, X, y, num_steps=1, init_params=dict(full.params), **short, validate=gp.check_data
+    )
     np.testing.assert_array_equal(as_numpy.losses, as_jax.losses)
     assert as_numpy.losses[0] < full.losses[0] - 10.0  # it started from the fitted values, not the initial ones
 
@@ -178,7 +191,9 @@ def test_bad_arguments_name_the_argument(kwargs, match):
 def test_float32_svgp_training_has_no_nan(rng):
     with jax.enable_x64(False):
         gp, X, y = _svgp_problem(rng, np.float32)
-        res = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=1500, progress=False)
+        res = fit_svi(
+            gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=1500, progress=False, validate=gp.check_data
+        )
         assert res.params["u_loc"].dtype == jnp.float32
         assert np.all(np.isfinite(res.losses)) and res.losses[-100:].mean() < res.losses[:100].mean()
         mean, var = gp.predict_y(res.params, X)

@@ -235,13 +235,6 @@ def _concat(store: Mapping[str, list]) -> dict[str, np.ndarray]:
     return {k: np.concatenate(v, axis=1) for k, v in store.items()}
 
 
-def _check_model_data(kernel: MCMCKernel, model_args: tuple) -> None:
-    """Eager data checks before anything compiles, when the kernel samples a ``ppl_sparsegp.models`` method."""
-    gp_model = getattr(getattr(kernel, "model", None), "__self__", None)
-    if model_args and hasattr(gp_model, "check_data"):
-        gp_model.check_data(*model_args)
-
-
 def _chain_map(fn: Callable, num_chains: int, chain_method: str, in_axes: tuple) -> Callable:
     """Apply a one-chain function to per-chain states stacked on a leading axis ("sequential", "parallel").
 
@@ -358,6 +351,7 @@ def run_mcmc(
     progress: bool = False,
     callback: Callable[[MCMCResult], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
+    validate: Callable[..., None] | None = None,
     **model_kwargs: Array,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
@@ -386,6 +380,9 @@ def run_mcmc(
             (warmup, samples, chains, thinning, chunk sizes, chain method, extra fields); a checkpoint that differs
             in any of them is refused.
         progress: show a progress bar over chunks.
+        validate: called as ``validate(*model_args, **model_kwargs)`` before anything is compiled (e.g.
+            ``gp.check_data`` of the ``ppl_sparsegp.models`` object whose ``model`` the kernel samples); None: no
+            eager checks. The engine itself knows nothing of the model.
         callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
             where the run is; ``last_state`` is the kernel state).
 
@@ -418,7 +415,8 @@ def run_mcmc(
     warmup_chunk = _check_positive_int("warmup_chunk_size", warmup_chunk)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
     path = None if checkpoint is None else Path(checkpoint)
-    _check_model_data(kernel, model_args)
+    if validate is not None:  # eager checks of the data, before anything compiles
+        validate(*model_args, **model_kwargs)
     expected = saved = None
     if path is not None:  # read and compare an existing checkpoint before anything is compiled
         run = _config(kernel, num_warmup, num_samples, num_chains, thinning, chunk, warmup_chunk)

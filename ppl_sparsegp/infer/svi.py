@@ -126,6 +126,7 @@ def fit_svi(
     checkpoint_every: int = 1000,
     init_params: dict[str, Array] | None = None,
     init_state: SVIState | None = None,
+    validate: Callable[..., None] | None = None,
     blas_threads: int | None = ops.BLAS_THREADS,
     fingerprint: Mapping[str, Any] | None = None,
     **kwargs: Any,
@@ -133,9 +134,7 @@ def fit_svi(
     """Fit ``guide`` to ``model`` by stochastic variational inference.
 
     Args:
-        model, guide: NumPyro programs called as ``model(*args, **kwargs)``. When ``model`` is a method of an
-            object with ``check_data(*args, init_params=..., **kwargs)`` (every ``ppl_sparsegp.models`` class), that
-            check runs first, eagerly, so bad input fails before any compilation.
+        model, guide: NumPyro programs called as ``model(*args, **kwargs)``.
         *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments.
         optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``) or a ``numpyro.optim``.
         num_steps: number of SVI steps (or the total, counting steps already in a resumed checkpoint).
@@ -154,6 +153,9 @@ def fit_svi(
             of it: a longer run resumes a shorter one.
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
+        validate: called as ``validate(*args, init_params=init_params, **kwargs)`` before anything is compiled,
+            so that bad input fails first with a clear message (e.g. ``gp.check_data`` of a
+            ``ppl_sparsegp.models`` class); None: no eager checks. The engine itself knows nothing of the model.
         blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.core.ops.blas_threads`; None: no
             limit).
 
@@ -172,9 +174,8 @@ def fit_svi(
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
 
-    check_data = getattr(getattr(model, "__self__", None), "check_data", None)
-    if check_data is not None:  # the model is a method of a ppl_sparsegp model: validate before compiling
-        check_data(*args, init_params=init_params, **kwargs)
+    if validate is not None:  # eager checks of the data and initial values, before anything compiles
+        validate(*args, init_params=init_params, **kwargs)
     # As jax arrays: NumPyro's inverse of a lower-Cholesky constraint indexes the value with traced indices, which a
     # numpy array (e.g. one read from an .npz file) cannot take.
     expected = saved = None

@@ -20,7 +20,9 @@ def test_the_everyday_loop_through_the_top_level_names():
         likelihood=psg.likelihoods.Gaussian(variance=0.1),
         Z=psg.kmeans(ds.X_train, 16),
     )
-    res = psg.fit_svi(gp.model, gp.guide, ds.X_train, ds.y_train, optimizer=optax.adam(0.02), num_steps=300)
+    res = psg.fit_svi(
+        gp.model, gp.guide, ds.X_train, ds.y_train, optimizer=optax.adam(0.02), num_steps=300, validate=gp.check_data
+    )
     mean, _ = gp.predict_y(res.params, ds.X_test)
     rmse = psg.metrics.rmse(scaler.inverse_mean(ds.y_test), scaler.inverse_mean(mean))
     assert rmse < 0.85 * float(np.std(scaler.inverse_mean(ds.y_test)))  # better than the constant predictor
