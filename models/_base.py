@@ -10,6 +10,7 @@ a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial va
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,3 +123,9 @@ def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Arr
 def to_numpy_params(params: Mapping[str, Array]) -> dict[str, np.ndarray]:
     """Fitted parameters as numpy arrays (for saving)."""
     return {k: np.asarray(v) for k, v in params.items()}
+
+
+def base_fields(obj: Any, cls: type) -> dict[str, Any]:
+    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build the ``cls`` that
+    ``obj`` holds or prunes to, e.g. the ordinary SVGP inside a selective one)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}
