@@ -10,6 +10,7 @@ a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial va
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -146,3 +147,9 @@ def part_fingerprint(part: Kernel | Likelihood) -> str:
     its parameter values (dtypes, shapes and bytes; first 16 hex digits), e.g. ``"Sum/RBF/Linear 85d75e4bd1e0cf87"``."""
     names = re.findall(r"\b([A-Z]\w*)\(", repr(part)) or [type(part).__name__]
     return f"{'/'.join(names)} {tree_sha256(dict(part.parameters()))[:16]}"
+
+
+def base_fields(obj: Any, cls: type) -> dict[str, Any]:
+    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build the ``cls`` that
+    ``obj`` holds or prunes to, e.g. the ordinary SVGP inside a selective one)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}

@@ -1,5 +1,9 @@
 """Doubly-stochastic variational deep GP (Salimbeni & Deisenroth 2017; Uhrenholt et al. 2021 App. A; spec 000 §4.1).
 
+Sites: params ``"layer<ℓ>.kernel.<name>"`` (e.g. ``"layer0.kernel.lengthscale"`` [D_ℓ]), ``"likelihood.<name>"``,
+``"layer<ℓ>.Z"`` [M_ℓ, D_ℓ]; latent ``"layer<ℓ>.u"`` [D_{ℓ+1}, M_ℓ]; guide params ``"layer<ℓ>.u_loc"``
+[D_{ℓ+1}, M_ℓ] and ``"layer<ℓ>.u_scale_tril"`` [D_{ℓ+1}, M_ℓ, M_ℓ]; plate ``"data"``; factor ``"y"`` [B].
+
 Layer ℓ = 0..L-1 maps its input H^ℓ [B, D_ℓ] (H^0 = X) to F^{ℓ+1} [B, D_{ℓ+1}] (D_L = P outputs)::
 
     u^{ℓ,d} ~ N(0, K_ℓ(Z^ℓ, Z^ℓ))                 one per output dimension d; Z^ℓ [M_ℓ, D_ℓ] shared by them
@@ -23,13 +27,10 @@ reparameterisation, F = μ + σ ε, and the last layer's expectation is exact (G
 (:mod:`ppl_sparsegp.numpyro.distributions`). Minibatches: ``batch_size`` subsamples the ``"data"`` plate (data term
 scaled by N/B, KLs counted once; :func:`ppl_sparsegp.numpyro.sites.data_plate`).
 
-Masks: ``_model(X, y, masks)`` / ``_guide(masks)`` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate the
-bound of the deep GP on the selected inducing inputs at fixed shapes (:mod:`ppl_sparsegp.core.masking`;
-unwhitened only), as :class:`models.selective_deep.SelectiveDeepSVGP` needs.
-
-Sites: params ``"layer<ℓ>.kernel.<name>"`` (e.g. ``"layer0.kernel.lengthscale"`` [D_ℓ]), ``"likelihood.<name>"``,
-``"layer<ℓ>.Z"`` [M_ℓ, D_ℓ]; latent ``"layer<ℓ>.u"`` [D_{ℓ+1}, M_ℓ]; guide params ``"layer<ℓ>.u_loc"``
-[D_{ℓ+1}, M_ℓ] and ``"layer<ℓ>.u_scale_tril"`` [D_{ℓ+1}, M_ℓ, M_ℓ]; plate ``"data"``; factor ``"y"`` [B].
+Masks: :meth:`DeepSVGP.layers` and :meth:`DeepSVGP.elbo` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate
+the bound of the deep GP on the selected inducing inputs at fixed shapes (:class:`Layer` with a mask;
+:func:`ppl_sparsegp.core.masking.masked_conditional`; unwhitened only), as
+:class:`models.selective_deep.SelectiveDeepSVGP` needs; the model and guide here have none.
 """
 
 from __future__ import annotations
@@ -51,9 +52,8 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
-from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
-from ppl_sparsegp.numpyro.sites import data_plate
+from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
+from ppl_sparsegp.numpyro import sites
 
 from ._base import _is_concrete
 from .deep_bsgp import linear_mean_weights
@@ -70,6 +70,15 @@ class Layer(NamedTuple):
     q_mu: Array
     q_sqrt: Array
     mask: Array | None
+
+    @classmethod
+    def at(cls, kernel: Kernel, Z: Array, q: tuple[Array, Array], mask: Array | None = None) -> Layer:
+        """The layer with kernel, Z [M, D_in] and q = (q_mu, q_sqrt), restricted to the candidates in ``mask`` [M]
+        (None: all): Lmm and q those of the selected inducing inputs (:mod:`ppl_sparsegp.core.masking`)."""
+        Kmm = kernel(Z)
+        if mask is None:
+            return cls(kernel, Z, ops.cholesky(Kmm), q[0], q[1], None)
+        return cls(kernel, Z, masked_cholesky(Kmm, mask), *masked_q(q[0], q[1], mask), mask)
 
 
 def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
@@ -167,7 +176,7 @@ class DeepSVGP:
         return self.widths[-1]
 
     # ---- sites ----------------------------------------------------------------------------------------------
-    def _hyper_model(self) -> tuple[list[Kernel], Likelihood]:
+    def hyperparameters(self) -> tuple[list[Kernel], Likelihood]:
         """Every kernel and likelihood hyperparameter as a positive param; the rebuilt kernels and likelihood."""
 
         def param(site: str, init: Array) -> Array:
@@ -209,44 +218,28 @@ class DeepSVGP:
             roots.append(root * (1.0 if i == self.num_layers - 1 else self.inner_scale))
         return roots
 
-    def _layer(self, kernel: Kernel, Z: Array, q: tuple[Array, Array], mask: Array | None) -> Layer:
-        """A :class:`Layer` with Lmm and q restricted to the candidates in ``mask`` [M] (None: all)."""
-        Kmm = kernel(Z)
-        if mask is None:
-            return Layer(kernel, Z, ops.cholesky(Kmm), q[0], q[1], None)
-        return Layer(kernel, Z, masked_cholesky(Kmm, mask), masked_mean(q[0], mask), masked_scale(q[1], mask), mask)
-
     def model(self, X: Array, y: Array) -> None:
-        self._model(X, y, None)
-
-    def _model(self, X: Array, y: Array, masks: Sequence[Array] | None) -> None:
-        """The model over the inducing inputs selected by ``masks`` (one 0/1 array [M_ℓ] per layer; None: all)."""
+        """Per layer u^ℓ ~ N(0, K_ℓ(Z^ℓ, Z^ℓ)); the data term of the batch, from S propagated samples, as ``"y"``."""
         self.check_data(X, y)
         kernels, likelihood = self.hyperparameters()
         layers = []
         for i, kernel in enumerate(kernels):
-            Z = numpyro.param(f"layer{i}.Z", jnp.asarray(self.Z[i]))
-            layer = self._layer(kernel, Z, self.variational_parameters(i), None if masks is None else masks[i])
+            Z = sites.inducing_inputs(self.Z[i], name=f"layer{i}.Z")
+            layer = Layer.at(kernel, Z, self.variational_parameters(i))
             Lmm = None if self.whiten else layer.Lmm
-            numpyro.sample(f"layer{i}.u", InducingPrior(self.widths[i], Z.shape[0], Lmm, Z.dtype))
+            sites.inducing_outputs(self.widths[i], Z.shape[0], Lmm, Z.dtype, name=f"layer{i}.u")
             layers.append(layer)
         key = numpyro.prng_key()
         if key is None:
             raise ValueError("DeepSVGP.model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
-        with data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
+        with sites.data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
-            numpyro.factor("y", self._expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
+            numpyro.factor("y", self.expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
 
     def guide(self, X: Array, y: Array) -> None:
-        self._guide(None)
-
-    def _guide(self, masks: Sequence[Array] | None) -> None:
-        """q(u^ℓ) of every layer, restricted to the candidates in ``masks`` (None: all)."""
+        """q(u^ℓ) of every layer."""
         for i in range(self.num_layers):
-            loc, scale = self.variational_parameters(i)
-            if masks is not None:
-                loc, scale = masked_mean(loc, masks[i]), masked_scale(scale, masks[i])
-            numpyro.sample(f"layer{i}.u", InducingPosterior(loc, scale))
+            sites.inducing_posterior(*self.variational_parameters(i), name=f"layer{i}.u")
 
     # ---- the bound --------------------------------------------------------------------------------------------
     def _propagate(self, layers: Sequence[Layer], X: Array, key: Array, num_samples: int) -> tuple[Array, Array]:
@@ -257,11 +250,11 @@ class DeepSVGP:
         H = X_rep
         keys = jax.random.split(key, max(self.num_layers - 1, 1))
         for i, layer in enumerate(layers):
-            Kmn = layer.kernel(layer.Z, H)
-            Kmn = Kmn if layer.mask is None else layer.mask[:, None] * Kmn
-            mean, var = conditionals.conditional(
-                Kmn, layer.Lmm, layer.kernel.diag(H), layer.q_mu, layer.q_sqrt, whiten=self.whiten
-            )
+            Kmn, Knn = layer.kernel(layer.Z, H), layer.kernel.diag(H)
+            if layer.mask is None:
+                mean, var = conditionals.conditional(Kmn, layer.Lmm, Knn, layer.q_mu, layer.q_sqrt, whiten=self.whiten)
+            else:
+                mean, var = masked_conditional(Kmn, layer.Lmm, Knn, layer.mask, layer.q_mu, layer.q_sqrt)
             if i == self.num_layers - 1:
                 shape = (mean.shape[0], num_samples, N)
                 return jnp.swapaxes(mean.reshape(shape), 0, 1), jnp.swapaxes(var.reshape(shape), 0, 1)
@@ -272,7 +265,7 @@ class DeepSVGP:
             H = F + X_rep if self.add_input else F
         raise AssertionError("unreachable: a deep GP has at least one layer")
 
-    def _expected_log_likelihood(
+    def expected_log_likelihood(
         self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array, key: Array, num_samples: int
     ) -> Array:
         """(1/S) Σ_s Σ_p E_{q(F^L_{np} | s)}[log p(y_np | F^L_np)] per point: X [B, D], y [B] or [B, P] -> [B]."""
@@ -288,7 +281,7 @@ class DeepSVGP:
             Z = jnp.asarray(params.get(f"layer{i}.Z", self.Z[i]))
             q = (jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]))
             mask = None if masks is None else jnp.asarray(masks[i], Z.dtype)
-            out.append(self._layer(kernel, Z, q, mask))
+            out.append(Layer.at(kernel, Z, q, mask))
         return out
 
     def elbo(
@@ -306,7 +299,7 @@ class DeepSVGP:
         layers = self.layers(params, masks)
         _, likelihood = self.fitted(params)
         S = num_samples or self.num_samples
-        data = jnp.sum(self._expected_log_likelihood(layers, likelihood, jnp.asarray(X), jnp.asarray(y), key, S))
+        data = jnp.sum(self.expected_log_likelihood(layers, likelihood, jnp.asarray(X), jnp.asarray(y), key, S))
         divergence = sum(kl.kl_qu_pu(la.q_mu, la.q_sqrt, None if self.whiten else la.Lmm) for la in layers)
         return data - divergence
 

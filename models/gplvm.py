@@ -1,5 +1,11 @@
 """Bayesian GP-LVM: a sparse variational GP whose inputs are latent (Titsias & Lawrence 2010; spec 000 §4.2).
 
+Sites: the latent ``"X"`` [B, Q] inside the plate ``"data"`` and the guide params ``"X_loc"`` [N, Q] and
+``"X_scale"`` [N, Q] (positive); the hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, Q] (a constant
+when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"`` [D, M], the factor ``"y"`` [B] and the guide
+params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M] (``"u_scale"`` [D, M] when ``q_diag``);
+:class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.
+
 Generative model over observations Y [N, D] with latent inputs X [N, Q] (Uhrenholt et al. 2021, §5.3 and App. A,
 the GP-LVM as a one-layer special case of the deep GP)::
 
@@ -8,7 +14,7 @@ the GP-LVM as a one-layer special case of the deep GP)::
     f_d(x_n) | u_d ~ p(f | u_d)                          D outputs sharing one (RBF-ARD) kernel over latent space
     y_nd | f_d(x_n) ~ N(f_d(x_n), σ²)                    (any likelihood of :mod:`ppl_sparsegp.core.likelihoods`)
 
-Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInputs`) and differ in q(u):
+Both models here have the guide q(x_n) = N(μ_n, diag s_n²) and differ in q(u):
 
 * :class:`BayesianGPLVM` learns q(u_d) = N(m_d, S_d); its bound is the uncollapsed one (spec §4.2)::
 
@@ -16,10 +22,9 @@ Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInpu
 
   with the inner expectation over f in closed form (Gaussian likelihood) or by Gauss-Hermite, exactly as in
   :class:`SVGP`, and the outer one over x_n by one reparameterised draw per step. Both KLs are closed form
-  (``TraceMeanField_ELBO`` through NumPyro's registered KLs). The model *is* the SVGP model with the inputs of each
-  batch drawn from the latent prior instead of read from data (the hook ``_batch_inputs``), so minibatching, masks
-  and the data term are SVGP's: ``batch_size=B`` subsamples the plate ``"data"``, which scales the data term and
-  the latent KL by N/B; the guide draws the latents of the same rows (the model replays the guide's plate indices).
+  (``TraceMeanField_ELBO`` through NumPyro's registered KLs). ``batch_size=B`` subsamples the plate ``"data"``,
+  which scales the data term and the latent KL by N/B; the guide draws the latents of the same rows (the model
+  replays the guide's plate indices).
 * :class:`CollapsedGPLVM` (Gaussian likelihood, full batch) has no q(u) parameters: at each latent draw X it takes
   Titsias' collapsed bound, whose q(u) is the optimal one for that X (thesis eq 4.12; :class:`SGPR`)::
 
@@ -31,37 +36,34 @@ Both models here have the guide q(x_n) = N(μ_n, diag s_n²) (:class:`LatentInpu
   maximum of the expectation). Without an M × M q(u) per output to learn, it converges in far fewer steps (the
   oil-flow GP-LVM section of benchmarks/README.md).
 
+Composition, not inheritance: each model writes its ``model`` and ``guide`` with the site helpers
+(``latent_inputs`` / ``latent_posterior`` for X), holds a :class:`LatentInputs` (checks of Y, q(X), its KL, Monte
+Carlo bounds over q(X)) and the sparse GP it is at given inputs (``svgp`` / ``sgpr``: its checks, its bound at a
+draw of X and its predictions).
+
 Initialise μ by :func:`pca_latents` (PCA of Y rescaled to unit variance per latent dimension, as the released
 code of Uhrenholt et al.); fix the noise with ``fixed=("likelihood.variance",)`` (their code fixes σ² = 0.01 on
 standardised Y).
-
-Sites: the latent ``"X"`` [B, Q] in the plate ``"data"`` and the guide params ``"X_loc"`` [N, Q] and ``"X_scale"``
-[N, Q] (positive), plus those of :class:`SVGP` (``"u"`` [D, M], param ``"Z"`` [M, Q] unless ``learn_Z=False``,
-factor ``"y"``) for :class:`BayesianGPLVM`, or those of :class:`SGPR` (factor ``"collapsed_bound"``) for
-:class:`CollapsedGPLVM`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.core import ops
-from ppl_sparsegp.core.kernels import Kernel
-from ppl_sparsegp.core.likelihoods import Gaussian
-from ppl_sparsegp.numpyro.sites import data_plate
+from ppl_sparsegp.core import conditionals, ops
+from ppl_sparsegp.numpyro import sites
 
-from ._base import _is_concrete
+from ._base import GPModel, _is_concrete, base_fields
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -95,10 +97,12 @@ def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
     return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
 
 
-@dataclass(eq=False, kw_only=True)
+@dataclass(frozen=True, eq=False)
 class LatentInputs:
-    """The latent inputs of a GP-LVM (a mixin before :class:`SVGP` or :class:`SGPR`): p(x_n) = N(0, I_Q) and the
-    guide q(x_n) = N(μ_n, diag s_n²) over the N rows of Y.
+    """The latent inputs of a GP-LVM, held by each GP-LVM model: p(x_n) = N(0, I_Q) and the guide
+    q(x_n) = N(μ_n, diag s_n²) over the N rows of Y (their sites: :func:`ppl_sparsegp.numpyro.sites.latent_inputs`
+    and :func:`~ppl_sparsegp.numpyro.sites.latent_posterior`), the checks of Y, q(X) at fitted values, its KL and
+    Monte Carlo bounds over it.
 
     Args:
         X_init: initial latent means μ [N, Q] (e.g. :func:`pca_latents`); fixes N and Q.
@@ -113,13 +117,6 @@ class LatentInputs:
             raise ValueError("X_init: expected initial latent means of shape [N, Q] (see pca_latents), got None")
         validation.check_inputs(self.X_init, x_name="X_init")
         validation.check_positive("X_scale_init", self.X_scale_init)
-        super().__post_init__()
-        validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
-
-    def initial_params(self) -> dict[str, Array]:
-        """Initial values for :func:`fit_svi`'s ``init_params`` beyond the defaults: none here (a collapsed q(u)
-        has no parameters); :class:`BayesianGPLVM` starts its learned q(u) at the prior."""
-        return {}
 
     @property
     def num_points(self) -> int:
@@ -129,103 +126,150 @@ class LatentInputs:
     def latent_dim(self) -> int:
         return int(np.shape(self.X_init)[1])
 
+    @property
+    def dtype(self) -> Any:
+        return jnp.asarray(self.X_init).dtype
+
     def check_observations(self, Y: Array, num_columns: int | None = None) -> None:
-        """Eager checks of the observations Y [N, D]: N rows (those of ``X_init``) and, when given, ``num_columns``
-        columns. Traced values are skipped."""
+        """Checks of the observations Y [N, D]: N rows (those of ``X_init``) and, when given, ``num_columns``
+        columns; finite entries unless Y is traced."""
         if _is_concrete(Y):
             validation.check_inputs(Y, x_name="Y")
+        shape = jnp.shape(Y)
+        if len(shape) != 2 or shape[0] != self.num_points or (num_columns is not None and shape[1] != num_columns):
             columns = "D" if num_columns is None else num_columns
-            if Y.ndim != 2 or Y.shape[0] != self.num_points or (num_columns is not None and Y.shape[1] != num_columns):
-                raise ValueError(
-                    f"Y: expected shape [N, D] = [{self.num_points}, {columns}] (rows of X_init), got {Y.shape}"
-                )
+            raise ValueError(f"Y: expected shape [N, D] = [{self.num_points}, {columns}] (rows of X_init), got {shape}")
 
-    def latent_prior(self, batch: int) -> Array:
-        """The model's site ``"X"``: latent inputs of ``batch`` rows from N(0, I), inside the plate -> [B, Q]."""
-        zeros = jnp.zeros((batch, self.latent_dim), dtype=jnp.asarray(self.X_init).dtype)
-        return numpyro.sample(LATENT_SITE, dist.Normal(zeros, 1.0).to_event(1))
+    def q(self, params: Mapping[str, Array]) -> dist.Distribution:
+        """q(X) at fitted values: N(X_loc, X_scale²), batch [N], event [Q]."""
+        return dist.Normal(jnp.asarray(params["X_loc"]), jnp.asarray(params["X_scale"])).to_event(1)
 
-    def latent_guide(self) -> None:
-        """The guide's site ``"X"`` under q(X), over the rows of the ``"data"`` plate (a minibatch or all N)."""
-        loc, scale = self.latent_parameters()
-        with data_plate(self.num_points, getattr(self, "batch_size", None)) as idx:
-            batch = (loc, scale) if idx is None else (loc[idx], scale[idx])
-            numpyro.sample(LATENT_SITE, dist.Normal(*batch).to_event(1))
-
-    def latent_parameters(self) -> tuple[Array, Array]:
-        """The guide's q(X) parameters as NumPyro params: (X_loc [N, Q], X_scale [N, Q] positive)."""
-        init = jnp.asarray(self.X_init)
-        loc = numpyro.param(LATENT_LOC, init)
-        scale_init = jnp.full(init.shape, self.X_scale_init, dtype=init.dtype)
-        return loc, numpyro.param(LATENT_SCALE, scale_init, constraint=constraints.positive)
-
-    def _q_latent(self, params: Mapping[str, Array]) -> dist.Distribution:
-        return dist.Normal(jnp.asarray(params[LATENT_LOC]), jnp.asarray(params[LATENT_SCALE])).to_event(1)
-
-    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
+    def means(self, params: Mapping[str, Array]) -> np.ndarray:
         """μ [N, Q], the fitted latent means (the embedding of Y)."""
-        return np.asarray(params[LATENT_LOC])
+        return np.asarray(params["X_loc"])
 
-    def kl_latent(self, params: Mapping[str, Array]) -> Array:
+    def kl(self, params: Mapping[str, Array]) -> Array:
         """Σ_n KL[q(x_n) ‖ N(0, I)] = ½ Σ_nq (s² + μ² − 1 − log s²), closed form (scalar)."""
-        q = self._q_latent(params)
+        q = self.q(params)
         return jnp.sum(kl_divergence(q, dist.Normal(jnp.zeros_like(q.mean), 1.0).to_event(1)))
 
-    def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
-        """Full-batch Monte Carlo estimate of the bound (module docstring) with ``num_samples`` draws of X.
-
-        Each draw X⁽ˢ⁾ = μ + s ⊙ ε⁽ˢ⁾ enters the sparse GP's bound at those inputs (``elbo(params, X, Y)`` of the
-        next class in the MRO: :meth:`SVGP.elbo` or :meth:`SGPR.elbo`); the latent KL is exact. Unbiased; scalar.
-        """
-        bound_at = super().elbo
+    def expected_bound(
+        self,
+        bound: Callable[[Mapping[str, Array], Array, Array], Array],
+        params: Mapping[str, Array],
+        Y: Array,
+        key: Array,
+        num_samples: int = 1,
+    ) -> Array:
+        """E_{q(X)}[bound(params, X, Y)] − Σ_n KL[q(x_n) ‖ p(x_n)], the expectation from ``num_samples`` draws
+        X⁽ˢ⁾ = μ + s ⊙ ε⁽ˢ⁾ and the KL exact: an unbiased estimate (scalar)."""
 
         @jax.jit
         def estimate(params: Mapping[str, Array], Y: Array, key: Array) -> Array:
-            draws = self._q_latent(params).sample(key, (num_samples,))
-            bounds = jax.vmap(lambda X: bound_at(params, X, Y))(draws)
-            return jnp.mean(bounds) - self.kl_latent(params)
+            draws = self.q(params).sample(key, (num_samples,))
+            values = jax.vmap(lambda X: bound(params, X, Y))(draws)
+            return jnp.mean(values) - self.kl(params)
 
         return estimate(dict(params), jnp.asarray(Y), key)
 
 
 @dataclass(eq=False)
-class BayesianGPLVM(LatentInputs, SVGP):
+class BayesianGPLVM(GPModel):
     """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q]; q(u) learned.
 
-    Args: those of :class:`LatentInputs` and :class:`SVGP` (``num_latent`` must be D, ``whiten`` must stay False).
+    Args (beyond :class:`GPModel`'s): those of :class:`SVGP` (``num_latent`` must be D, ``whiten`` must stay False,
+    no ``num_data``: minibatch through ``batch_size``); keyword-only ``X_init`` and ``X_scale_init`` as
+    :class:`LatentInputs`.
     """
 
+    Z: Array = None
+    num_latent: int = 1
     whiten: bool = False
+    q_diag: bool = False
+    batch_size: int | None = None
+    num_data: int | None = None
+    learn_Z: bool = True
+    data_term: Literal["analytic", "sampled"] = "analytic"
+    X_init: Array = field(default=None, kw_only=True)
+    X_scale_init: float = field(default=0.1, kw_only=True)
+    latents: LatentInputs = field(init=False, repr=False)
+    svgp: SVGP = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.whiten:
             raise ValueError("whiten: BayesianGPLVM parameterises q(u) over u itself (unwhitened); pass whiten=False")
         if self.num_data is not None:
             raise ValueError("num_data: the latents are indexed by row, so minibatch through batch_size instead")
+        self.latents = LatentInputs(self.X_init, self.X_scale_init)
+        self.svgp = SVGP(**base_fields(self, SVGP))  # the sparse GP at given inputs: its checks, bound, predictions
+        validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
 
-    def check_data(self, Y: Array | None = None, y: Array | None = None, *, init_params: Mapping | None = None) -> None:
-        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``).
+    @property
+    def num_inducing(self) -> int:
+        return self.svgp.num_inducing
 
-        Called as ``check_data(Y)`` by ``fit_svi`` and as ``check_data(None, Y)`` by the SVGP model body, whose
-        inputs are latent here. Traced values are skipped.
-        """
-        self.check_observations(y if Y is None else Y, self.num_latent)
+    @property
+    def num_points(self) -> int:
+        return self.latents.num_points
+
+    @property
+    def latent_dim(self) -> int:
+        return self.latents.latent_dim
+
+    def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``) and of initial
+        hyperparameters (traced values skipped)."""
+        self.latents.check_observations(Y, self.num_latent)
         super().check_data(jnp.asarray(self.X_init), init_params=init_params)
 
     def model(self, Y: Array) -> None:
-        self._model(None, jnp.asarray(Y), None)
+        """u_d ~ N(0, Kmm); for the rows of the batch, x_n ~ N(0, I) and the data term as the factor ``"y"``."""
+        Y = jnp.asarray(Y)
+        self.check_data(Y)
+        kernel, likelihood = self.hyperparameters()
+        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        Lmm = ops.cholesky(kernel(Z))
+        u = sites.inducing_outputs(self.num_latent, self.num_inducing, Lmm, Z.dtype)
+        if self.data_term == "analytic":
+            q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
+        else:
+            q_mu, q_sqrt = u, None
+        with sites.data_plate(self.num_points, self.batch_size) as idx:
+            X = sites.latent_inputs(
+                self.num_points if idx is None else idx.shape[0], self.latent_dim, self.latents.dtype
+            )
+            _, Yb = sites.batch(None, Y, idx)
+            mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=False)
+            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
     def guide(self, Y: Array) -> None:
-        self._guide(None)
+        """Point masses of the hyperparameters with priors, u ~ q(u), and x_n ~ q(x_n) for the rows of the batch."""
+        self.hyperparameter_guide()
+        dtype = jnp.asarray(self.Z).dtype
+        sites.inducing_posterior(
+            *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
+        )
+        loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
+        with sites.data_plate(self.num_points, self.batch_size) as idx:
+            sites.latent_posterior(loc, scale, idx)
 
-    def _batch_inputs(self, Xb: None, idx: Array | None) -> Array:
-        """The latent inputs of the batch rows, drawn from the prior N(0, I): [B, Q]."""
-        return self.latent_prior(self.num_points if idx is None else idx.shape[0])
+    def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
+        """Full-batch Monte Carlo estimate of the bound (module docstring) with ``num_samples`` draws of X: the
+        SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL. Unbiased; scalar."""
+        return self.latents.expected_bound(self.svgp.elbo, params, Y, key, num_samples)
 
-    def _guide(self, mask: Array | None) -> None:
-        super()._guide(mask)
-        self.latent_guide()
+    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
+        """μ [N, Q], the fitted latent means (the embedding of Y)."""
+        return self.latents.means(params)
+
+    def kl_latent(self, params: Mapping[str, Array]) -> Array:
+        """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
+        return self.latents.kl(params)
+
+    def predict_f(self, params: Mapping[str, Array], X_new: Array, **options: Any) -> tuple[Array, Array]:
+        """q(f) at latent inputs X_new [S, Q]: :meth:`SVGP.predict_f`."""
+        return self.svgp.predict_f(params, X_new, **options)
 
     def prior_initialisation(self) -> dict[str, Array]:
         """Initial q(u_d) covariances S_d = Kmm at the initial kernel (q(u) = p(u) when m = 0), for ``init_params``.
@@ -248,42 +292,87 @@ class BayesianGPLVM(LatentInputs, SVGP):
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a
         fitted parameter here, so Y is not needed; it is accepted for the signature of
         :meth:`CollapsedGPLVM.reconstruct`."""
-        return self.predict_y(params, jnp.asarray(params[LATENT_LOC]))
+        return self.predict_y(params, jnp.asarray(params["X_loc"]))
 
 
 @dataclass(eq=False)
-class CollapsedGPLVM(LatentInputs, SGPR):
+class CollapsedGPLVM(GPModel):
     """Bayesian GP-LVM over Y [N, D] with latent inputs [N, Q] and inducing inputs ``Z`` [M, Q]; q(u) collapsed.
 
-    Args: those of :class:`LatentInputs` and :class:`SGPR` (Gaussian likelihood; the D columns of Y share the kernel
-    and the noise, so there is no ``num_latent``). Full batch: the collapsed bound does not split over rows.
+    Args (beyond :class:`GPModel`'s): ``Z`` and ``learn_Z`` as :class:`SGPR` (Gaussian likelihood; the D columns of
+    Y share the kernel and the noise, so there is no ``num_latent``); keyword-only ``X_init`` and ``X_scale_init``
+    as :class:`LatentInputs`. Full batch: the collapsed bound does not split over rows.
     """
+
+    Z: Array = None
+    learn_Z: bool = True
+    X_init: Array = field(default=None, kw_only=True)
+    X_scale_init: float = field(default=0.1, kw_only=True)
+    latents: LatentInputs = field(init=False, repr=False)
+    sgpr: SGPR = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.latents = LatentInputs(self.X_init, self.X_scale_init)
+        self.sgpr = SGPR(**base_fields(self, SGPR))  # Titsias' bound at given inputs: its checks, bound, predictions
+        validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
+        super().__post_init__()
+
+    @property
+    def num_points(self) -> int:
+        return self.latents.num_points
+
+    @property
+    def latent_dim(self) -> int:
+        return self.latents.latent_dim
 
     def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
         """Eager checks of the observations Y [N, D] and of initial hyperparameters (traced values skipped)."""
-        self.check_observations(Y)
+        self.latents.check_observations(Y)
         super().check_data(jnp.asarray(self.X_init), init_params=init_params)
 
     def model(self, Y: Array) -> None:
+        """x_n ~ N(0, I) for every row, and Titsias' bound at X as the factor ``"collapsed_bound"``."""
         Y = jnp.asarray(Y)
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
-        Z = self.inducing_inputs()
-        with data_plate(self.num_points):
-            X = self.latent_prior(self.num_points)
-        numpyro.factor("collapsed_bound", self.bound_at(kernel, likelihood, Z, X, Y))
+        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        with sites.data_plate(self.num_points):
+            X = sites.latent_inputs(self.num_points, self.latent_dim, self.latents.dtype)
+        numpyro.factor("collapsed_bound", SGPR.collapsed_bound(kernel, likelihood, Z, X, Y))
 
     def guide(self, Y: Array) -> None:
+        """Point masses of the hyperparameters with priors and x_n ~ q(x_n); no q(u) (it is collapsed)."""
         self.hyperparameter_guide()
-        self.latent_guide()
+        loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
+        with sites.data_plate(self.num_points) as idx:
+            sites.latent_posterior(loc, scale, idx)
 
-    def bound_at(self, kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, Y: Array) -> Array:
-        """The data term at latent inputs X [N, Q]: Titsias' bound with every inducing input (a hook: the selective
-        model draws its subset here). Scalar."""
-        return self.collapsed_bound(kernel, likelihood, Z, X, Y)
+    def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
+        """Monte Carlo estimate of L_c (module docstring) with ``num_samples`` draws of X: Titsias' bound at each
+        draw (:meth:`SGPR.elbo`), minus the exact latent KL. Unbiased; scalar."""
+        return self.latents.expected_bound(self.sgpr.elbo, params, Y, key, num_samples)
+
+    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
+        """μ [N, Q], the fitted latent means (the embedding of Y)."""
+        return self.latents.means(params)
+
+    def kl_latent(self, params: Mapping[str, Array]) -> Array:
+        """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
+        return self.latents.kl(params)
+
+    def predict_f(
+        self, params: Mapping[str, Array], X_new: Array, *, X: Array, y: Array, full_cov: bool = False
+    ) -> tuple[Array, Array]:
+        """q(f) at latent inputs X_new [S, Q] under the optimal q*(u) for y at inputs X (:meth:`SGPR.predict_f`)."""
+        return self.sgpr.predict_f(params, X_new, X=X, y=y, full_cov=full_cov)
+
+    def initial_params(self) -> dict[str, Array]:
+        """Initial values for :func:`fit_svi`'s ``init_params`` beyond the defaults: none (a collapsed q(u) has no
+        parameters)."""
+        return {}
 
     def reconstruct(self, params: Mapping[str, Array], Y: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]), with the collapsed q(u) optimal
-        for Y at X = μ (``predict_y`` of :class:`SGPR` with training inputs μ)."""
-        mu = jnp.asarray(params[LATENT_LOC])
+        for Y at X = μ (``predict_y`` with training inputs μ)."""
+        mu = jnp.asarray(params["X_loc"])
         return self.predict_y(params, mu, X=mu, y=jnp.asarray(Y))

@@ -1,5 +1,12 @@
 """Probabilistic selection of inducing points (Uhrenholt, Charvet & Jensen, UAI 2021; spec 000).
 
+Sites of both models: the hyperparameter sites of :mod:`models._base`; param ``"Z"`` [K, D] (the candidates; a
+constant when ``learn_Z=False``); latent ``"inclusion"`` [K] (the mask s); guide param ``"inclusion_probs"`` [K]
+(λ, constrained to (0, 1), i.e. learned as logits) and the guide's mutable ``"score_function_baseline"``.
+:class:`SelectiveSGPR` adds the factor ``"collapsed_bound"``; :class:`SelectiveSVGP` the latent ``"u"`` [P, K], the
+plate ``"data"``, the factor ``"y"`` [B] and the guide params ``"u_loc"`` [P, K] and ``"u_scale_tril"`` [P, K, K]
+(``"u_scale"`` [P, K] when ``q_diag``).
+
 The inducing set is a random subset S of K candidate inputs Z* [K, D], written as an inclusion mask
 s ∈ {0,1}^K. Generative model and guide (paper Eq. 2)::
 
@@ -16,41 +23,42 @@ s ∈ {0,1}^K. Generative model and guide (paper Eq. 2)::
   Whitened parameters cannot be subset this way (deleting entries of v = L⁻¹u is not marginalising u), so
   ``whiten=True`` is refused. Any likelihood, minibatches and several outputs work as in :class:`SVGP`.
 
-Both evaluate L(s) at fixed shapes through the masked construction of
-:mod:`ppl_sparsegp.core.masking` (exactly the subset bound), so every step compiles once and the S draws
-of the guide are vectorised. The empty subset is allowed: L(∅) is the prior-only bound, which keeps the
-estimator unbiased (the released code redraws empty masks instead).
+Both evaluate L(s) at fixed shapes through the masked construction of :mod:`ppl_sparsegp.core.masking`
+(:func:`~ppl_sparsegp.core.masking.masked_sgpr_elbo`, :func:`~ppl_sparsegp.core.masking.masked_conditional`;
+exactly the subset bound), so every step compiles once and the S draws of the guide are vectorised. The empty
+subset is allowed: L(∅) is the prior-only bound, which keeps the estimator unbiased (the released code redraws
+empty masks instead).
+
+Composition, not inheritance: each model writes its own ``model`` and ``guide`` with the site helpers of
+:mod:`ppl_sparsegp.numpyro.sites` (``inclusion`` / ``inclusion_posterior`` for s), holds a
+:class:`SubsetSelection` (λ, the KL of the selection, pruning) and the ordinary model over all K candidates
+(``ordinary``, whose checks it shares).
 
 Fit with :class:`ppl_sparsegp.infer.score_function.ScoreFunctionELBO`: the inclusion probabilities learn by the
 score-function estimator with a decaying-average baseline, every other parameter by the pathwise gradient
 (``pathwise=True``) or not at all (``pathwise=False``, the released code's frozen GP). :meth:`prune` turns a
 drawn mask into an ordinary :class:`SGPR` / :class:`SVGP` with the selected points;
 :func:`models.selective_fit.fit_selective` runs the paper's pre-train / select / prune / post-train procedure.
-
-Sites (beyond those of SGPR / SVGP): latent ``"inclusion"`` [K] (the mask), guide param ``"inclusion_probs"``
-[K] (λ, constrained to (0, 1), i.e. learned as logits), and the guide's mutable
-``"score_function_baseline"``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp.core import bounds
-from ppl_sparsegp.core.masking import masked_cholesky, subset_q
-from ppl_sparsegp.infer.score_function import BASELINE_SITE, score_function_baseline
+from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q, masked_sgpr_elbo, subset_q
+from ppl_sparsegp.infer.score_function import BASELINE_SITE
+from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
+from ._base import GPModel, base_fields
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -59,128 +67,171 @@ Array = Any
 INCLUSION_SITE = "inclusion"
 INCLUSION_PARAM = "inclusion_probs"
 SELECTION_PARAMS = (INCLUSION_PARAM, BASELINE_SITE)
-"""Names in a fitted parameter dict that belong to the selection, not to the sparse GP."""
+"""Names in a fitted parameter dict that belong to the selection, not to the sparse GP (a deep GP's per-layer
+λ are ``"layer<ℓ>.inclusion_probs"``)."""
+
+__all__ = ["SelectiveSGPR", "SelectiveSVGP", "SubsetSelection", "base_fields", "gp_parameters"]
 
 
-@dataclass(eq=False, kw_only=True)
+def check_alpha(value: Any) -> float:
+    """The prior strength α: a finite number >= 0."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value >= 0):
+        raise ValueError(f"alpha: expected a finite number >= 0 (the prior strength), got {value!r}")
+    return float(value)
+
+
+def check_initial_inclusion(value: Any) -> float:
+    """λ₀: a probability in (0, 1)."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    if not (ok and 0.0 < value < 1.0):
+        raise ValueError(f"initial_inclusion: expected a probability in (0, 1), got {value!r}")
+    return float(value)
+
+
+def gp_parameters(params: Mapping[str, Array]) -> dict[str, Array]:
+    """Fitted parameters without the selection's (λ of every layer and the score-function baseline)."""
+    return {k: v for k, v in params.items() if k not in SELECTION_PARAMS and not k.endswith(f".{INCLUSION_PARAM}")}
+
+
+@dataclass(frozen=True)
 class SubsetSelection:
-    """The inclusion sites shared by the selective models (a mixin for SGPR / SVGP).
+    """The inducing set s over K candidates that a selective model holds: the prior p_α, the guide's λ, the KL
+    between them, and the restriction of fitted values to a drawn subset (what pruning keeps).
 
     Args:
+        num_candidates: K.
         alpha: prior strength α >= 0 of p_α(s) ∝ exp(−α |s|²) (fixed; the paper's Table 1 uses 0.01 - 0.2).
         initial_inclusion: the initial λ_k of every candidate, in (0, 1) (the released code uses 0.5 on UCI).
+        prefix: of the site and parameter names (``"layer<ℓ>."`` in a deep GP).
     """
 
+    num_candidates: int
     alpha: float = 0.1
     initial_inclusion: float = 0.5
+    prefix: str = ""
 
     def __post_init__(self) -> None:
-        a = self.alpha
-        if isinstance(a, bool) or not isinstance(a, int | float | np.floating) or not (math.isfinite(a) and a >= 0):
-            raise ValueError(f"alpha: expected a finite number >= 0 (the prior strength), got {a!r}")
-        p = self.initial_inclusion
-        if isinstance(p, bool) or not isinstance(p, int | float | np.floating) or not (0.0 < p < 1.0):
-            raise ValueError(f"initial_inclusion: expected a probability in (0, 1), got {p!r}")
+        check_alpha(self.alpha)
+        check_initial_inclusion(self.initial_inclusion)
+
+    def prior(self) -> SubsetPointProcess:
+        """p_α over masks [K]."""
+        return SubsetPointProcess(self.num_candidates, self.alpha)
+
+    def probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
+        """Fitted λ [K] (the initial value when ``params`` has none)."""
+        default = np.full(self.num_candidates, self.initial_inclusion)
+        return np.asarray(params.get(f"{self.prefix}{INCLUSION_PARAM}", default))
+
+    def kl(self, params: Mapping[str, Array]) -> Array:
+        """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
+        return kl_divergence(IndependentInclusion(jnp.asarray(self.probabilities(params))), self.prior())
+
+    def selected(self, mask: Array, name: str = "mask") -> np.ndarray:
+        """Indices of the candidates in a concrete mask [K]; raises when it is empty or malformed."""
+        m = np.asarray(mask)
+        if m.shape != (self.num_candidates,) or not np.all((m == 0) | (m == 1)):
+            raise ValueError(f"{name}: expected a 0/1 array of shape ({self.num_candidates},), got {m!r}")
+        index = np.flatnonzero(m)
+        if index.size == 0:
+            raise ValueError(f"{name}: selects no candidate; a pruned model needs at least one inducing point")
+        return index
+
+    def restrict(
+        self, params: Mapping[str, Array], mask: Array, Z: Array, q_scale: str | None = None, name: str = "mask"
+    ) -> dict[str, Array]:
+        """The sparse GP's values on the candidates in ``mask`` [K]: ``"<prefix>Z"`` [M, D] (fitted, else ``Z``)
+        and, when ``q_scale`` names q(u)'s square root (``"u_scale_tril"`` or ``"u_scale"``), its marginal
+        q(u_I) = N(m_I, S_II) at ``"<prefix>u_loc"`` and ``"<prefix><q_scale>"``."""
+        index = self.selected(mask, name)
+        p = self.prefix
+        out = {f"{p}Z": jnp.asarray(params.get(f"{p}Z", Z))[index]}
+        if q_scale is not None:
+            loc, scale = jnp.asarray(params[f"{p}u_loc"]), jnp.asarray(params[f"{p}{q_scale}"])
+            out[f"{p}u_loc"], out[f"{p}{q_scale}"] = subset_q(loc, scale, index)
+        return out
+
+
+@dataclass(eq=False)
+class SelectiveSGPR(GPModel):
+    """SGPR over a random subset s of the K candidates ``Z`` [K, D]: L(s) is Titsias' bound of the selected ones.
+
+    Args (beyond :class:`GPModel`'s): ``Z`` and ``learn_Z`` as :class:`SGPR`; keyword-only ``alpha`` and
+    ``initial_inclusion`` as :class:`SubsetSelection`.
+    """
+
+    Z: Array = None
+    learn_Z: bool = True
+    alpha: float = field(default=0.1, kw_only=True)
+    initial_inclusion: float = field(default=0.5, kw_only=True)
+    ordinary: SGPR = field(init=False, repr=False)
+    selection: SubsetSelection = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.ordinary = SGPR(**base_fields(self, SGPR))  # the SGPR on every candidate: its checks
+        self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
 
     @property
     def num_candidates(self) -> int:
-        return int(jnp.shape(self.Z)[0])
+        return int(np.shape(self.Z)[0])
 
-    def inclusion_prior(self) -> SubsetPointProcess:
-        return SubsetPointProcess(self.num_candidates, self.alpha)
+    def model(self, X: Array, y: Array) -> None:
+        """s ~ p_α(s), then L(s) = Titsias' bound of the candidates in s, as the factor ``"collapsed_bound"``."""
+        self.check_data(X, y)
+        kernel, likelihood = self.hyperparameters()
+        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
+        bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
+        numpyro.factor("collapsed_bound", bound)
 
-    def inclusion_model(self, dtype: Any) -> Array:
-        """The model's ``"inclusion"`` site: a mask [K] under p_α, cast to ``dtype``."""
-        return numpyro.sample(INCLUSION_SITE, self.inclusion_prior()).astype(dtype)
-
-    def inclusion_guide(self, dtype: Any) -> Array:
-        """The guide's ``"inclusion"`` site under q_λ, its param λ [K] and the score-function baseline."""
-        init = jnp.full((self.num_candidates,), self.initial_inclusion, dtype=dtype)
-        probs = numpyro.param(INCLUSION_PARAM, init, constraint=constraints.unit_interval)
-        score_function_baseline()
-        return numpyro.sample(INCLUSION_SITE, IndependentInclusion(probs)).astype(dtype)
+    def guide(self, X: Array, y: Array) -> None:
+        """Point masses of the hyperparameters with priors; s ~ q_λ(s)."""
+        self.hyperparameter_guide()
+        sites.inclusion_posterior(self.num_candidates, self.initial_inclusion, jnp.asarray(self.Z).dtype)
 
     def inclusion_probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
         """Fitted λ [K] (the initial value when ``params`` has none)."""
-        default = np.full(self.num_candidates, self.initial_inclusion)
-        return np.asarray(params.get(INCLUSION_PARAM, default))
+        return self.selection.probabilities(params)
 
     def kl_selection(self, params: Mapping[str, Array]) -> Array:
         """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
-        q = IndependentInclusion(jnp.asarray(self.inclusion_probabilities(params)))
-        return kl_divergence(q, self.inclusion_prior())
-
-    def _selected(self, mask: Array) -> np.ndarray:
-        """Indices of the candidates in a concrete mask [K]; raises when it is empty or malformed."""
-        m = np.asarray(mask)
-        if m.shape != (self.num_candidates,) or not np.all((m == 0) | (m == 1)):
-            raise ValueError(f"mask: expected a 0/1 array of shape ({self.num_candidates},), got {m!r}")
-        index = np.flatnonzero(m)
-        if index.size == 0:
-            raise ValueError("mask: selects no candidate; a pruned model needs at least one inducing point")
-        return index
-
-    def _sparse_gp_params(self, params: Mapping[str, Array], index: np.ndarray) -> dict[str, Array]:
-        """Fitted parameters without the selection's, with Z restricted to ``index``."""
-        kept = {k: v for k, v in params.items() if k not in SELECTION_PARAMS}
-        kept["Z"] = jnp.asarray(params.get("Z", self.Z))[index]
-        return kept
-
-
-def base_fields(obj: Any, base: type) -> dict[str, Any]:
-    """The values of ``obj``'s fields that the dataclass ``base`` declares (to build a ``base`` from ``obj``)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(base)}
-
-
-@dataclass(eq=False)
-class SelectiveSGPR(SubsetSelection, SGPR):
-    """SGPR over a random subset of the K candidates ``Z`` [K, D] (collapsed bound per subset)."""
-
-    pruned_class: ClassVar[type[SGPR]] = SGPR
-    """The ordinary model :meth:`prune` returns (a subclass sets its own, e.g. a GP-LVM)."""
-
-    def model(self, X: Array, y: Array) -> None:
-        self.check_data(X, y)
-        kernel, likelihood = self.hyperparameters()
-        Z = self.inducing_inputs()
-        mask = self.inclusion_model(Z.dtype)
-        numpyro.factor("collapsed_bound", self._bound(kernel, likelihood, Z, mask, X, y))
-
-    def guide(self, X: Array, y: Array) -> None:
-        self.hyperparameter_guide()
-        self.inclusion_guide(jnp.asarray(self.Z).dtype)
-
-    @staticmethod
-    def _bound(kernel, likelihood, Z: Array, mask: Array, X: Array, y: Array) -> Array:
-        Kmm = kernel(Z)
-        Kmn = mask[:, None] * kernel(Z, X)
-        Lmm = masked_cholesky(Kmm, mask)
-        return bounds.sgpr_elbo(Kmn, Kmm, kernel.diag(X), y, likelihood.variance, Lmm=Lmm)
+        return self.selection.kl(params)
 
     def subset_bound(self, params: Mapping[str, Array], X: Array, y: Array, mask: Array) -> Array:
         """L(s): the collapsed bound with the candidates in ``mask`` [K] at fitted values (scalar)."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
-        return self._bound(kernel, likelihood, Z, jnp.asarray(mask, dtype=Z.dtype), X, y)
+        s = jnp.asarray(mask, dtype=Z.dtype)
+        return masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
 
     def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SGPR, dict[str, Array]]:
-        """An ordinary ``pruned_class`` on the candidates in ``mask`` [K] and its parameters (fitted values kept)."""
-        index = self._selected(mask)
-        sparse = self._sparse_gp_params(params, index)
-        pruned = self.pruned_class
-        model = pruned(**{**base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
-        return model, sparse
+        """An ordinary :class:`SGPR` on the candidates in ``mask`` [K] and its parameters (fitted values kept)."""
+        sparse = {**gp_parameters(params), **self.selection.restrict(params, mask, self.Z)}
+        return SGPR(**{**base_fields(self, SGPR), "Z": np.asarray(sparse["Z"])}), sparse
 
 
 @dataclass(eq=False)
-class SelectiveSVGP(SubsetSelection, SVGP):
-    """SVGP over a random subset of the K candidates ``Z`` [K, D]; q(u) unwhitened over all candidates."""
+class SelectiveSVGP(GPModel):
+    """SVGP over a random subset s of the K candidates ``Z`` [K, D]; q(u) unwhitened over all candidates.
 
+    Args (beyond :class:`GPModel`'s): those of :class:`SVGP` (``whiten`` must stay False); keyword-only ``alpha``
+    and ``initial_inclusion`` as :class:`SubsetSelection`.
+    """
+
+    Z: Array = None
+    num_latent: int = 1
     whiten: bool = False
-
-    pruned_class: ClassVar[type[SVGP]] = SVGP
-    """The ordinary model :meth:`prune` returns (a subclass sets its own, e.g. a GP-LVM)."""
+    q_diag: bool = False
+    batch_size: int | None = None
+    num_data: int | None = None
+    learn_Z: bool = True
+    data_term: Literal["analytic", "sampled"] = "analytic"
+    alpha: float = field(default=0.1, kw_only=True)
+    initial_inclusion: float = field(default=0.5, kw_only=True)
+    ordinary: SVGP = field(init=False, repr=False)
+    selection: SubsetSelection = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.whiten:
@@ -188,13 +239,52 @@ class SelectiveSVGP(SubsetSelection, SVGP):
                 "whiten: SelectiveSVGP needs whiten=False; a subset of whitened v = L⁻¹u is not the marginal of "
                 "the selected u, so q(u) must be parameterised over u itself"
             )
+        self.ordinary = SVGP(**base_fields(self, SVGP))  # the SVGP on every candidate: its checks
+        self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
 
+    @property
+    def num_candidates(self) -> int:
+        return int(np.shape(self.Z)[0])
+
+    @property
+    def _q_scale(self) -> str:
+        return "u_scale" if self.q_diag else "u_scale_tril"
+
     def model(self, X: Array, y: Array) -> None:
-        self._model(X, y, self.inclusion_model(jnp.asarray(self.Z).dtype))
+        """s ~ p_α(s), u | s ~ N(0, K̂mm) (the selected block of Kmm; :mod:`ppl_sparsegp.core.masking`), and the
+        data term of the SVGP on Z*_s for the batch as the factor ``"y"``."""
+        self.check_data(X, y)
+        self.ordinary._check_outputs(y)
+        P, K, dtype = self.num_latent, self.num_candidates, jnp.asarray(self.Z).dtype
+        s = sites.inclusion(K, self.alpha, dtype)
+        kernel, likelihood = self.hyperparameters()
+        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        Lmm = masked_cholesky(kernel(Z), s)
+        u = sites.inducing_outputs(P, K, Lmm, Z.dtype)
+        if self.data_term == "analytic":  # q(u_s) = N(m_s, S_ss), the marginal of the guide's q(u) over all K
+            q_mu, q_sqrt = masked_q(*sites.inducing_posterior_parameters(P, K, Z.dtype, self.q_diag), s)
+        else:
+            q_mu, q_sqrt = u, None
+        with sites.data_plate(y.shape[0], self.batch_size, self.num_data) as idx:
+            Xb, Yb = sites.batch(X, y, idx)
+            mean, var = masked_conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), s, q_mu, q_sqrt)
+            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
     def guide(self, X: Array, y: Array) -> None:
-        self._guide(self.inclusion_guide(jnp.asarray(self.Z).dtype))
+        """s ~ q_λ(s), point masses of the hyperparameters with priors, and u ~ q(u_s) (the marginal of q(u))."""
+        P, K, dtype = self.num_latent, self.num_candidates, jnp.asarray(self.Z).dtype
+        s = sites.inclusion_posterior(K, self.initial_inclusion, dtype)
+        self.hyperparameter_guide()
+        sites.inducing_posterior(*masked_q(*sites.inducing_posterior_parameters(P, K, dtype, self.q_diag), s))
+
+    def inclusion_probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
+        """Fitted λ [K] (the initial value when ``params`` has none)."""
+        return self.selection.probabilities(params)
+
+    def kl_selection(self, params: Mapping[str, Array]) -> Array:
+        """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
+        return self.selection.kl(params)
 
     def subset_bound(self, params: Mapping[str, Array], X: Array, y: Array, mask: Array) -> Array:
         """L(s): the full-batch uncollapsed bound with the candidates in ``mask`` [K] (scalar)."""
@@ -202,13 +292,6 @@ class SelectiveSVGP(SubsetSelection, SVGP):
         return model.elbo(sparse, X, y)
 
     def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SVGP, dict[str, Array]]:
-        """An ordinary (unwhitened) ``pruned_class`` on the candidates in ``mask`` [K], with q(u_s) = N(m_s, S_ss)."""
-        index = self._selected(mask)
-        sparse = self._sparse_gp_params(params, index)
-        scale_site = "u_scale" if self.q_diag else "u_scale_tril"
-        sparse["u_loc"], sparse[scale_site] = subset_q(
-            jnp.asarray(params["u_loc"]), jnp.asarray(params[scale_site]), index
-        )
-        pruned = self.pruned_class
-        model = pruned(**{**base_fields(self, pruned), "Z": np.asarray(sparse["Z"])})
-        return model, sparse
+        """An ordinary (unwhitened) :class:`SVGP` on the candidates in ``mask`` [K], with q(u_s) = N(m_s, S_ss)."""
+        sparse = {**gp_parameters(params), **self.selection.restrict(params, mask, self.Z, self._q_scale)}
+        return SVGP(**{**base_fields(self, SVGP), "Z": np.asarray(sparse["Z"])}), sparse

@@ -1,5 +1,10 @@
 """Probabilistic selection of inducing points in a deep GP (Uhrenholt et al. 2021 §5.2, App. A; spec 000 §4.1).
 
+Sites: those of :class:`models.deep_svgp.DeepSVGP` (``"layer<ℓ>.kernel.<name>"``, ``"likelihood.<name>"``,
+``"layer<ℓ>.Z"`` [K_ℓ, D_ℓ], ``"layer<ℓ>.u"`` [D_{ℓ+1}, K_ℓ], ``"layer<ℓ>.u_loc"``, ``"layer<ℓ>.u_scale_tril"``,
+plate ``"data"``, factor ``"y"``), the latent ``"layer<ℓ>.inclusion"`` [K_ℓ], the guide param
+``"layer<ℓ>.inclusion_probs"`` [K_ℓ] (λ^ℓ in (0, 1)) and the guide's mutable ``"score_function_baseline"``.
+
 Every layer ℓ of a :class:`models.deep_svgp.DeepSVGP` gets its own candidate set Z*^ℓ [K_ℓ, D_ℓ], an inclusion
 mask s^ℓ ∈ {0,1}^{K_ℓ} under its own prior and its own guide::
 
@@ -18,14 +23,15 @@ each selected point costs D_{ℓ+1} KL terms).
 by default, as the released code), sample one joint subset, prune, post-train; with ``checkpoint_dir`` each phase
 checkpoints and a stopped fit resumes, as :func:`models.selective_fit.fit_selective` (same files and rules).
 
-Sites (beyond :class:`DeepSVGP`'s): latent ``"layer<ℓ>.inclusion"`` [K_ℓ], guide param
-``"layer<ℓ>.inclusion_probs"`` [K_ℓ] (λ^ℓ in (0, 1)), the guide's mutable ``"score_function_baseline"``.
+:class:`SelectiveDeepSVGP` writes its ``model`` and ``guide`` in full with the site helpers (``inclusion`` /
+``inclusion_posterior`` per layer) and holds, by composition, the ordinary :class:`DeepSVGP` over all candidates
+(``ordinary``: its checks, per-layer q(u) parameters and propagation) and one
+:class:`~models.selective.SubsetSelection` per layer (λ^ℓ, the KLs, pruning).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -37,18 +43,19 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import optax
-from numpyro.distributions import constraints
-from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
-from ppl_sparsegp.core.masking import subset_q
-from ppl_sparsegp.infer.score_function import BASELINE_SITE, ScoreFunctionELBO, score_function_baseline
+from ppl_sparsegp.core.masking import masked_q
+from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from .deep_svgp import DeepSVGP, deep_svgp
-from .selective import base_fields
+from ._base import base_fields
+from .deep_svgp import DeepSVGP, Layer, deep_svgp
+from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, check_alpha, gp_parameters
 from .selective_fit import (
     INITIALISATIONS,
     MAX_EMPTY_REDRAWS,
@@ -65,116 +72,151 @@ Array = Any
 
 
 def inclusion_site(layer: int) -> str:
-    return f"layer{layer}.inclusion"
+    return f"layer{layer}.{INCLUSION_SITE}"
 
 
 def inclusion_param(layer: int) -> str:
-    return f"layer{layer}.inclusion_probs"
+    return f"layer{layer}.{INCLUSION_PARAM}"
 
 
-def _is_selection_param(name: str) -> bool:
-    return name == BASELINE_SITE or name.endswith(".inclusion_probs")
-
-
-def _check_number(name: str, value: Any, low: float, high: float, closed_low: bool) -> float:
-    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not ((value >= low if closed_low else value > low) and value < high):
-        interval = f"{'[' if closed_low else '('}{low}, {high})"
-        raise ValueError(f"{name}: expected a number in {interval}, got {value!r}")
-    return float(value)
-
-
-@dataclass(eq=False, kw_only=True)
-class SelectiveDeepSVGP(DeepSVGP):
+@dataclass(eq=False)
+class SelectiveDeepSVGP:
     """A :class:`DeepSVGP` whose layer ℓ uses a random subset of its K_ℓ candidates ``Z[ℓ]`` (unwhitened q).
 
-    Args (beyond :class:`DeepSVGP`'s):
+    Args: those of :class:`DeepSVGP` (``whiten`` must stay False), and keyword-only
         alpha: prior strength α >= 0, one for every layer or a sequence of L.
         alpha_per_output: multiply layer ℓ's α by its output width D_{ℓ+1} (the released code).
         initial_inclusion: λ₀ of every candidate, in (0, 1).
     """
 
-    alpha: float | Sequence[float] = 0.05
-    alpha_per_output: bool = False
-    initial_inclusion: float = 0.5
+    Z: Sequence[Array]
+    widths: Sequence[int]
+    likelihood: Likelihood
+    kernels: Sequence[Kernel] | None = None
+    mean_weights: Sequence[Array | None] = ()
+    add_input: bool = False
+    whiten: bool = False
+    num_samples: int = 1
+    batch_size: int | None = None
+    num_data: int | None = None
+    inner_scale: float = 1e-3
+    alpha: float | Sequence[float] = field(default=0.05, kw_only=True)
+    alpha_per_output: bool = field(default=False, kw_only=True)
+    initial_inclusion: float = field(default=0.5, kw_only=True)
+    ordinary: DeepSVGP = field(init=False, repr=False)
+    selections: list[SubsetSelection] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.whiten:
             raise ValueError("whiten: SelectiveDeepSVGP needs whiten=False (a subset of whitened v is no marginal)")
-        super().__post_init__()
+        self.ordinary = DeepSVGP(**base_fields(self, DeepSVGP))  # the deep GP on every candidate: checks, algebra
+        for name in ("Z", "widths", "kernels", "mean_weights"):  # as the deep GP normalised them
+            setattr(self, name, getattr(self.ordinary, name))
         L = self.num_layers
         given = list(self.alpha) if isinstance(self.alpha, Sequence | np.ndarray) else [self.alpha] * L
         if len(given) != L:
             raise ValueError(f"alpha: expected one number or {L} (one per layer), got {self.alpha!r}")
-        self.alpha = [_check_number("alpha", a, 0.0, math.inf, closed_low=True) for a in given]
+        self.alpha = [check_alpha(a) for a in given]
         if not isinstance(self.alpha_per_output, bool):
             raise ValueError(f"alpha_per_output: expected True or False, got {self.alpha_per_output!r}")
-        _check_number("initial_inclusion", self.initial_inclusion, 0.0, 1.0, closed_low=False)
+        self.selections = [
+            SubsetSelection(K, a, self.initial_inclusion, prefix=f"layer{i}.")
+            for i, (K, a) in enumerate(zip(self.num_inducing, self.alphas, strict=True))
+        ]
+
+    @property
+    def num_layers(self) -> int:
+        return self.ordinary.num_layers
+
+    @property
+    def num_inducing(self) -> list[int]:
+        """K_ℓ of every layer."""
+        return self.ordinary.num_inducing
 
     @property
     def alphas(self) -> list[float]:
         """α_ℓ of every layer's prior (× D_{ℓ+1} with ``alpha_per_output``)."""
         return [a * (w if self.alpha_per_output else 1) for a, w in zip(self.alpha, self.widths, strict=True)]
 
-    def inclusion_priors(self) -> list[SubsetPointProcess]:
-        return [SubsetPointProcess(K, a) for K, a in zip(self.num_inducing, self.alphas, strict=True)]
+    def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
+        """The checks of :meth:`DeepSVGP.check_data`."""
+        self.ordinary.check_data(X, y, init_params=init_params)
 
     def model(self, X: Array, y: Array) -> None:
-        dtype = jnp.asarray(self.Z[0]).dtype
-        masks = [numpyro.sample(inclusion_site(i), p).astype(dtype) for i, p in enumerate(self.inclusion_priors())]
-        self._model(X, y, masks)
+        """s^ℓ ~ p_{α_ℓ}(s^ℓ) and u^ℓ | s^ℓ ~ N(0, K̂_ℓ) per layer; the data term of the deep GP on the selected
+        inducing inputs, from S propagated samples of the batch, as the factor ``"y"``."""
+        deep = self.ordinary
+        masks = [
+            sites.inclusion(sel.num_candidates, sel.alpha, jnp.asarray(Z).dtype, sel.prefix)
+            for sel, Z in zip(self.selections, self.Z, strict=True)
+        ]
+        self.check_data(X, y)
+        kernels, likelihood = deep.hyperparameters()
+        layers = []
+        for i, (kernel, mask) in enumerate(zip(kernels, masks, strict=True)):
+            Z = sites.inducing_inputs(self.Z[i], name=f"layer{i}.Z")
+            layer = Layer.at(kernel, Z, deep.variational_parameters(i), mask)
+            sites.inducing_outputs(self.widths[i], Z.shape[0], layer.Lmm, Z.dtype, name=f"layer{i}.u")
+            layers.append(layer)
+        key = numpyro.prng_key()
+        if key is None:
+            raise ValueError("SelectiveDeepSVGP.model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
+        with sites.data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
+            Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+            numpyro.factor("y", deep.expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
 
     def guide(self, X: Array, y: Array) -> None:
-        score_function_baseline()
-        masks = []
-        for i, K in enumerate(self.num_inducing):
-            dtype = jnp.asarray(self.Z[i]).dtype
-            init = jnp.full((K,), self.initial_inclusion, dtype=dtype)
-            probs = numpyro.param(inclusion_param(i), init, constraint=constraints.unit_interval)
-            masks.append(numpyro.sample(inclusion_site(i), IndependentInclusion(probs)).astype(dtype))
-        self._guide(masks)
+        """s^ℓ ~ q_{λ^ℓ}(s^ℓ) of every layer (one baseline), then q(u^ℓ_s), the marginal of q(u^ℓ) over all K_ℓ."""
+        masks = [
+            sites.inclusion_posterior(
+                sel.num_candidates, self.initial_inclusion, jnp.asarray(Z).dtype, sel.prefix, baseline=i == 0
+            )
+            for i, (sel, Z) in enumerate(zip(self.selections, self.Z, strict=True))
+        ]
+        for i, mask in enumerate(masks):
+            q = masked_q(*self.ordinary.variational_parameters(i), mask)
+            sites.inducing_posterior(*q, name=f"layer{i}.u")
+
+    def fitted(self, params: Mapping[str, Array]) -> tuple[list[Kernel], Likelihood]:
+        """Kernels and likelihood at fitted values (:meth:`DeepSVGP.fitted`)."""
+        return self.ordinary.fitted(params)
+
+    def elbo(
+        self,
+        params: Mapping[str, Array],
+        X: Array,
+        y: Array,
+        key: Array,
+        *,
+        masks: Sequence[Array] | None = None,
+        num_samples: int | None = None,
+    ) -> Array:
+        """The deep GP's bound L(s) at ``params`` with every layer restricted to ``masks`` (None: all candidates),
+        :meth:`DeepSVGP.elbo` (scalar)."""
+        return self.ordinary.elbo(params, X, y, key, masks=masks, num_samples=num_samples)
+
+    def inclusion_priors(self) -> list[SubsetPointProcess]:
+        """p_{α_ℓ} of every layer."""
+        return [sel.prior() for sel in self.selections]
 
     def inclusion_probabilities(self, params: Mapping[str, Array]) -> list[np.ndarray]:
         """Fitted λ^ℓ [K_ℓ] of every layer (the initial value where ``params`` has none)."""
-        return [
-            np.asarray(params.get(inclusion_param(i), np.full(K, self.initial_inclusion)))
-            for i, K in enumerate(self.num_inducing)
-        ]
+        return [sel.probabilities(params) for sel in self.selections]
 
     def kl_selection(self, params: Mapping[str, Array]) -> list[float]:
         """KL[q_{λ^ℓ} ‖ p_{α_ℓ}] of every layer at fitted λ."""
-        probs = self.inclusion_probabilities(params)
-        return [
-            float(kl_divergence(IndependentInclusion(jnp.asarray(p)), prior))
-            for p, prior in zip(probs, self.inclusion_priors(), strict=True)
-        ]
-
-    def _selected(self, masks: Sequence[Array]) -> list[np.ndarray]:
-        """Indices of the selected candidates of every layer; raises on a malformed or empty mask."""
-        if len(masks) != self.num_layers:
-            raise ValueError(f"masks: expected {self.num_layers} masks (one per layer), got {len(masks)}")
-        indices = []
-        for i, (mask, K) in enumerate(zip(masks, self.num_inducing, strict=True)):
-            m = np.asarray(mask)
-            if m.shape != (K,) or not np.all((m == 0) | (m == 1)):
-                raise ValueError(f"masks[{i}]: expected a 0/1 array of shape ({K},), got {m!r}")
-            if not m.any():
-                raise ValueError(f"masks[{i}]: selects no candidate; every layer needs at least one inducing point")
-            indices.append(np.flatnonzero(m))
-        return indices
+        return [float(sel.kl(params)) for sel in self.selections]
 
     def prune(self, params: Mapping[str, Array], masks: Sequence[Array]) -> tuple[DeepSVGP, dict[str, Array]]:
         """An ordinary :class:`DeepSVGP` on the selected candidates and its parameters: Z^ℓ restricted to the
         kept rows, q(u^ℓ_I) = N(m_I, S_II) (Gaussian marginal), every other fitted value carried over."""
-        pruned = {k: v for k, v in params.items() if not _is_selection_param(k)}
-        for i, index in enumerate(self._selected(masks)):
-            pruned[f"layer{i}.Z"] = jnp.asarray(params.get(f"layer{i}.Z", self.Z[i]))[index]
-            pruned[f"layer{i}.u_loc"], pruned[f"layer{i}.u_scale_tril"] = subset_q(
-                jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]), index
-            )
-        base = base_fields(self, DeepSVGP)
-        base["Z"] = [np.asarray(pruned[f"layer{i}.Z"]) for i in range(self.num_layers)]
-        return DeepSVGP(**base), pruned
+        if len(masks) != self.num_layers:
+            raise ValueError(f"masks: expected {self.num_layers} masks (one per layer), got {len(masks)}")
+        pruned = gp_parameters(params)
+        for i, (sel, mask, Z) in enumerate(zip(self.selections, masks, self.Z, strict=True)):
+            pruned.update(sel.restrict(params, mask, Z, "u_scale_tril", name=f"masks[{i}]"))
+        Zs = [np.asarray(pruned[f"layer{i}.Z"]) for i in range(self.num_layers)]
+        return DeepSVGP(**{**base_fields(self, DeepSVGP), "Z": Zs}), pruned
 
 
 def sample_joint_subset(probs: Sequence[Array], key: Array) -> list[np.ndarray]:

@@ -1,5 +1,9 @@
 """SVGP: the uncollapsed sparse variational GP for any likelihood (thesis §3.3, Ch 4 eqs 4.22-4.26).
 
+Site names: hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, D]; latent ``"u"`` [P, M];
+plate ``"data"``; factor ``"y"`` [B]; guide params ``"u_loc"`` [P, M] and ``"u_scale_tril"`` [P, M, M]
+(or ``"u_scale"`` [P, M] when ``q_diag``).
+
 Generative model (whitened by default, thesis eq 5.25)::
 
     v ~ N(0, I) [P, M],  u = Lmm v    (unwhitened: u ~ N(0, Kmm))
@@ -21,10 +25,6 @@ closed form (registered in :mod:`ppl_sparsegp.numpyro.distributions`). The data 
 Minibatches: ``batch_size=B`` subsamples the data plate (B indices drawn uniformly with replacement), which
 scales the data term by N/B; the KL is outside the plate and counted once. Alternatively pass minibatches
 yourself and set ``num_data`` to the full N.
-
-Site names: hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, D]; latent ``"u"`` [P, M];
-plate ``"data"``; factor ``"y"`` [B]; guide params ``"u_loc"`` [P, M] and ``"u_scale_tril"`` [P, M, M]
-(or ``"u_scale"`` [P, M] when ``q_diag``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpyro
 
 from ppl_sparsegp.core import conditionals, kl, ops
-from ppl_sparsegp.core.masking import masked_cholesky, masked_mean, masked_scale
 from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns, check_sparse_settings
@@ -89,59 +88,34 @@ class SVGP(GPModel):
             raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent), got {P}")
 
     def model(self, X: Array, y: Array) -> None:
-        self._model(X, y, None)
-
-    def _model(self, X: Array, y: Array, mask: Array | None) -> None:
-        """The model over the candidates selected by ``mask`` [M] (0/1; None: all of them).
-
-        A mask zeroes the excluded rows of Kmn and decouples the excluded outputs (unwhitened only; see
-        :mod:`ppl_sparsegp.core.masking`), so the bound is that of the SVGP on the selected inputs.
-        """
+        """u ~ p(u) and the data term of the batch as the factor ``"y"`` (see the module docstring)."""
         self.check_data(X, y)
         self._check_outputs(y)
         kernel, likelihood = self.hyperparameters()
-        Z = numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
+        Z = sites.inducing_inputs(self.Z, self.learn_Z)
         Kmm = kernel(Z)
-        # Whitened and unmasked, Lmm only projects Kmn: the fused ops.cholesky_project (cheaper gradient) forms it.
-        fused = mask is None and self.whiten
-        Lmm = None if fused else (ops.cholesky(Kmm) if mask is None else masked_cholesky(Kmm, mask))
-        u = sites.inducing_outputs(self.num_latent, self.num_inducing, None if self.whiten else Lmm, Z.dtype)
+        Lmm = None if self.whiten else ops.cholesky(Kmm)  # whitened, the fused projection below forms it
+        u = sites.inducing_outputs(self.num_latent, self.num_inducing, Lmm, Z.dtype)
         if self.data_term == "analytic":
-            q_mu, q_sqrt = self._masked_q(self._q_parameters(Z.dtype), mask)
+            q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
         else:
             q_mu, q_sqrt = u, None
         with sites.data_plate(y.shape[0], self.batch_size, self.num_data) as idx:
             Xb, Yb = sites.batch(X, y, idx)
-            Xb = self._batch_inputs(Xb, idx)
-            Kmn = kernel(Z, Xb) if mask is None else mask[:, None] * kernel(Z, Xb)
-            A = ops.cholesky_project(Kmm, Kmn) if fused else None
+            Kmn = kernel(Z, Xb)
+            A = ops.cholesky_project(Kmm, Kmn) if self.whiten else None  # Lmm⁻¹ Kmn with the cheaper gradient
             mean, var = conditionals.conditional(
                 Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten, projection=A
             )
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def _batch_inputs(self, Xb: Array | None, idx: Array | None) -> Array:
-        """The inputs of the batch [B, D]: the given rows (the GP-LVM draws latent ones instead)."""
-        return Xb
-
-    def _q_parameters(self, dtype: Any) -> tuple[Array, Array]:
-        """q(u)'s params (u_loc [P, M], u_scale_tril [P, M, M] or u_scale [P, M])."""
-        return sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
-
-    @staticmethod
-    def _masked_q(q: tuple[Array, Array], mask: Array | None) -> tuple[Array, Array]:
-        """q(u)'s (loc, scale) restricted to the candidates in ``mask`` (None: unchanged)."""
-        if mask is None:
-            return q
-        return masked_mean(q[0], mask), masked_scale(q[1], mask)
-
     def guide(self, X: Array, y: Array) -> None:
-        self._guide(None)
-
-    def _guide(self, mask: Array | None) -> None:
-        """The guide with q(u) restricted to the candidates in ``mask`` [M] (None: all of them)."""
+        """Point masses of the hyperparameters with priors and u ~ q(u)."""
         self.hyperparameter_guide()
-        sites.inducing_posterior(*self._masked_q(self._q_parameters(jnp.asarray(self.Z).dtype), mask))
+        dtype = jnp.asarray(self.Z).dtype
+        sites.inducing_posterior(
+            *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
+        )
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """The full-batch ELBO (eq 4.22) at given parameters: Σ_n E_q[log p(y_n|f_n)] - KL (scalar)."""

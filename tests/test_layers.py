@@ -9,7 +9,12 @@ ALLOWED = {
     # layer: the ppl_sparsegp modules it may import (prefixes)
     "core": ("ppl_sparsegp.core",),
     "backends": ("ppl_sparsegp.core",),
-    "numpyro": ("ppl_sparsegp.core", "ppl_sparsegp.numpyro", "ppl_sparsegp.validation"),
+    "numpyro": (
+        "ppl_sparsegp.core",
+        "ppl_sparsegp.numpyro",
+        "ppl_sparsegp.validation",
+        "ppl_sparsegp.infer.score_function",  # the baseline site that ScoreFunctionELBO reads, declared in guides
+    ),
     "infer": ("ppl_sparsegp.core.ops", "ppl_sparsegp.infer", "ppl_sparsegp.results", "ppl_sparsegp.validation"),
 }
 FORBIDDEN_THIRD_PARTY = {"core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox")}

@@ -18,6 +18,11 @@ of the **included** block, mean_{k∈I} K_kk, to the included diagonal only, so 
 exactly ``ops.cholesky(K_II)``; the collapsed bound's second factor, of B = I + A Aᵀ, takes no jitter. The masked
 and the direct subset bounds therefore agree to round-off.
 
+The selective models evaluate their bound L(s) with :func:`masked_conditional` (uncollapsed: q(f) of the sparse GP on
+the selected candidates, from one unwhitened q(u) over all K restricted by :func:`masked_q`) or
+:func:`masked_sgpr_elbo` (collapsed: Titsias' bound of the selected candidates); :func:`subset_q` is what pruning
+keeps.
+
 Backend-neutral (jax, torch, numpy) through the array API, like :mod:`ppl_sparsegp.core.conditionals`.
 """
 
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ops
+from . import bounds, conditionals, ops
 
 Array = Any
 
@@ -74,6 +79,66 @@ def masked_scale(q_sqrt: Array, mask: Array) -> Array:
     masked = mask[:, None] * S * mask[None, :]
     eye = xp.eye(q_sqrt.shape[-1], dtype=q_sqrt.dtype)
     return ops.cholesky(masked + eye * (1.0 - mask)[None, :], jitter=0.0)
+
+
+def masked_q(q_mu: Array, q_sqrt: Array, mask: Array) -> tuple[Array, Array]:
+    """q(u) over all K candidates restricted to those in ``mask``: (:func:`masked_mean`, :func:`masked_scale`).
+
+    Args:
+        q_mu: m [P, K]; q_sqrt: lower-triangular R [P, K, K] (S = R Rᵀ) or the diagonal [P, K] of a mean-field q.
+        mask: b [K].
+
+    Returns:
+        (m̃ [P, K], the square root of S̃ [P, K, K] or [P, K]): the marginal q(u_I) on the included entries,
+        independent N(0, 1) on the excluded ones.
+    """
+    return masked_mean(q_mu, mask), masked_scale(q_sqrt, mask)
+
+
+def masked_conditional(
+    Kmn: Array,
+    Lmm: Array,
+    Knn: Array,
+    mask: Array,
+    q_mu: Array,
+    q_sqrt: Array | None = None,
+    *,
+    full_cov: bool = False,
+) -> tuple[Array, Array]:
+    """q(f(X)) of the sparse GP whose inducing inputs are the candidates in ``mask``, at fixed shapes.
+
+    Equals :func:`ppl_sparsegp.core.conditionals.conditional` (unwhitened) of the selected candidates alone, with
+    K_In, chol K_II, m_I and S_II (the subset bound's q(f), paper Eq. 1 with Z = Z*_I): the excluded rows of Kmn
+    are zeroed here, so the excluded entries of ``q_mu`` and ``q_sqrt`` do not matter.
+
+    Args:
+        Kmn: K(Z*, X) over all K candidates, [K, N].
+        Lmm: :func:`masked_cholesky` of K(Z*, Z*) and ``mask``, [K, K].
+        Knn: prior variances diag K(X, X) [N] (or K(X, X) [N, N] with ``full_cov``).
+        mask: b [K] (0/1, the dtype of Kmn).
+        q_mu, q_sqrt: q(u) over the candidates as :func:`masked_q` restricts it (m̃ [P, K]; [P, K, K] or [P, K]),
+            or a draw u [P, K] of that q with ``q_sqrt=None`` (the conditional given u).
+        full_cov: the full covariance over X instead of the marginal variances.
+
+    Returns:
+        (mean [P, N], var [P, N]) or (mean [P, N], cov [P, N, N]).
+    """
+    return conditionals.conditional(mask[:, None] * Kmn, Lmm, Knn, q_mu, q_sqrt, whiten=False, full_cov=full_cov)
+
+
+def masked_sgpr_elbo(Kmn: Array, Kmm: Array, Knn_diag: Array, y: Array, noise_variance: Array, mask: Array) -> Array:
+    """Titsias' collapsed bound (:func:`ppl_sparsegp.core.bounds.sgpr_elbo`) of the candidates in ``mask`` alone,
+    at fixed shapes; with an empty mask, the prior-only bound log N(y | 0, σ² I) − Tr(K_nn) / (2σ²).
+
+    Args:
+        Kmn: K(Z*, X) [K, N]; Kmm: K(Z*, Z*) [K, K]; Knn_diag: [N]; y: [N] or [N, P]; noise_variance: σ²;
+        mask: b [K] (0/1, the dtype of Kmm).
+
+    Returns:
+        The bound (scalar).
+    """
+    Lmm = masked_cholesky(Kmm, mask)
+    return bounds.sgpr_elbo(mask[:, None] * Kmn, Kmm, Knn_diag, y, noise_variance, Lmm=Lmm)
 
 
 def subset_q(q_mu: Array, q_sqrt: Array, index: Array) -> tuple[Array, Array]:

@@ -7,7 +7,15 @@
   ``"<prefix>kernel.<name>"`` / ``"<prefix>likelihood.<name>"``: a positive ``param`` (type-II ML), a ``sample``
   site under its prior, or a constant when fixed; :func:`hyperparameter_guide` gives the guide's point masses at
   ``"<site>_map"`` for those with priors.
-* :func:`inducing_outputs` and :func:`inducing_posterior` are the ``"u"`` sample site of the model and the guide.
+* :func:`inducing_outputs` and :func:`inducing_posterior` are the ``"u"`` sample site of the model and the guide;
+  :func:`inducing_inputs` is the param ``"Z"``.
+* :func:`inclusion` and :func:`inclusion_posterior` are the ``"inclusion"`` site of a selective model (the inducing
+  set s ∈ {0,1}^K drawn from K candidates, Uhrenholt et al. 2021): s ~ p_α(s) ∝ exp(−α|s|²) in the model,
+  s ~ q_λ(s) = Π_k Bernoulli(λ_k) in the guide, with λ the param ``"inclusion_probs"`` and the score-function
+  baseline declared beside it.
+* :func:`latent_inputs` and :func:`latent_posterior` are the ``"X"`` site of a GP-LVM inside the data plate:
+  x_n ~ N(0, I_Q) in the model, x_n ~ N(μ_n, diag s_n²) in the guide, with μ, s the params ``"X_loc"``,
+  ``"X_scale"`` [N, Q] (:func:`latent_posterior_parameters`), of which the guide takes the plate's rows.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from numpyro.distributions import constraints
 
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.infer.score_function import score_function_baseline
 from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 Array = Any
 
@@ -128,3 +138,50 @@ def inducing_posterior_parameters(
 def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:
     """The guide's ``u`` ~ q(u) = Π_p N(loc_p, R_p R_pᵀ): loc [P, M], scale [P, M, M] or diagonal [P, M]."""
     return numpyro.sample(name, InducingPosterior(loc, scale))
+
+
+def inducing_inputs(Z: Array, learn: bool = True, name: str = "Z") -> Array:
+    """The inducing inputs Z [M, D]: the param ``name`` started at ``Z``, or the constant ``Z`` when not learned."""
+    return numpyro.param(name, jnp.asarray(Z)) if learn else jnp.asarray(Z)
+
+
+def inclusion(num_candidates: int, alpha: float, dtype: Any, prefix: str = "") -> Array:
+    """Model side: the inducing set s ~ p_α(s) ∝ exp(−α |s|²) over K candidates at the site ``"<prefix>inclusion"``
+    (:class:`~ppl_sparsegp.numpyro.subset_prior.SubsetPointProcess`) -> a 0/1 mask [K] of ``dtype``."""
+    return numpyro.sample(f"{prefix}inclusion", SubsetPointProcess(num_candidates, alpha)).astype(dtype)
+
+
+def inclusion_posterior(
+    num_candidates: int, initial: float, dtype: Any, prefix: str = "", baseline: bool = True
+) -> Array:
+    """Guide side: λ = the param ``"<prefix>inclusion_probs"`` [K] in (0, 1) (started at ``initial``; learned as
+    logits), the score-function baseline (:func:`~ppl_sparsegp.infer.score_function.score_function_baseline`; a
+    guide with several inclusion sites declares it once: ``baseline=False`` on the others), and
+    s ~ q_λ(s) = Π_k Bernoulli(λ_k) at ``"<prefix>inclusion"`` -> a 0/1 mask [K] of ``dtype``."""
+    init = jnp.full((num_candidates,), initial, dtype=dtype)
+    probs = numpyro.param(f"{prefix}inclusion_probs", init, constraint=constraints.unit_interval)
+    if baseline:
+        score_function_baseline()
+    return numpyro.sample(f"{prefix}inclusion", IndependentInclusion(probs)).astype(dtype)
+
+
+def latent_inputs(num_rows: int, latent_dim: int, dtype: Any, name: str = "X") -> Array:
+    """Model side, inside the data plate: the GP-LVM's latent inputs x_n ~ N(0, I_Q) of the plate's rows -> [B, Q]."""
+    zeros = jnp.zeros((num_rows, latent_dim), dtype=dtype)
+    return numpyro.sample(name, dist.Normal(zeros, 1.0).to_event(1))
+
+
+def latent_posterior_parameters(X_init: Array, scale_init: float) -> tuple[Array, Array]:
+    """Guide side: q(X)'s params ``"X_loc"`` [N, Q] (started at ``X_init``) and ``"X_scale"`` [N, Q] (positive,
+    started at ``scale_init``). Register them outside the data plate and pass them to :func:`latent_posterior`."""
+    init = jnp.asarray(X_init)
+    loc = numpyro.param("X_loc", init)
+    scale_init = jnp.full(init.shape, scale_init, dtype=init.dtype)
+    return loc, numpyro.param("X_scale", scale_init, constraint=constraints.positive)
+
+
+def latent_posterior(loc: Array, scale: Array, idx: Array | None, name: str = "X") -> Array:
+    """Guide side, inside the data plate: x_n ~ N(μ_n, diag s_n²) for the plate's rows ``idx`` [B] (None: all N)
+    of loc, scale [N, Q] -> [B, Q]."""
+    rows = (loc, scale) if idx is None else (loc[idx], scale[idx])
+    return numpyro.sample(name, dist.Normal(*rows).to_event(1))
