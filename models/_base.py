@@ -87,10 +87,12 @@ class GPModel:
             validation.check_inputs(X, y)
         names = self.hyperparameter_sites()
         given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in names}
-        sites.rebuild(self.kernel, self.likelihood, given)  # rejects non-finite or non-positive concrete values
+        kernel, _ = sites.rebuild(self.kernel, self.likelihood, given)  # rejects non-finite, non-positive values
         Z = getattr(self, "Z", None)
         if Z is not None and _is_concrete(X):
             validation.check_same_dim(Z, X)
+        if _is_concrete(X):
+            kernel.diag(X[:1])  # the kernel takes X's columns (ARD lengths, active_dims), or ValueError
 
     def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
         raise NotImplementedError

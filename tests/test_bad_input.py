@@ -407,3 +407,41 @@ def test_a_damaged_params_file_is_one_error_naming_it(tmp_path, damage):
     with pytest.raises(ValueError, match=rf"^{re.escape(str(path))} is not a readable \.npz file \(") as err:
         results.read_npz(path)
     assert "\n" not in str(err.value)
+
+
+# Predictions, parameter dicts, hyperparameter values and step counts
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: kernels.RBF(lengthscale=jax.numpy.asarray(0.0)), "RBF.lengthscale must be positive and finite"),
+        (lambda: kernels.RBF(lengthscale=jax.numpy.asarray([1.0, np.nan])), "RBF.lengthscale must be positive"),
+        (lambda: kernels.Matern32(variance=jax.numpy.asarray(-1.0)), "Matern32.variance must be positive"),
+        (lambda: kernels.RBF(lengthscale=jax.numpy.ones((2, 2))), "RBF.lengthscale must be a scalar or a vector"),
+        (lambda: likelihoods.Gaussian(variance=jax.numpy.asarray(0.0)), "variance must be positive and finite"),
+        (
+            lambda: GPR(kernel=kernels.RBF(), likelihood=likelihoods.Gaussian(jax.numpy.asarray(0.0))),
+            "variance must be positive and finite",
+        ),
+    ],
+)
+def test_hyperparameters_given_as_jax_arrays_are_validated_like_numpy_ones(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_traced_hyperparameters_are_not_checked():
+    X = np.zeros((3, 1))
+    K = jax.jit(lambda ell, s2: kernels.RBF(lengthscale=ell)(X) + likelihoods.Gaussian(s2).variance)(1.0, 0.1)
+    np.testing.assert_allclose(K, 1.1)
+
+
+@pytest.mark.parametrize("method", ["svgp", "sgpr", "gpr"])
+def test_an_ard_lengthscale_of_the_wrong_length_is_named(rng, method, no_compilation):
+    X, y = _xy(rng)
+    with pytest.raises(ValueError, match="lengthscale has 3 entries but X has 2 columns"):
+        kernels.RBF(lengthscale=np.ones(3))(X)
+    gp = _model(method, X)
+    with pytest.raises(ValueError, match="RBF.lengthscale has 3 entries but X has 2 columns"):
+        _fit(gp, X, y, init_params={"kernel.lengthscale": np.ones(3)})

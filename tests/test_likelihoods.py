@@ -421,8 +421,12 @@ def test_positivity_is_validated_for_concrete_values_only():
     ):
         with pytest.raises(ValueError, match="positive"):
             bad()
-    lazy = Gaussian(variance=jnp.asarray(-1.0))  # backend arrays are not inspected (no device sync)
-    assert float(lazy.variance) == -1.0
+    # a concrete jax array is inspected like a numpy one (issue 20: it used to pass unchecked)
+    with pytest.raises(ValueError, match="positive"):
+        Gaussian(variance=jnp.asarray(-1.0))
+    # a traced value has no entries to inspect, and torch tensors are not read (no device sync)
+    assert float(jax.jit(lambda v: Gaussian(variance=v).variance)(-1.0)) == -1.0
+    assert float(Gaussian(variance=torch.asarray(-1.0)).variance) == -1.0
 
 
 def test_hyperparameters_as_traced_jax_values():

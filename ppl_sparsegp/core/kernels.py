@@ -34,8 +34,10 @@ Python number. Mixing jax and torch raises. Computation happens in the floating 
 inputs (``result_type(X, X2)``; integer inputs are promoted to the namespace's default floating
 dtype) and hyperparameters are cast to it, so Python floats and numpy arrays are fine as values.
 
-**Construction is cheap and pure**: positivity and shapes are checked only for Python numbers and
-numpy arrays (never for jax/torch arrays, which may be tracers or live on a device).
+**Construction is cheap and pure**: positivity and shapes are checked for Python numbers, numpy arrays and
+concrete jax arrays (a jax tracer has no values to check; torch tensors are not checked, since reading them would
+synchronise a device on every step of an eager torch loop). The length of an ARD vector is checked against the
+inputs' columns when the kernel is evaluated.
 
 **Numerics.** Scaled squared distances are computed by the expansion ``|a|^2 + |b|^2 - 2 a.b`` on
 inputs centred by their common mean (to limit cancellation), clipped at 0, and set exactly to 0
@@ -59,7 +61,7 @@ from typing import Any, ClassVar
 import array_api_compat
 import numpy as np
 
-from .ops import is_array, namespace
+from .ops import concrete_values, is_array, is_jax, namespace
 
 Array = Any
 
@@ -145,16 +147,22 @@ def _safe_sqrt(xp, r2: Array) -> Array:
 
 
 def _check_hyperparameter(owner: str, name: str, value: Any, max_ndim: int) -> Any:
-    """Validate a concrete (Python or numpy) hyperparameter; lists become numpy arrays.
+    """Validate a concrete hyperparameter (Python number, numpy or concrete jax array); lists become numpy arrays.
 
-    jax and torch arrays pass through untouched: they may be tracers, or checking them would sync
-    a device.
+    jax tracers (no values yet) and torch tensors (reading them would sync a device) pass through
+    unchecked; every value is returned unchanged.
     """
     if isinstance(value, list | tuple):
         value = np.asarray(value, dtype=float)
-    if isinstance(value, bool) or not isinstance(value, int | float | np.ndarray | np.generic):
+    if is_jax(value):
+        values = concrete_values(value)  # None for a tracer
+    elif isinstance(value, bool) or not isinstance(value, int | float | np.ndarray | np.generic):
+        values = None
+    else:
+        values = value
+    if values is None:
         return value
-    concrete = np.asarray(value, dtype=float)
+    concrete = np.asarray(values, dtype=float)
     if concrete.ndim > max_ndim:
         shape = "a scalar" if max_ndim == 0 else "a scalar or a vector [D]"
         raise ValueError(f"{owner}.{name} must be {shape}, got shape {concrete.shape}")
@@ -183,6 +191,8 @@ class Kernel:
     __slots__ = ("active_dims",)
     param_names: ClassVar[tuple[str, ...]] = ()
     """Names of the hyperparameters of a leaf kernel (also its constructor's keyword arguments)."""
+    ard_names: ClassVar[tuple[str, ...]] = ()
+    """The hyperparameters that may be a vector [D] with one entry per input column (ARD)."""
 
     def __init__(self, active_dims: Iterable[int] | None = None) -> None:
         dims = None if active_dims is None else tuple(int(d) for d in active_dims)
@@ -213,12 +223,28 @@ class Kernel:
             hyperparameters.
         """
         xp, X, X2 = self._prepare(X, X2)
-        return self._K(xp, self._select(xp, X), None if X2 is None else self._select(xp, X2))
+        X = self._select(xp, X)
+        self._check_ard(X)
+        return self._K(xp, X, None if X2 is None else self._select(xp, X2))
 
     def diag(self, X: Array) -> Array:
         """The diagonal ``k(X[i], X[i])`` of ``K(X)`` without forming it: X [N, D] -> [N]."""
         xp, X, _ = self._prepare(X, None)
-        return self._diag(xp, self._select(xp, X))
+        X = self._select(xp, X)
+        self._check_ard(X)
+        return self._diag(xp, X)
+
+    def _check_ard(self, X: Array) -> None:
+        """Refuse an ARD vector whose length is not the number of input columns the kernel sees (X [N, D])."""
+        for name in self.ard_names:
+            value = getattr(self, name)
+            shape = tuple(getattr(value, "shape", np.shape(value)))
+            if len(shape) == 1 and shape[0] != X.shape[1]:
+                seen = "" if self.active_dims is None else f" (its active_dims {list(self.active_dims)})"
+                raise ValueError(
+                    f"{type(self).__name__}.{name} has {shape[0]} entries but X has {X.shape[1]} columns{seen}; "
+                    f"give one {name} per input column, or a scalar"
+                )
 
     def _prepare(self, X: Array, X2: Array | None):
         """Resolve the namespace, move the inputs to it and to one float dtype, check shapes."""
@@ -316,6 +342,7 @@ class Stationary(Kernel):
 
     __slots__ = ("variance", "lengthscale")
     param_names = ("variance", "lengthscale")
+    ard_names = ("lengthscale",)
 
     def __init__(
         self,
@@ -417,6 +444,7 @@ class Periodic(Kernel):
 
     __slots__ = ("variance", "lengthscale", "period")
     param_names = ("variance", "lengthscale", "period")
+    ard_names = ("lengthscale", "period")
 
     def __init__(
         self,
@@ -467,6 +495,7 @@ class Linear(Kernel):
 
     __slots__ = ("variance",)
     param_names = ("variance",)
+    ard_names = ("variance",)
 
     def __init__(self, variance: Any = 1.0, active_dims: Iterable[int] | None = None) -> None:
         super().__init__(active_dims)

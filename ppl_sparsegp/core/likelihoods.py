@@ -89,9 +89,16 @@ def _coerce(latent: tuple[Any, ...], others: tuple[Any, ...] = ()) -> tuple[Any,
 
 
 def _check_positive(name: str, value: Any) -> None:
-    """Raise ValueError unless a concrete (Python or numpy) ``value`` is positive and finite."""
-    if isinstance(value, int | float | np.ndarray | np.generic):
-        arr = np.asarray(value, dtype=float)
+    """Raise ValueError unless a concrete ``value`` (Python number, numpy or concrete jax array) is positive and
+    finite. jax tracers (no values yet) and torch tensors (reading them would sync a device) are not checked."""
+    if ops.is_jax(value):
+        values = ops.concrete_values(value)  # None for a tracer
+    elif isinstance(value, int | float | np.ndarray | np.generic):
+        values = value
+    else:
+        values = None
+    if values is not None:
+        arr = np.asarray(values, dtype=float)
         if not (np.all(arr > 0) and np.all(np.isfinite(arr))):
             raise ValueError(f"{name} must be positive and finite, got {value!r}")
 

@@ -80,6 +80,27 @@ def is_torch(x: Array) -> bool:
     return sys.modules.get("torch") is not None and array_api_compat.is_torch_array(x)
 
 
+def is_traced(x: Any) -> bool:
+    """Whether ``x`` is an abstract jax value (a tracer inside ``jit``, ``grad`` or ``vmap``) whose entries are not
+    known yet. Never imports jax: a tracer can exist only once jax has been imported."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(x, jax.core.Tracer)
+
+
+def concrete_values(x: Array) -> np.ndarray | None:
+    """The entries of ``x`` as a numpy array when they can be read now, None when they cannot (a jax tracer).
+
+    For eager checks of values (positivity, finiteness) that must skip traced values. A concrete jax array is
+    copied to the host; torch tensors are read through numpy (CPU tensors without gradient only, else None).
+    """
+    if is_traced(x):
+        return None
+    try:
+        return np.asarray(x)
+    except (TypeError, RuntimeError, ValueError):
+        return None
+
+
 def dtype_name(x: Array) -> str:
     """``'float64'``, ``'float32'``... for any backend's array."""
     return str(x.dtype).replace("torch.", "")
