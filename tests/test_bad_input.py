@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import re
+import warnings
 
 import jax
 import numpy as np
@@ -22,7 +23,7 @@ import optax
 import pytest
 
 from ppl_sparsegp import cli, data, results
-from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.core import kernels, likelihoods, ops
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.gpr import GPR
@@ -445,3 +446,26 @@ def test_an_ard_lengthscale_of_the_wrong_length_is_named(rng, method, no_compila
     gp = _model(method, X)
     with pytest.raises(ValueError, match="RBF.lengthscale has 3 entries but X has 2 columns"):
         _fit(gp, X, y, init_params={"kernel.lengthscale": np.ones(3)})
+
+
+def test_unwhitened_predictions_with_near_duplicate_inducing_inputs_warn(rng):
+    X, y = _xy(rng)
+    Z = np.array([[0.0, 0.0], [1e-6, 0.0], [1.0, 1.0]])
+    params = {"u_loc": np.array([[1.0, -1.0, 0.5]]), "u_scale_tril": np.eye(3)[None]}
+    common = {"kernel": kernels.RBF(1.0, np.ones(2)), "likelihood": likelihoods.Gaussian(0.1)}
+    with pytest.warns(ops.ConditioningWarning, match=r"Kmm = k\(Z, Z\) is poorly conditioned.*whiten=True"):
+        _, var = SVGP(**common, Z=Z, whiten=False).predict_f(params, X[:3])
+    assert np.max(var) > 10.0  # what the warning is about: q(u) magnified by Kmm⁻¹ (the prior variance is 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ops.ConditioningWarning)
+        SVGP(**common, Z=np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0]]), whiten=False).predict_f(params, X[:3])
+        SVGP(**common, Z=Z, whiten=True).predict_f(params, X[:3])  # whitened: q(v) does not go through Kmm⁻¹
+        jax.jit(lambda x: SVGP(**common, Z=Z, whiten=False).predict_f(params, x))(X[:3])  # traced: not checked
+
+
+def test_float32_near_duplicate_inducing_inputs_warn_too(rng):
+    X, _ = _xy(rng)
+    Z = np.array([[0.0, 0.0], [1e-4, 0.0], [1.0, 1.0]], dtype=np.float32)
+    L = ops.cholesky(kernels.RBF(1.0, np.ones(2))(jax.numpy.asarray(Z)))
+    with pytest.warns(ops.ConditioningWarning, match="float32"):
+        ops.warn_if_ill_conditioned(L, "Kmm")

@@ -19,6 +19,12 @@ from . import ops
 Array = Any
 
 
+UNWHITENED_ADVICE = (
+    "The unwhitened conditional multiplies q(u) by Kmm⁻¹: move near-duplicate inducing inputs apart, raise the "
+    "jitter, or use the whitened parameterisation (whiten=True)."
+)
+
+
 def project(Lmm: Array, Kmn: Array) -> Array:
     """A = Lmm^{-1} Kmn, shape [M, N] (see :func:`ppl_sparsegp.core.ops.lower_solve`)."""
     return ops.lower_solve(Lmm, Kmn)
@@ -55,8 +61,15 @@ def conditional(
 
     Returns:
         (mean [P, N], var [P, N]) or (mean [P, N], cov [P, N, N]).
+
+    Warns:
+        ConditioningWarning: unwhitened, evaluated eagerly, and Kmm nearly singular
+            (:func:`ppl_sparsegp.core.ops.warn_if_ill_conditioned`): q(u) then enters through Kmm⁻¹, which
+            magnifies it (near-duplicate inducing inputs can turn a variance of 1 into hundreds).
     """
     xp = ops.namespace(Kmn, Lmm, q_mu)
+    if not whiten:
+        ops.warn_if_ill_conditioned(Lmm, "Kmm = k(Z, Z)", UNWHITENED_ADVICE)
     A = project(Lmm, Kmn) if projection is None else projection
     B = A if whiten else ops.solve_triangular(Lmm, A, lower=True, transpose=True)
     mean = q_mu @ B

@@ -52,6 +52,18 @@ class JitterWarning(RuntimeWarning):
     """The base jitter was not enough and a larger one was used."""
 
 
+class ConditioningWarning(RuntimeWarning):
+    """A matrix is so close to singular that a result computed through its inverse is unreliable."""
+
+
+CONDITION_MARGIN = 0.01
+""":func:`warn_if_ill_conditioned` warns above ``CONDITION_MARGIN / JITTER[dtype]`` (1e6 in float64, 1e3 in float32).
+
+The jitter bounds the condition number of a jittered factorisation near ``1 / jitter``, so the limit says: the
+smallest pivot is within a factor 100 of the jitter, i.e. the matrix is singular up to the jitter and results that
+go through its inverse depend on it (e.g. inducing inputs closer than about 1e-3 lengthscales in float64)."""
+
+
 def namespace(*arrays: Array):
     """The array-API namespace of ``arrays`` (``jax.numpy``, a torch wrapper or a numpy wrapper).
 
@@ -234,6 +246,30 @@ def cholesky(A: Array, jitter: float | None = None) -> Array:
                 warnings.warn(jitter_message(level), JitterWarning, stacklevel=2)
             return L
     raise CholeskyError(failure_message(level))
+
+
+def warn_if_ill_conditioned(L: Array, what: str, advice: str = "") -> None:
+    """Warn (:class:`ConditioningWarning`) when the lower Cholesky factor ``L`` [..., n, n] shows that its matrix
+    is nearly singular: ``(max_i L_ii / min_i L_ii)²``, a lower bound on the condition number, is above
+    ``CONDITION_MARGIN / JITTER[dtype]``. Eager only: nothing happens for traced values (inside ``jit``).
+
+    Args:
+        L: the factor; ``what``: the matrix's name in the message; ``advice``: what the caller can do about it.
+    """
+    diagonal = None if is_traced(L) else concrete_values(namespace(L).linalg.diagonal(L))
+    if diagonal is None or diagonal.size == 0:
+        return
+    pivots = np.abs(diagonal.astype(float))
+    estimate = float(np.max(np.max(pivots, axis=-1) ** 2 / np.maximum(np.min(pivots, axis=-1), 1e-300) ** 2))
+    limit = CONDITION_MARGIN / JITTER.get(dtype_name(L), 1e-6)
+    if estimate > limit:
+        warnings.warn(
+            f"{what} is poorly conditioned (condition number at least {estimate:.1e}, above {limit:.0e} for "
+            f"{dtype_name(L)}): it is singular up to the jitter, and a result computed through its inverse may be "
+            f"far off. {advice}".rstrip(),
+            ConditioningWarning,
+            stacklevel=3,
+        )
 
 
 def _raw_cholesky(A: Array) -> Array | None:
