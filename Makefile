@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONSTRAINTS := constraints-dev.txt
-# pytest-xdist workers, one per core this process may use (tests/conftest.py pins each to its own core).
+# pytest-xdist workers, one per core this process may use.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 
 .PHONY: demo test test-slow lint clean

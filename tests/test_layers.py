@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "ppl_sparsegp"
 ALLOWED = {
     # layer: the ppl_sparsegp modules it may import (prefixes)
     "core": ("ppl_sparsegp.core",),
-    "backends": ("ppl_sparsegp.core",),
+    "backends": ("ppl_sparsegp.core", "ppl_sparsegp.backends"),
     "numpyro": (
         "ppl_sparsegp.core",
         "ppl_sparsegp.numpyro",

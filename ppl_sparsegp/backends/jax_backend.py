@@ -8,6 +8,8 @@ itself never imports jax. What lives here, and why it is jax-specific:
 * the fused projection ``A = chol(K)⁻¹ B`` with a single custom derivative for the pair;
 * triangular solves, ``stop_gradient`` and the special functions, each compiled as one unit.
 
+Importing it installs :mod:`ppl_sparsegp.backends.jax_lapack`'s guard against jaxlib 0.10's batched-LAPACK hang.
+
 The jitter policy itself (levels, messages, escalation count) is :mod:`ppl_sparsegp.core.ops`'s.
 """
 
@@ -24,7 +26,10 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular as _jax_solve_triangular
 
+from ppl_sparsegp.backends.jax_lapack import inline_batched_lapack
 from ppl_sparsegp.core import ops
+
+inline_batched_lapack()
 
 Array = Any
 
