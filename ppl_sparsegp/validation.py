@@ -12,6 +12,7 @@ no values to inspect.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Collection
 from typing import Any
@@ -165,6 +166,20 @@ def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
             f"training inputs), got {int(M)}"
         )
     return int(M)
+
+
+def check_count(name: str, value: Any, minimum: int = 0) -> int:
+    """Check a count (steps, draws, points, dimensions): an integer >= ``minimum``. Returns it as a Python ``int``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_positive_float(name: str, value: Any) -> float:
+    """Check a finite number > 0 (a scale, a radius). Returns it as a Python ``float``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def check_choice(name: str, value: Any, choices: Collection[Any]) -> Any:

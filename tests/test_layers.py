@@ -12,6 +12,7 @@ ALLOWED = {
     "numpyro": (
         "ppl_sparsegp.core",
         "ppl_sparsegp.numpyro",
+        "ppl_sparsegp.inducing.samplers",  # the host-side k-DPP draw behind DeterminantalZPrior.sample_from_candidates
         "ppl_sparsegp.validation",
         "ppl_sparsegp.infer.score_function",  # the baseline site that ScoreFunctionELBO reads, declared in guides
     ),

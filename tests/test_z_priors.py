@@ -14,6 +14,7 @@ import scipy.stats
 from numpyro.infer.util import initialize_model, potential_energy
 
 from ppl_sparsegp.core import kernels, ops
+from ppl_sparsegp.inducing import samplers
 from ppl_sparsegp.numpyro import z_priors as zp
 
 
@@ -35,7 +36,7 @@ def pair_counts_numpy(Z, prior):
     """S_R (hard or smooth, as configured in ``prior``) for Z [..., M, D], vectorised, in numpy."""
     d = np.sqrt(np.sum((Z[..., :, None, :] - Z[..., None, :, :]) ** 2, axis=-1))
     i, j = np.triu_indices(Z.shape[-2], k=1)
-    return zp._strauss_terms(d[..., i, j], prior).sum(axis=-1)
+    return samplers._strauss_terms(d[..., i, j], prior).sum(axis=-1)
 
 
 GRID_Z = np.array([[x, y] for x in (-1.5, 0.0, 1.5) for y in (-1.0, 1.0)])  # [6, 2], well separated
@@ -128,7 +129,7 @@ def test_k_dpp_subset_frequencies_match_enumeration():
     dets = np.array([np.linalg.det(K[np.ix_(s, s)]) for s in subsets])
     expected = dets / dets.sum()
 
-    draws = zp.sample_k_dpp(np.random.default_rng(1), candidates, kernel, k, num_samples=n_draws)
+    draws = samplers.sample_k_dpp(np.random.default_rng(1), candidates, kernel, k, num_samples=n_draws)
     assert draws.shape == (n_draws, k)
     index = {s: i for i, s in enumerate(subsets)}
     observed = np.bincount([index[tuple(row)] for row in draws], minlength=len(subsets)) / n_draws
@@ -140,8 +141,8 @@ def test_k_dpp_subset_frequencies_match_enumeration():
 def test_k_dpp_key_and_candidates():
     candidates = np.random.default_rng(0).normal(size=(8, 2))
     prior = zp.DeterminantalZPrior(kernels.RBF(lengthscale=0.5), 3, 2)
-    first = zp.sample_k_dpp(jax.random.key(3), candidates, prior.kernel, 3)
-    again = zp.sample_k_dpp(jax.random.key(3), candidates, prior.kernel, 3)
+    first = samplers.sample_k_dpp(jax.random.key(3), candidates, prior.kernel, 3)
+    again = samplers.sample_k_dpp(jax.random.key(3), candidates, prior.kernel, 3)
     np.testing.assert_array_equal(first, again)
     assert len(set(first.tolist())) == 3
     Z = prior.sample_from_candidates(jax.random.key(3), candidates)
@@ -149,11 +150,11 @@ def test_k_dpp_key_and_candidates():
     with pytest.raises(ValueError, match="candidates"):
         prior.sample_from_candidates(jax.random.key(3), candidates[:, :1])
     with pytest.raises(ValueError, match="k must be at most"):
-        zp.sample_k_dpp(jax.random.key(0), candidates, prior.kernel, 9)
+        samplers.sample_k_dpp(jax.random.key(0), candidates, prior.kernel, 9)
     with pytest.raises(ValueError, match="rank"):
-        zp.sample_k_dpp(jax.random.key(0), np.array([[0.0], [0.0], [1.0]]), prior.kernel, 3)
+        samplers.sample_k_dpp(jax.random.key(0), np.array([[0.0], [0.0], [1.0]]), prior.kernel, 3)
     with pytest.raises(ValueError, match="key_or_rng"):
-        zp.sample_k_dpp("seed", candidates, prior.kernel, 2)
+        samplers.sample_k_dpp("seed", candidates, prior.kernel, 2)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,10 +197,10 @@ def test_strauss_smooth_count_tends_to_hard_count(rng):
 def strauss_chain_mean(prior, window, seed, num_draws=1000, thin=20, burn_in=2000):
     """Mean pair count over a thinned MH chain, with a batch-means standard error."""
     rng = np.random.default_rng(seed)
-    Z = zp.sample_strauss(rng, prior, window, burn_in)
+    Z = samplers.sample_strauss(rng, prior, window, burn_in)
     counts = []
     for _ in range(num_draws):
-        Z = zp.sample_strauss(rng, prior, window, thin, init=Z)
+        Z = samplers.sample_strauss(rng, prior, window, thin, init=Z)
         assert np.all((Z >= window[0]) & (Z <= window[1]))
         counts.append(pair_counts_numpy(Z, prior))
     batches = np.asarray(counts).reshape(25, -1).mean(axis=1)
@@ -230,17 +231,17 @@ def test_strauss_sampler_arguments():
     window = (np.zeros(2), np.ones(2))
     with pytest.raises(NotImplementedError, match="window"):
         prior.sample(jax.random.key(0))
-    Z = zp.sample_strauss(jax.random.key(0), prior, window, 100)
-    np.testing.assert_array_equal(Z, zp.sample_strauss(jax.random.key(0), prior, window, 100))
-    np.testing.assert_array_equal(zp.sample_strauss(jax.random.key(0), prior, window, 0, init=Z), Z)
+    Z = samplers.sample_strauss(jax.random.key(0), prior, window, 100)
+    np.testing.assert_array_equal(Z, samplers.sample_strauss(jax.random.key(0), prior, window, 100))
+    np.testing.assert_array_equal(samplers.sample_strauss(jax.random.key(0), prior, window, 0, init=Z), Z)
     with pytest.raises(ValueError, match="window"):
-        zp.sample_strauss(jax.random.key(0), prior, (np.ones(2), np.zeros(2)), 10)
+        samplers.sample_strauss(jax.random.key(0), prior, (np.ones(2), np.zeros(2)), 10)
     with pytest.raises(ValueError, match="window"):
-        zp.sample_strauss(jax.random.key(0), prior, (np.zeros(3), np.ones(3)), 10)
+        samplers.sample_strauss(jax.random.key(0), prior, (np.zeros(3), np.ones(3)), 10)
     with pytest.raises(ValueError, match="init"):
-        zp.sample_strauss(jax.random.key(0), prior, window, 10, init=Z + 2.0)
+        samplers.sample_strauss(jax.random.key(0), prior, window, 10, init=Z + 2.0)
     with pytest.raises(ValueError, match="num_steps"):
-        zp.sample_strauss(jax.random.key(0), prior, window, -1)
+        samplers.sample_strauss(jax.random.key(0), prior, window, -1)
 
 
 # --------------------------------------------------------------------------------------------------

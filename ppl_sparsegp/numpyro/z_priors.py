@@ -16,15 +16,8 @@ directly (identity transform). ``log_prob`` takes Z [..., M, D] and returns [...
 ``jit``/``grad``/``vmap``, with the kernel hyperparameters of the DPP traced. Only the Normal prior can ``sample``
 in the ordinary way. The others cannot (the uniform is improper, the DPP and Strauss densities are unnormalised
 on R^D), so use them with an initialisation that does not sample the prior, e.g. NumPyro's default
-``init_to_uniform``. Their finite or windowed samplers are here instead:
-
-* :func:`sample_k_dpp`: exact k-DPP over a finite candidate set (Kulesza & Taskar 2012, Alg. 8);
-* :func:`sample_strauss`: Metropolis-Hastings for the Strauss density on a bounded box.
-
-**Randomness.** These samplers run on the host in numpy (one-off draws, not inside ``jit``). Their first argument
-``key_or_rng`` is either a JAX PRNG key, from whose key data a fresh ``numpy.random.Generator`` is seeded (the same
-key gives the same draw), or a ``numpy.random.Generator``, which is used and advanced in place (so successive calls
-continue one random stream).
+``init_to_uniform``. Their finite or windowed samplers, :func:`~ppl_sparsegp.inducing.samplers.sample_k_dpp` and
+:func:`~ppl_sparsegp.inducing.samplers.sample_strauss`, run on the host in :mod:`ppl_sparsegp.inducing.samplers`.
 
 **Pitfalls** (spec 001, §1.4 and §5):
 
@@ -47,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
-from scipy.special import expit
 
 from ppl_sparsegp.core import ops, point_processes
+from ppl_sparsegp.inducing.samplers import KeyOrRng, sample_k_dpp
+from ppl_sparsegp.validation import check_count, check_positive_float
 
 Array = Any
-KeyOrRng = Any
 
 __all__ = [
     "Z_PRIORS",
@@ -60,47 +53,11 @@ __all__ = [
     "DeterminantalZPrior",
     "StraussZPrior",
     "UniformZPrior",
-    "sample_k_dpp",
-    "sample_strauss",
     "z_prior",
 ]
 
 Z_PRIORS = ("normal", "dpp", "strauss", "uniform")
 """Names accepted by :func:`z_prior`."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Argument checks and host randomness
-# --------------------------------------------------------------------------------------------------
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _positive_float(name: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}") from None
-    if isinstance(value, bool) or not (math.isfinite(number) and number > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return number
-
-
-def _host_rng(key_or_rng: KeyOrRng) -> np.random.Generator:
-    """A numpy Generator: ``key_or_rng`` itself, or one seeded from a JAX key's data."""
-    if isinstance(key_or_rng, np.random.Generator):
-        return key_or_rng
-    try:
-        data = np.asarray(jax.random.key_data(key_or_rng), dtype=np.uint32)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"key_or_rng must be a JAX PRNG key or a numpy.random.Generator, got {type(key_or_rng).__name__}"
-        ) from None
-    return np.random.default_rng(data.ravel().tolist())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -116,8 +73,8 @@ class _ZPrior(dist.Distribution):
     pytree_aux_fields = ("num_inducing", "input_dim")
 
     def __init__(self, num_inducing: int, input_dim: int) -> None:
-        self.num_inducing = _positive_int("num_inducing", num_inducing)
-        self.input_dim = _positive_int("input_dim", input_dim)
+        self.num_inducing = check_count("num_inducing", num_inducing, minimum=1)
+        self.input_dim = check_count("input_dim", input_dim, minimum=1)
         super().__init__(batch_shape=(), event_shape=(self.num_inducing, self.input_dim))
 
     def _as_inputs(self, Z: Array) -> jax.Array:
@@ -142,7 +99,7 @@ class NormalZPrior(_ZPrior):
     pytree_aux_fields = ("scale",)
 
     def __init__(self, num_inducing: int, input_dim: int, scale: float = 1.0) -> None:
-        self.scale = _positive_float("scale", scale)
+        self.scale = check_positive_float("scale", scale)
         super().__init__(num_inducing, input_dim)
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
@@ -195,7 +152,8 @@ class DeterminantalZPrior(_ZPrior):
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         raise NotImplementedError(
             "the DPP prior over Z has no sampler on continuous space; use "
-            "DeterminantalZPrior.sample_from_candidates (or sample_k_dpp) to draw M points from a candidate set"
+            "DeterminantalZPrior.sample_from_candidates (or ppl_sparsegp.inducing.samplers.sample_k_dpp) to draw M "
+            "points from a candidate set"
         )
 
     def log_prob(self, value: Array) -> jax.Array:
@@ -245,7 +203,8 @@ class StraussZPrior(_ZPrior):
 
     (unnormalised; ``beta^M`` is a constant since M is fixed). Eq. 9 writes ``< R``; the authors' code counts
     ``<= R``, as here (the two differ on a null set). The density is finite on all of R^D but only
-    normalisable on a bounded window, which is why the sampler :func:`sample_strauss` needs one.
+    normalisable on a bounded window, which is why its sampler
+    (:func:`~ppl_sparsegp.inducing.samplers.sample_strauss`) needs one.
 
     **Gradient.** The hard count is piecewise constant in Z, so its gradient is zero almost everywhere and every
     gradient-based sampler (SGHMC, HMC/NUTS) treats the hard Strauss prior exactly as the uniform prior (spec §1.4;
@@ -275,18 +234,18 @@ class StraussZPrior(_ZPrior):
         radius: float = 0.5,
         smoothness: float | None = None,
     ) -> None:
-        self.beta = _positive_float("beta", beta)
-        self.gamma = _positive_float("gamma", gamma)
+        self.beta = check_positive_float("beta", beta)
+        self.gamma = check_positive_float("gamma", gamma)
         if self.gamma > 1.0:
             raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
-        self.radius = _positive_float("radius", radius)
-        self.smoothness = None if smoothness is None else _positive_float("smoothness", smoothness)
+        self.radius = check_positive_float("radius", radius)
+        self.smoothness = None if smoothness is None else check_positive_float("smoothness", smoothness)
         super().__init__(num_inducing, input_dim)
 
     def sample(self, key: jax.Array, sample_shape: tuple[int, ...] = ()) -> jax.Array:
         raise NotImplementedError(
             "the Strauss prior is only normalisable on a bounded window; draw from it with "
-            "sample_strauss(key_or_rng, prior, window=(low, high), num_steps=...)"
+            "ppl_sparsegp.inducing.samplers.sample_strauss(key_or_rng, prior, window=(low, high), num_steps=...)"
         )
 
     def pair_count(self, value: Array) -> jax.Array:
@@ -315,163 +274,6 @@ class UniformZPrior(_ZPrior):
         """Zeros: Z [..., M, D] -> [...], in Z's floating dtype."""
         Z = self._as_inputs(value)
         return jnp.zeros(Z.shape[:-2], dtype=Z.dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# Samplers (host side, numpy)
-# --------------------------------------------------------------------------------------------------
-
-
-def _elementary_symmetric(eigenvalues: np.ndarray, k: int) -> np.ndarray:
-    """``E[l, n] = e_l(lambda_1..lambda_n)`` for l = 0..k, n = 0..N: [k + 1, N + 1] (K&T Alg. 7)."""
-    n_items = eigenvalues.shape[0]
-    E = np.zeros((k + 1, n_items + 1))
-    E[0, :] = 1.0
-    for n in range(1, n_items + 1):
-        E[1:, n] = E[1:, n - 1] + eigenvalues[n - 1] * E[:-1, n - 1]
-    return E
-
-
-def _k_dpp_draw(
-    rng: np.random.Generator, eigenvalues: np.ndarray, eigenvectors: np.ndarray, E: np.ndarray, k: int
-) -> np.ndarray:
-    """One k-DPP draw given the eigendecomposition [N], [N, N] and the table of :func:`_elementary_symmetric`."""
-    n_items = eigenvalues.shape[0]
-    chosen, remaining = [], k
-    for n in range(n_items, 0, -1):
-        if remaining == 0:
-            break
-        if rng.random() < eigenvalues[n - 1] * E[remaining - 1, n - 1] / E[remaining, n]:
-            chosen.append(n - 1)
-            remaining -= 1
-    V = eigenvectors[:, chosen]
-
-    items = []
-    for _ in range(k):
-        probabilities = np.sum(V * V, axis=1)
-        item = rng.choice(n_items, p=probabilities / probabilities.sum())
-        items.append(item)
-        pivot = np.argmax(np.abs(V[item]))
-        V = V - np.outer(V[:, pivot] / V[item, pivot], V[item])
-        V = np.delete(V, pivot, axis=1)
-        if V.shape[1]:
-            V = np.linalg.qr(V)[0]
-    return np.sort(np.asarray(items, dtype=int))
-
-
-def sample_k_dpp(
-    key_or_rng: KeyOrRng,
-    candidates: Array,
-    kernel: Callable[[Array], Array],
-    k: int,
-    num_samples: int | None = None,
-) -> np.ndarray:
-    """Exact draw of a k-DPP over a finite candidate set: ``P(S) ∝ det K_SS`` over subsets with ``|S| = k``.
-
-    Kulesza & Taskar (2012), Alg. 8: eigendecompose ``K = sum_n lambda_n v_n v_n^T``; pick k eigenvectors, from the
-    last down, keeping ``v_n`` with probability ``lambda_n e_{l-1}^{n-1} / e_l^n`` (``e_l^n``: elementary
-    symmetric polynomial of order l of the first n eigenvalues, l the number still to pick); then sample the
-    projection DPP they span, one item at a time with probability ``|V^T e_i|^2 / |V|`` and restricting V to the
-    complement of the chosen item.
-
-    Runs in numpy on the host (O(N^3) for the eigendecomposition, shared by all draws), for one-off draws such as
-    an initial Z. Meant for moderate N and k: the polynomials ``e_l^N`` (eigenvalues scaled to at most 1) are at
-    most ``binom(N, k)`` and must stay within the float64 range.
-
-    Args:
-        key_or_rng: JAX key or numpy Generator (see the module docstring).
-        candidates: X [N, D].
-        kernel: ``kernel(X)`` -> K [N, N], positive semi-definite.
-        k: subset size, ``1 <= k <= N``.
-        num_samples: ``None`` for one draw, or the number of independent draws.
-
-    Returns:
-        indices [k] (or [num_samples, k]) into ``candidates``, distinct and sorted within each draw.
-
-    Raises:
-        ValueError: bad shapes or k, or ``rank(K) < k`` (every k-subset then has det 0).
-    """
-    rng = _host_rng(key_or_rng)
-    candidates = np.asarray(candidates, dtype=float)
-    if candidates.ndim != 2 or not np.all(np.isfinite(candidates)):
-        raise ValueError(f"candidates must be a finite array [N, D], got shape {candidates.shape}")
-    n_items = candidates.shape[0]
-    k = _positive_int("k", k)
-    if k > n_items:
-        raise ValueError(f"k must be at most the number of candidates ({n_items}), got {k}")
-    K = np.asarray(kernel(candidates), dtype=float)
-    eigenvalues, eigenvectors = np.linalg.eigh(0.5 * (K + K.T))
-    eigenvalues = eigenvalues / max(eigenvalues.max(), np.finfo(float).tiny)  # the k-DPP is scale free
-    eigenvalues = np.where(eigenvalues > n_items * np.finfo(float).eps, eigenvalues, 0.0)  # rounding noise -> 0
-    E = _elementary_symmetric(eigenvalues, k)
-    if not E[k, n_items] > 0:
-        raise ValueError(f"the kernel matrix of the candidates has rank below k = {k}; no k-subset has det > 0")
-    if num_samples is None:
-        return _k_dpp_draw(rng, eigenvalues, eigenvectors, E, k)
-    num_samples = _positive_int("num_samples", num_samples)
-    return np.stack([_k_dpp_draw(rng, eigenvalues, eigenvectors, E, k) for _ in range(num_samples)])
-
-
-def _strauss_terms(d: np.ndarray, prior: StraussZPrior) -> np.ndarray:
-    """Per-pair contributions to ``S_R``, elementwise over distances ``d``."""
-    if prior.smoothness is None:
-        return (d <= prior.radius).astype(float)
-    return expit((prior.radius - d) / prior.smoothness)
-
-
-def sample_strauss(
-    key_or_rng: KeyOrRng,
-    prior: StraussZPrior,
-    window: tuple[Array, Array],
-    num_steps: int,
-    init: Array | None = None,
-) -> np.ndarray:
-    """Metropolis-Hastings draw from a Strauss prior restricted to a box window, M points fixed.
-
-    The Strauss density is normalisable only on a bounded window W; the target is ``p(Z) 1[Z in W^M]``. Each step
-    moves one uniformly chosen point to a uniform location in W (a symmetric proposal) and accepts with probability
-    ``min(1, gamma^(S_R(Z') - S_R(Z)))``, the hard count or, for a smoothed prior, its smoothed count. ``beta`` cancels
-    because M is fixed. Updates cost O(M D) per step.
-
-    Args:
-        key_or_rng: JAX key or numpy Generator (see the module docstring); passing the same Generator and the
-            previous result as ``init`` continues one chain.
-        prior: the Strauss prior (gamma, R, smoothness).
-        window: ``(low, high)``, each [D], with ``low < high``.
-        num_steps: number of MH steps (>= 0).
-        init: starting Z [M, D] inside the window; ``None`` draws it uniformly in the window.
-
-    Returns:
-        Z [M, D], the chain's state after ``num_steps`` steps.
-    """
-    rng = _host_rng(key_or_rng)
-    M, D = prior.event_shape
-    low, high = (np.asarray(bound, dtype=float) for bound in window)
-    if low.shape != (D,) or high.shape != (D,) or not np.all(np.isfinite(low) & np.isfinite(high) & (low < high)):
-        raise ValueError(f"window must be (low, high), finite arrays of shape [{D}] with low < high, got {window!r}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 0:
-        raise ValueError(f"num_steps must be a non-negative integer, got {num_steps!r}")
-    if init is None:
-        Z = low + (high - low) * rng.random((M, D))
-    else:
-        Z = np.array(init, dtype=float)
-        if Z.shape != (M, D) or not np.all((Z >= low) & (Z <= high)):
-            raise ValueError(f"init must be an array [{M}, {D}] inside the window, got shape {Z.shape}")
-
-    terms = _strauss_terms(np.sqrt(np.sum((Z[:, None, :] - Z[None, :, :]) ** 2, axis=-1)), prior)
-    np.fill_diagonal(terms, 0.0)
-    log_gamma = math.log(prior.gamma)
-    movers = rng.integers(M, size=num_steps)
-    proposals = low + (high - low) * rng.random((num_steps, D))
-    log_u = np.log(rng.random(num_steps))
-    for i, z_new, threshold in zip(movers, proposals, log_u, strict=True):
-        new_terms = _strauss_terms(np.sqrt(np.sum((Z - z_new) ** 2, axis=1)), prior)
-        new_terms[i] = 0.0
-        if threshold < log_gamma * (new_terms.sum() - terms[i].sum()):
-            Z[i] = z_new
-            terms[i, :] = new_terms
-            terms[:, i] = new_terms
-    return Z
 
 
 # --------------------------------------------------------------------------------------------------
