@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.validation import check_count
 
 Array = Any
 
@@ -155,8 +156,7 @@ def init_from_svi(
     Returns:
         site name -> unconstrained value, for the model's latent sites the guide covers.
     """
-    if not isinstance(num_chains, int) or num_chains < 1:
-        raise ValueError(f"num_chains: expected a positive integer, got {num_chains!r}")
+    check_count("num_chains", num_chains, minimum=1)
     predictive = Predictive(guide, params=dict(params), num_samples=num_chains)
     fixed_model = handlers.substitute(model, data=dict(params))
 
@@ -182,13 +182,6 @@ def _config(
         "thinning": thinning,
         "chunk_size": chunk,
     }
-
-
-def _check_positive_int(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{name}: expected {kind}, got {value!r}")
-    return int(value)
 
 
 def _save(
@@ -393,10 +386,10 @@ def run_mcmc(
             fingerprint (every difference named) or for another kernel; all found before anything is compiled,
             except the last.
     """
-    num_warmup = _check_positive_int("num_warmup", num_warmup, minimum=0)
-    num_samples = _check_positive_int("num_samples", num_samples)
-    num_chains = _check_positive_int("num_chains", num_chains)
-    thinning = _check_positive_int("thinning", thinning)
+    num_warmup = check_count("num_warmup", num_warmup)
+    num_samples = check_count("num_samples", num_samples, minimum=1)
+    num_chains = check_count("num_chains", num_chains, minimum=1)
+    thinning = check_count("thinning", thinning, minimum=1)
     if not isinstance(kernel, MCMCKernel):
         raise ValueError(f"kernel: expected a numpyro MCMCKernel (e.g. NUTS(model)), got {type(kernel).__name__}")
     if chain_method not in ("vectorized", "parallel", "sequential"):
@@ -408,11 +401,11 @@ def run_mcmc(
         )
     if num_samples % thinning:
         raise ValueError(f"num_samples: expected a multiple of thinning={thinning}, got {num_samples}")
-    chunk = num_samples if chunk_size is None else _check_positive_int("chunk_size", chunk_size)
+    chunk = num_samples if chunk_size is None else check_count("chunk_size", chunk_size, minimum=1)
     if chunk % thinning:
         raise ValueError(f"chunk_size: expected a multiple of thinning={thinning}, got {chunk}")
     warmup_chunk = max(num_warmup, 1) if warmup_chunk_size is None else warmup_chunk_size
-    warmup_chunk = _check_positive_int("warmup_chunk_size", warmup_chunk)
+    warmup_chunk = check_count("warmup_chunk_size", warmup_chunk, minimum=1)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
     path = None if checkpoint is None else Path(checkpoint)
     if validate is not None:  # eager checks of the data, before anything compiles

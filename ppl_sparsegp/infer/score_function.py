@@ -84,8 +84,7 @@ class ScoreFunctionELBO(ELBO):
     can_infer_discrete = True
 
     def __init__(self, num_particles: int = 4, *, baseline_decay: float = 0.95, pathwise: bool = True):
-        if isinstance(num_particles, bool) or not isinstance(num_particles, int) or num_particles < 1:
-            raise ValueError(f"num_particles: expected a positive integer, got {num_particles!r}")
+        validation.check_count("num_particles", num_particles, minimum=1)
         baseline_decay = validation.check_open_unit_interval("baseline_decay", baseline_decay)
         if not isinstance(pathwise, bool):
             raise ValueError(f"pathwise: expected True or False, got {pathwise!r}")

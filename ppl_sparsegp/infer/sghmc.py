@@ -51,6 +51,8 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import initialize_model, potential_energy
 from numpyro.util import identity, is_prng_key
 
+from ppl_sparsegp.validation import check_count, check_positive_float
+
 Array = Any
 PyTree = Any
 
@@ -96,9 +98,7 @@ class PointEstimates:
         if isinstance(self.sites, str) or not self.sites or not all(isinstance(s, str) for s in self.sites):
             raise ValueError(f"sites: expected a non-empty sequence of param site names, got {self.sites!r}")
         for name in ("every", "window"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+            check_count(name, getattr(self, name), minimum=1)
 
 
 class PointEstimateState(NamedTuple):
@@ -136,11 +136,6 @@ def _normal_like(key: Array, tree: PyTree) -> PyTree:
 
 def _all_finite(tree: PyTree) -> Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}: expected a finite positive number, got {value!r}")
 
 
 class SGMCMCKernel(MCMCKernel):
@@ -184,7 +179,7 @@ class SGMCMCKernel(MCMCKernel):
             raise ValueError(f"point_estimates: expected a PointEstimates or None, got {point_estimates!r}")
         if point_estimates is not None and model is None:
             raise ValueError("point_estimates: optimising param sites needs a `model`")
-        _check_positive("step_size", step_size)
+        check_positive_float("step_size", step_size)
         self.point_estimates = point_estimates
         self._param_transforms: dict[str, Any] = {}
         self._model, self._potential_fn = model, potential_fn
@@ -438,8 +433,8 @@ class SGHMC(SGMCMCKernel):
             stochastic_potential=stochastic_potential,
             point_estimates=point_estimates,
         )
-        _check_positive("friction", friction)
-        _check_positive("mass", mass)
+        check_positive_float("friction", friction)
+        check_positive_float("mass", mass)
         if step_size * friction / mass > 1:
             raise ValueError(f"friction: step_size * friction / mass must be <= 1, got {step_size * friction / mass}")
         self.friction, self.mass = float(friction), float(mass)
@@ -517,9 +512,7 @@ class AdaptiveSGHMC(SGMCMCKernel):
         )
         if not (isinstance(mdecay, int | float) and 0 < mdecay <= 1):
             raise ValueError(f"mdecay: expected a number in (0, 1], got {mdecay!r}")
-        if not (isinstance(num_data, int) and num_data >= 1):
-            raise ValueError(f"num_data: expected a positive integer, got {num_data!r}")
-        self.mdecay, self.num_data = float(mdecay), num_data
+        self.mdecay, self.num_data = float(mdecay), check_count("num_data", num_data, minimum=1)
 
     def _init_dynamics(self, z: PyTree) -> tuple[PyTree, AdaptState]:
         n = float(self.num_data)

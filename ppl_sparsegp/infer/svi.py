@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.validation import check_count
 
 Array = Any
 
@@ -57,8 +58,7 @@ class EarlyStopping:
     min_delta: float = 1e-4
 
     def __post_init__(self) -> None:
-        if not isinstance(self.patience, int) or self.patience < 1:
-            raise ValueError(f"patience: expected a positive integer, got {self.patience!r}")
+        check_count("patience", self.patience, minimum=1)
         if not (self.min_delta >= 0):
             raise ValueError(f"min_delta: expected a non-negative number, got {self.min_delta!r}")
 
@@ -88,12 +88,6 @@ class SVIResult:
     @property
     def steps_per_second(self) -> float:
         return self.steps_run / self.run_seconds if self.run_seconds > 0 else math.nan
-
-
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
 
 
 def _as_numpyro_optim(optimizer: Any) -> _NumPyroOptim:
@@ -167,9 +161,9 @@ def fit_svi(
             written with another fingerprint (every difference named) or for another model, guide or optimiser, or
             holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
-    num_steps = _check_positive_int("num_steps", num_steps)
-    steps_per_dispatch = _check_positive_int("steps_per_dispatch", steps_per_dispatch)
-    checkpoint_every = _check_positive_int("checkpoint_every", checkpoint_every)
+    num_steps = check_count("num_steps", num_steps, minimum=1)
+    steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
+    checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())

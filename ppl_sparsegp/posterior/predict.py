@@ -24,6 +24,7 @@ import numpy as np
 from numpyro.infer import Predictive
 
 from ppl_sparsegp.data import Standardizer
+from ppl_sparsegp.validation import check_count
 
 Array = Any
 
@@ -163,8 +164,7 @@ def guide_draws(
     guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, key: Array, **guide_kwargs: Array
 ) -> dict[str, np.ndarray]:
     """Draws of every latent site of a fitted guide: site -> [num_draws, ...] (the SVI "posterior samples")."""
-    if not isinstance(num_draws, int) or num_draws < 1:
-        raise ValueError(f"num_draws: expected a positive integer, got {num_draws!r}")
+    check_count("num_draws", num_draws, minimum=1)
     predictive = Predictive(guide, params=dict(params), num_samples=num_draws)
     draws = jax.jit(lambda k: predictive(k, *guide_args, **guide_kwargs))(key)  # eager tracing is far slower
     return {k: np.asarray(v) for k, v in draws.items()}
