@@ -59,10 +59,10 @@ def first(*names):
             pass
     raise ImportError(names)
 
-kernels = first("ppl_sparsegp.core.kernels", "ppl_sparsegp.core.kernels")
-likelihoods = first("ppl_sparsegp.core.likelihoods", "ppl_sparsegp.core.likelihoods")
+kernels = first("ppl_sparsegp.core.kernels", "ppl_sparsegp.kernels")
+likelihoods = first("ppl_sparsegp.core.likelihoods", "ppl_sparsegp.likelihoods")
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.svgp import SVGP  # noqa: E402
+SVGP = first("ppl_sparsegp.models.numpyro.svgp", "ppl_sparsegp.models.svgp").SVGP
 
 rng = np.random.default_rng(seed)
 N, D = 10_000, 8
