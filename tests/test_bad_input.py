@@ -30,7 +30,6 @@ from ppl_sparsegp.models.bsgp import BSGP
 from ppl_sparsegp.models.deep_bsgp import DeepBSGP
 from ppl_sparsegp.models.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.selective import SelectiveSVGP
 from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
@@ -469,14 +468,21 @@ def _prediction_cases(X, y):
         "sgpr": (SGPR(kernel=kernel, likelihood=lik, Z=Z), {}, {"X": X, "y": y}),
         "svgp": (SVGP(kernel=kernel, likelihood=lik, Z=Z), q, {}),
         "sgpmc": (SGPMC(kernel=kernel, likelihood=lik, Z=Z, priors=default_priors(kernel, lik)), {"u": q["u_loc"]}, {}),
-        "selective": (SelectiveSVGP(kernel=kernel, likelihood=lik, Z=Z), q, {}),
         "bsgp": (bsgp, bsgp.initial_values(), {}),
         "deep_svgp": (deep_svgp, {"layer0.u_loc": q["u_loc"], "layer0.u_scale_tril": q["u_scale_tril"]}, key),
         "deep_bsgp": (deep_bsgp, deep_bsgp.initial_values(), key),
     }
 
 
-PREDICTION_MODELS = ["gpr", "sgpr", "svgp", "sgpmc", "selective", "bsgp", "deep_svgp", "deep_bsgp"]
+PREDICTION_MODELS = [
+    "gpr",
+    "sgpr",
+    "svgp",
+    "sgpmc",
+    "bsgp",
+    "deep_svgp",
+    "deep_bsgp",
+]  # selective models predict once pruned
 
 
 @pytest.mark.parametrize("method", ["predict_f", "predict_y", "predict_log_density"])
@@ -501,7 +507,7 @@ def test_non_finite_prediction_inputs_are_refused_naming_them(rng, name, method)
     jax.jit(lambda x: jax.tree.leaves(predict(params, x, *args[1:], **extra))[0])(X_new)
 
 
-@pytest.mark.parametrize("name", ["gpr", "sgpr", "svgp", "selective", "deep_svgp", "deep_bsgp"])
+@pytest.mark.parametrize("name", ["gpr", "sgpr", "svgp", "deep_svgp", "deep_bsgp"])
 def test_misspelt_parameter_keys_are_refused_naming_them_and_the_valid_ones(rng, name):
     X, y = _xy(rng)
     gp, params, extra = _prediction_cases(X, y)[name]
