@@ -6,13 +6,30 @@ Hyperparameter sites are named ``"kernel.<name>"`` and ``"likelihood.<name>"`` a
 (a point estimate, type-II maximum likelihood). Naming it in ``priors`` makes it a ``numpyro.sample`` site with
 that prior; the guide then holds a point mass at the positive param ``"<site>_map"`` (MAP estimation under SVI,
 a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial value.
+
+Every model class has a keyword-only field ``jitter`` (None: :data:`ppl_sparsegp.core.ops.JITTER` of the dtype) and
+is wrapped by :func:`scoped_methods`: :class:`GPModel` carries the decorator, which its subclasses inherit through
+``__init_subclass__``; the model classes not derived from it (the deep GPs) are decorated themselves. Each public
+method a class defines (every function not starting with ``_``: model, guide, elbo, predict_f, ...) then runs
+
+* inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter``: every Cholesky factor formed inside,
+  traced (the model and guide under SVI or MCMC) or eager (predictions, bounds), starts from it. A caller overrides
+  it for one call with ``with ops.relative_jitter(j): gp.predict_f(...)`` (or for one fit, around ``fit_svi``);
+  ``ops.cholesky(A, jitter=j)`` itself takes precedence over both;
+* after eager checks of what the caller passed, at the outermost call only (a model's method calling another, or
+  a component model's, passes its own values): ``X_new`` and ``y_new`` finite
+  (:func:`ppl_sparsegp.validation.check_inputs`, skipped for traced values inside ``jit``) and the keys of a
+  ``params`` dict among the model's :meth:`parameter_names` (:func:`ppl_sparsegp.validation.check_keys`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
+import inspect
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +39,12 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core import ops
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.numpyro import sites
+from ppl_sparsegp.numpyro.dtype import as_float
 
 Array = Any
 
@@ -34,19 +53,93 @@ def _is_concrete(*arrays: Array) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in arrays if a is not None)
 
 
+_IN_ENTRY: contextvars.ContextVar[bool] = contextvars.ContextVar("in_model_method", default=False)
+
+
+def _check_arguments(model: Any, arguments: Mapping[str, Any]) -> None:
+    """The eager checks of a public method's arguments (module docstring)."""
+    params = arguments.get("params")
+    if isinstance(params, Mapping) and hasattr(model, "parameter_names"):
+        validation.check_keys("params", params, model.parameter_names())
+    if arguments.get("X_new") is not None:
+        validation.check_inputs(arguments["X_new"], x_name="X_new")
+    if arguments.get("y_new") is not None:
+        validation.check_finite("y_new", arguments["y_new"])
+
+
+def _entry(method: Callable) -> Callable:
+    """``method`` in its model's jitter scope, with the eager checks of the outermost call (module docstring)."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _IN_ENTRY.get():
+            try:
+                arguments = signature.bind(self, *args, **kwargs).arguments
+            except TypeError:  # the call below raises Python's own message (e.g. an unexpected keyword argument)
+                arguments = {}
+            _check_arguments(self, arguments)
+        token = _IN_ENTRY.set(True)
+        try:
+            with ops.model_jitter(self.jitter):
+                return method(self, *args, **kwargs)
+        finally:
+            _IN_ENTRY.reset(token)
+
+    entry.__ppl_sparsegp_entry__ = True
+    return entry
+
+
+def _wrap_public_methods(cls: type) -> None:
+    for name, method in list(vars(cls).items()):  # plain functions: static and class methods have no model
+        if not name.startswith("_") and inspect.isfunction(method) and not hasattr(method, "__ppl_sparsegp_entry__"):
+            setattr(cls, name, _entry(method))
+
+
+def scoped_methods(cls: type) -> type:
+    """Class decorator: wrap the public methods that ``cls`` defines (module docstring), and have every subclass of
+    ``cls`` wrap those it defines when it is created (an ``__init_subclass__``). The class declares the field
+    ``jitter: float | None = field(default=None, kw_only=True)`` and checks it with :func:`checked_jitter`."""
+    _wrap_public_methods(cls)
+
+    def __init_subclass__(subclass: type, **kwargs: Any) -> None:
+        super(cls, subclass).__init_subclass__(**kwargs)
+        _wrap_public_methods(subclass)
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+    return cls
+
+
+def checked_jitter(jitter: Any) -> float | None:
+    """A model's ``jitter`` field: None (the dtype's :data:`ppl_sparsegp.core.ops.JITTER`) or a finite number >= 0
+    as a float, else ValueError naming ``jitter``."""
+    return None if jitter is None else ops.check_jitter(jitter)
+
+
+@scoped_methods
 @dataclass(eq=False)
 class GPModel:
-    """Base class: a kernel, a likelihood, and how their hyperparameters are treated.
+    """Base class: a kernel, a likelihood, how their hyperparameters are treated, and the relative jitter.
 
-    Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``predict_f(params, X_new, ...)``.
+    Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``predict_f(params, X_new, ...)``, and add the names of
+    their own sites to :meth:`parameter_names`. A ``Z`` field (inducing inputs [M, D]) is cast to JAX's default
+    float dtype (:mod:`ppl_sparsegp.numpyro.dtype`), and with it the sites shaped on it.
+
+    Args:
+        jitter: relative diagonal jitter of every Cholesky factorisation in the model's methods (a finite number
+            >= 0; keyword only), or None for :data:`ppl_sparsegp.core.ops.JITTER` of the dtype (module docstring).
     """
 
     kernel: Kernel
     likelihood: Likelihood
     priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
     fixed: Collection[str] = ()
+    jitter: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        self.jitter = checked_jitter(self.jitter)
+        if getattr(self, "Z", None) is not None:
+            self.Z = as_float(self.Z)
         names = set(self.hyperparameter_sites())
         for arg, given in (("priors", set(self.priors)), ("fixed", set(self.fixed))):
             unknown = given - names
@@ -61,6 +154,11 @@ class GPModel:
     def hyperparameter_sites(self) -> dict[str, Any]:
         """Site name -> initial value for every kernel and likelihood hyperparameter."""
         return sites.hyperparameter_values(self.kernel, self.likelihood)
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the hyperparameter sites and the guide's ``"<site>_map"`` of those
+        with priors (subclasses add theirs)."""
+        return set(self.hyperparameter_sites()) | {f"{site}_map" for site in self.priors}
 
     def hyperparameters(self) -> tuple[Kernel, Likelihood]:
         """Model side: register every hyperparameter site (:func:`ppl_sparsegp.numpyro.sites.hyperparameters`)
@@ -85,6 +183,7 @@ class GPModel:
         """
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
+        validation.check_keys("init_params", init_params or {}, self.parameter_names())
         names = self.hyperparameter_sites()
         given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in names}
         kernel, _ = sites.rebuild(self.kernel, self.likelihood, given)  # rejects non-finite, non-positive values
@@ -130,6 +229,24 @@ def check_sparse_settings(Z: Array, **counts: int | None) -> None:
     for name, value in counts.items():
         if value is not None and (not isinstance(value, int) or value < 1):
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) -> Array:
+    """``params[site]``, a parameter of q(u), in its site's shape: [P, M] (``u_loc``, ``u_scale``, a draw ``u``) or
+    [P, M, M] (``u_scale_tril``). With one output (P = 1) the leading axis may be left out ([M], [M, M]) and is
+    added. A ``*u_scale_tril`` is read on and below its diagonal only, as NumPyro's lower-Cholesky constraint would.
+
+    Raises:
+        ValueError: another shape, naming ``params[site]`` and the expected one.
+    """
+    value = jnp.asarray(params[site])
+    if shape[0] == 1 and value.shape == shape[1:]:
+        value = value[None]
+    if value.shape != shape:
+        one = f" (or {list(shape[1:])} for one output)" if shape[0] == 1 else ""
+        layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
+        raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value.shape)}")
+    return jnp.tril(value) if site.endswith("u_scale_tril") else value
 
 
 def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Array, Array]:

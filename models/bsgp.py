@@ -153,6 +153,10 @@ class BSGP(GPModel):
                 f"{sorted(unsampled - set(self.fixed))}"
             )
 
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the hyperparameters', ``"Z"`` and ``"u"``."""
+        return super().parameter_names() | {"Z", "u"}
+
     @property
     def num_inducing(self) -> int:
         return int(np.shape(self.Z)[0])
@@ -208,9 +212,19 @@ class BSGP(GPModel):
         return terms[0] if y.ndim == 1 else terms.T
 
     def predict_f(
-        self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        full_cov: bool = False,
+        X: Array | None = None,
+        y: Array | None = None,
     ) -> tuple[Array, Array]:
-        """p(f(X_new) | v, Z, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``)."""
+        """p(f(X_new) | v, Z, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``).
+
+        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
+        and not used.
+        """
         kernel, _, Z, v = self._draw(params)
         mean, var = conditionals.inducing_conditional(kernel, Z, jnp.asarray(X_new), v, full_cov=full_cov)
         return as_output_columns(mean, var, self.num_latent == 1)

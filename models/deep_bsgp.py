@@ -35,9 +35,10 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.sites import batch, data_plate
 
-from ._base import as_output_columns
+from ._base import as_output_columns, checked_jitter, scoped_methods
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any
@@ -54,6 +55,7 @@ def linear_mean_weights(X: Array, input_dim: int, output_dim: int) -> np.ndarray
     return np.concatenate([np.eye(input_dim), np.zeros((input_dim, output_dim - input_dim))], axis=1)
 
 
+@scoped_methods
 @dataclass(eq=False)
 class DeepBSGP:
     """Deep BSGP with ``len(Z)`` layers; see the module docstring for the model and its sites.
@@ -67,6 +69,7 @@ class DeepBSGP:
         priors: per-layer site suffix -> prior (default :func:`models.bsgp.bsgp_priors`).
         likelihood_priors: likelihood site -> prior (default none: the noise is a point estimate).
         z_prior, z_prior_options, likelihood_term, batch_size: as :class:`models.bsgp.BSGP`.
+        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models._base`).
     """
 
     Z: Sequence[Array]
@@ -79,11 +82,13 @@ class DeepBSGP:
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
     batch_size: int | None = 1000
+    jitter: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        self.jitter = checked_jitter(self.jitter)
         if not self.Z:
             raise ValueError("Z: expected one array of inducing inputs per layer, got none")
-        self.Z = [np.asarray(z) for z in self.Z]
+        self.Z = [as_float(np.asarray(z)) for z in self.Z]
         for i, z in enumerate(self.Z):
             validation.check_inputs(z, x_name=f"Z[{i}]")
         L = len(self.Z)
@@ -108,6 +113,15 @@ class DeepBSGP:
             raise ValueError(f"likelihood_priors: unknown sites {sorted(unknown)}")
         if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
             raise ValueError(f"batch_size: expected a positive integer or None, got {self.batch_size!r}")
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
+        ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"`` and ``"layer<ℓ>.u"``."""
+        return {f"likelihood.{n}" for n in self.likelihood.parameters()} | {
+            f"layer{i}.{name}"
+            for i, kernel in enumerate(self.kernels)
+            for name in (*(f"kernel.{n}" for n in kernel.parameters()), "Z", "u")
+        }
 
     @property
     def num_layers(self) -> int:
@@ -203,8 +217,20 @@ class DeepBSGP:
         values = {k: params.get(f"likelihood.{k}", v) for k, v in self.likelihood.parameters().items()}
         return None, self.likelihood.with_parameters(values)
 
-    def predict_f(self, params: Mapping[str, Array], X_new: Array, *, key: Array | None = None, **_: Array):
-        """The last layer's Gaussian at X_new [S, D_0] given one draw of the inner layers: ([S] or [S, P], same)."""
+    def predict_f(
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        key: Array | None = None,
+        X: Array | None = None,
+        y: Array | None = None,
+    ):
+        """The last layer's Gaussian at X_new [S, D_0] given one draw of the inner layers: ([S] or [S, P], same).
+
+        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
+        and not used.
+        """
         if key is None:
             raise ValueError("key: DeepBSGP.predict_f propagates a random draw through the inner layers; pass a key")
         mean, var = self._propagate(self._layers_from(params), jnp.asarray(X_new), key)
@@ -218,9 +244,20 @@ class DeepBSGP:
         )
 
     def predict_log_density(
-        self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array | None = None, **_: Array
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        y_new: Array,
+        *,
+        key: Array | None = None,
+        X: Array | None = None,
+        y: Array | None = None,
     ) -> Array:
-        """log p(y_new | draw, one inner-layer draw): [S] or [S, P]."""
+        """log p(y_new | draw, one inner-layer draw): [S] or [S, P].
+
+        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
+        and not used.
+        """
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, key=key)
         return likelihood.log_predictive_density(jnp.asarray(y_new), mean, var)

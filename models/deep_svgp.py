@@ -38,7 +38,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -54,8 +54,9 @@ from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
 from ppl_sparsegp.numpyro import sites
+from ppl_sparsegp.numpyro.dtype import as_float
 
-from ._base import _is_concrete
+from ._base import _is_concrete, checked_jitter, q_parameter, scoped_methods
 from .deep_bsgp import linear_mean_weights
 
 Array = Any
@@ -88,6 +89,7 @@ def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
         raise ValueError(f"{name}: expected a positive integer{' or None' if allow_none else ''}, got {value!r}")
 
 
+@scoped_methods
 @dataclass(eq=False)
 class DeepSVGP:
     """Doubly-stochastic deep GP with ``len(Z)`` layers; see the module docstring for the model and its sites.
@@ -105,6 +107,7 @@ class DeepSVGP:
         num_data: the full N when the caller passes minibatches itself.
         inner_scale: initial q(u) square root of inner layers, as a multiple of the prior's (the last layer's is
             the prior's), so that inner layers start close to their mean path.
+        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models._base`).
     """
 
     Z: Sequence[Array]
@@ -118,11 +121,13 @@ class DeepSVGP:
     batch_size: int | None = None
     num_data: int | None = None
     inner_scale: float = 1e-3
+    jitter: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        self.jitter = checked_jitter(self.jitter)
         if isinstance(self.Z, np.ndarray | jax.Array) or not self.Z:
             raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
-        self.Z = [np.asarray(z) for z in self.Z]
+        self.Z = [as_float(np.asarray(z)) for z in self.Z]
         for i, z in enumerate(self.Z):
             validation.check_inputs(z, x_name=f"Z[{i}]")
         L = len(self.Z)
@@ -156,6 +161,15 @@ class DeepSVGP:
         s = self.inner_scale
         if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
             raise ValueError(f"inner_scale: expected a positive number, got {s!r}")
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: per layer ℓ ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"``,
+        ``"layer<ℓ>.u"`` and q(u)'s, and ``"likelihood.<name>"``."""
+        return {f"likelihood.{n}" for n in self.likelihood.parameters()} | {
+            f"layer{i}.{name}"
+            for i, kernel in enumerate(self.kernels)
+            for name in (*(f"kernel.{n}" for n in kernel.parameters()), "Z", "u", "u_loc", "u_scale_tril")
+        }
 
     @property
     def num_layers(self) -> int:
@@ -279,7 +293,11 @@ class DeepSVGP:
         out = []
         for i, kernel in enumerate(kernels):
             Z = jnp.asarray(params.get(f"layer{i}.Z", self.Z[i]))
-            q = (jnp.asarray(params[f"layer{i}.u_loc"]), jnp.asarray(params[f"layer{i}.u_scale_tril"]))
+            P, M = self.widths[i], self.num_inducing[i]
+            q = (
+                q_parameter(params, f"layer{i}.u_loc", (P, M)),
+                q_parameter(params, f"layer{i}.u_scale_tril", (P, M, M)),
+            )
             mask = None if masks is None else jnp.asarray(masks[i], Z.dtype)
             out.append(Layer.at(kernel, Z, q, mask))
         return out

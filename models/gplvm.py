@@ -118,6 +118,10 @@ class LatentInputs:
         validation.check_inputs(self.X_init, x_name="X_init")
         validation.check_positive("X_scale_init", self.X_scale_init)
 
+    def parameter_names(self) -> set[str]:
+        """q(X)'s sites: the latent ``"X"`` and the params ``"X_loc"``, ``"X_scale"``."""
+        return {LATENT_SITE, LATENT_LOC, LATENT_SCALE}
+
     @property
     def num_points(self) -> int:
         return int(np.shape(self.X_init)[0])
@@ -204,6 +208,10 @@ class BayesianGPLVM(GPModel):
         self.svgp = SVGP(**base_fields(self, SVGP))  # the sparse GP at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the SVGP at given inputs and of q(X)."""
+        return self.svgp.parameter_names() | self.latents.parameter_names()
 
     @property
     def num_inducing(self) -> int:
@@ -316,6 +324,10 @@ class CollapsedGPLVM(GPModel):
         self.sgpr = SGPR(**base_fields(self, SGPR))  # Titsias' bound at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the SGPR at given inputs and of q(X)."""
+        return self.sgpr.parameter_names() | self.latents.parameter_names()
 
     @property
     def num_points(self) -> int:

@@ -115,6 +115,10 @@ class SubsetSelection:
         check_alpha(self.alpha)
         check_initial_inclusion(self.initial_inclusion)
 
+    def parameter_names(self) -> set[str]:
+        """The selection's sites: ``"<prefix>inclusion"`` and ``"<prefix>inclusion_probs"``, and the baseline."""
+        return {f"{self.prefix}{INCLUSION_SITE}", f"{self.prefix}{INCLUSION_PARAM}", BASELINE_SITE}
+
     def prior(self) -> SubsetPointProcess:
         """p_α over masks [K]."""
         return SubsetPointProcess(self.num_candidates, self.alpha)
@@ -172,6 +176,10 @@ class SelectiveSGPR(GPModel):
         self.ordinary = SGPR(**base_fields(self, SGPR))  # the SGPR on every candidate: its checks
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the SGPR over all candidates and of the selection."""
+        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:
@@ -242,6 +250,10 @@ class SelectiveSVGP(GPModel):
         self.ordinary = SVGP(**base_fields(self, SVGP))  # the SVGP on every candidate: its checks
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the SVGP over all candidates and of the selection."""
+        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:

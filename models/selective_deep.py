@@ -53,7 +53,7 @@ from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from ._base import base_fields
+from ._base import base_fields, scoped_methods
 from .deep_svgp import DeepSVGP, Layer, deep_svgp
 from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, check_alpha, gp_parameters
 from .selective_fit import (
@@ -79,6 +79,7 @@ def inclusion_param(layer: int) -> str:
     return f"layer{layer}.{INCLUSION_PARAM}"
 
 
+@scoped_methods
 @dataclass(eq=False)
 class SelectiveDeepSVGP:
     """A :class:`DeepSVGP` whose layer ℓ uses a random subset of its K_ℓ candidates ``Z[ℓ]`` (unwhitened q).
@@ -103,6 +104,7 @@ class SelectiveDeepSVGP:
     alpha: float | Sequence[float] = field(default=0.05, kw_only=True)
     alpha_per_output: bool = field(default=False, kw_only=True)
     initial_inclusion: float = field(default=0.5, kw_only=True)
+    jitter: float | None = field(default=None, kw_only=True)
     ordinary: DeepSVGP = field(init=False, repr=False)
     selections: list[SubsetSelection] = field(init=False, repr=False)
 
@@ -110,7 +112,7 @@ class SelectiveDeepSVGP:
         if self.whiten:
             raise ValueError("whiten: SelectiveDeepSVGP needs whiten=False (a subset of whitened v is no marginal)")
         self.ordinary = DeepSVGP(**base_fields(self, DeepSVGP))  # the deep GP on every candidate: checks, algebra
-        for name in ("Z", "widths", "kernels", "mean_weights"):  # as the deep GP normalised them
+        for name in ("Z", "widths", "kernels", "mean_weights", "jitter"):  # as the deep GP normalised them
             setattr(self, name, getattr(self.ordinary, name))
         L = self.num_layers
         given = list(self.alpha) if isinstance(self.alpha, Sequence | np.ndarray) else [self.alpha] * L
@@ -123,6 +125,11 @@ class SelectiveDeepSVGP:
             SubsetSelection(K, a, self.initial_inclusion, prefix=f"layer{i}.")
             for i, (K, a) in enumerate(zip(self.num_inducing, self.alphas, strict=True))
         ]
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the deep GP over all candidates and of each layer's
+        selection."""
+        return self.ordinary.parameter_names().union(*(s.parameter_names() for s in self.selections))
 
     @property
     def num_layers(self) -> int:

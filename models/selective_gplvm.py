@@ -151,6 +151,10 @@ class SelectiveGPLVM(GPModel):
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
 
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the GP-LVM over all candidates and of the selection."""
+        return self.ordinary.parameter_names() | self.selection.parameter_names()
+
     @property
     def num_candidates(self) -> int:
         return int(np.shape(self.Z)[0])
@@ -256,6 +260,10 @@ class SelectiveCollapsedGPLVM(GPModel):
         self.ordinary = CollapsedGPLVM(**base_fields(self, CollapsedGPLVM))  # the GP-LVM on every candidate
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: those of the GP-LVM over all candidates and of the selection."""
+        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:

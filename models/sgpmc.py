@@ -72,6 +72,10 @@ class SGPMC(GPModel):
                 f"no prior for {sorted(free)}"
             )
 
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the hyperparameters', ``"Z"`` and ``"u"``."""
+        return super().parameter_names() | {"Z", "u"}
+
     @property
     def num_inducing(self) -> int:
         return int(np.shape(self.Z)[0])
@@ -112,9 +116,19 @@ class SGPMC(GPModel):
         return self.variational_twin().pointwise_log_likelihood(params, X, y)
 
     def predict_f(
-        self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        full_cov: bool = False,
+        X: Array | None = None,
+        y: Array | None = None,
     ) -> tuple[Array, Array]:
-        """p(f(X_new) | v, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``)."""
+        """p(f(X_new) | v, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``).
+
+        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
+        and not used.
+        """
         return self.variational_twin().predict_f(params, X_new, full_cov=full_cov)
 
 

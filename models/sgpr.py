@@ -41,6 +41,10 @@ class SGPR(GPModel):
         validation.check_inputs(self.Z, x_name="Z")
         super().__post_init__()
 
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the hyperparameters' and ``"Z"``."""
+        return super().parameter_names() | {"Z"}
+
     def inducing_inputs(self) -> Array:
         return numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
 

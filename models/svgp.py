@@ -39,7 +39,7 @@ import numpyro
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_sparse_settings
+from ._base import GPModel, as_output_columns, check_sparse_settings, q_parameter
 
 Array = Any
 
@@ -77,6 +77,10 @@ class SVGP(GPModel):
         if self.batch_size is not None and self.num_data is not None:
             raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
         super().__post_init__()
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the hyperparameters', ``"Z"``, ``"u"`` and q(u)'s."""
+        return super().parameter_names() | {"Z", "u", "u_loc", "u_scale" if self.q_diag else "u_scale_tril"}
 
     @property
     def num_inducing(self) -> int:
@@ -128,11 +132,14 @@ class SVGP(GPModel):
         return data - kl.kl_qu_pu(q_mu, q_sqrt, Lmm)
 
     def _q(self, params: Mapping[str, Array]) -> tuple[Array, Array | None]:
-        """q(u) from fitted guide parameters, or a point mass at a posterior draw ``params["u"]`` [P, M]."""
+        """q(u) from fitted guide parameters, or a point mass at a posterior draw ``params["u"]`` [P, M]: their
+        shapes as :func:`models._base.q_parameter` reads them (single output: [M], [M, M] accepted)."""
+        P, M = self.num_latent, self.num_inducing
         if "u" in params:
-            return jnp.asarray(params["u"]), None
-        scale = params["u_scale"] if self.q_diag else params["u_scale_tril"]
-        return params["u_loc"], scale
+            return q_parameter(params, "u", (P, M)), None
+        if self.q_diag:
+            return q_parameter(params, "u_loc", (P, M)), q_parameter(params, "u_scale", (P, M))
+        return q_parameter(params, "u_loc", (P, M)), q_parameter(params, "u_scale_tril", (P, M, M))
 
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """E_{q(f_n)}[log p(y_n | f_n)] per data point: [N] (or [N, P]).
@@ -150,9 +157,19 @@ class SVGP(GPModel):
         return terms[0] if y.ndim == 1 else terms.T
 
     def predict_f(
-        self, params: Mapping[str, Array], X_new: Array, *, full_cov: bool = False, **_: Array
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        full_cov: bool = False,
+        X: Array | None = None,
+        y: Array | None = None,
     ) -> tuple[Array, Array]:
-        """q(f) at X_new [S, D]: mean and variance [S] (or [S, P]; full covariance with ``full_cov``)."""
+        """q(f) at X_new [S, D]: mean and variance [S] (or [S, P]; full covariance with ``full_cov``).
+
+        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
+        and not used.
+        """
         kernel, _ = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)

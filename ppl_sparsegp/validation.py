@@ -120,6 +120,19 @@ def check_inputs(
     return X, y
 
 
+def check_finite(name: str, x: Array) -> Array:
+    """Check that the array ``x`` (any shape) holds finite real numbers; a traced ``x`` is not checked.
+
+    Returns ``x`` unchanged. Raises ``ValueError`` naming ``name`` otherwise.
+    """
+    _require_array(name, x)
+    if not _is_real_numeric(x):
+        raise ValueError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    if not _is_tracer(x) and not _all_finite(x):
+        raise ValueError(f"{name} must be finite, but it contains NaN or infinite entries")
+    return x
+
+
 def check_positive(name: str, value: Any) -> Any:
     """Check that ``value`` (a number or an array of any shape) is finite and strictly positive everywhere.
 
@@ -205,3 +218,13 @@ def check_same_dim(Z: Array, X: Array, *, z_name: str = "Z", x_name: str = "X") 
             f"{_shape(Z)} (D = {Z.shape[1]}) but {x_name} has shape {_shape(X)} (D = {X.shape[1]})"
         )
     return Z, X
+
+
+def check_keys(name: str, given: Collection[str], valid: Collection[str]) -> None:
+    """Refuse keys of ``given`` (e.g. a params dict) that are not in ``valid``, naming them and listing ``valid``.
+
+    A misspelt key of a parameter dict would otherwise be ignored silently (the initial value used instead).
+    """
+    unknown = sorted(set(given) - set(valid))
+    if unknown:
+        raise ValueError(f"{name}: unknown key(s) {unknown}; valid keys for this model are {sorted(valid)}")

@@ -26,7 +26,11 @@ from ppl_sparsegp import cli, data, results
 from ppl_sparsegp.core import kernels, likelihoods, ops
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models.bsgp import BSGP
+from ppl_sparsegp.models.deep_bsgp import DeepBSGP
+from ppl_sparsegp.models.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 
@@ -446,6 +450,135 @@ def test_an_ard_lengthscale_of_the_wrong_length_is_named(rng, method, no_compila
     gp = _model(method, X)
     with pytest.raises(ValueError, match="RBF.lengthscale has 3 entries but X has 2 columns"):
         _fit(gp, X, y, init_params={"kernel.lengthscale": np.ones(3)})
+
+
+# Predictions and parameter dicts
+
+
+def _prediction_cases(X, y):
+    """(model, params, extra keyword arguments) for every model class's predictions at fitted-looking values."""
+    kernel, lik, Z = kernels.RBF(1.0, np.ones(2)), likelihoods.Gaussian(0.1), X[:5].copy()
+    q = {"u_loc": np.zeros((1, 5)), "u_scale_tril": 0.3 * np.eye(5)[None]}
+    deep_svgp = DeepSVGP(Z=[Z], widths=[1], likelihood=lik)
+    deep_bsgp = DeepBSGP(Z=[Z], widths=[1], likelihood=lik, batch_size=None)
+    bsgp = BSGP(kernel=kernel, likelihood=lik, Z=Z)
+    key = {"key": jax.random.PRNGKey(0)}
+    return {
+        "gpr": (GPR(kernel=kernel, likelihood=lik), {}, {"X": X, "y": y}),
+        "sgpr": (SGPR(kernel=kernel, likelihood=lik, Z=Z), {}, {"X": X, "y": y}),
+        "svgp": (SVGP(kernel=kernel, likelihood=lik, Z=Z), q, {}),
+        "sgpmc": (SGPMC(kernel=kernel, likelihood=lik, Z=Z, priors=default_priors(kernel, lik)), {"u": q["u_loc"]}, {}),
+        "bsgp": (bsgp, bsgp.initial_values(), {}),
+        "deep_svgp": (deep_svgp, {"layer0.u_loc": q["u_loc"], "layer0.u_scale_tril": q["u_scale_tril"]}, key),
+        "deep_bsgp": (deep_bsgp, deep_bsgp.initial_values(), key),
+    }
+
+
+PREDICTION_MODELS = [
+    "gpr",
+    "sgpr",
+    "svgp",
+    "sgpmc",
+    "bsgp",
+    "deep_svgp",
+    "deep_bsgp",
+]  # selective models predict once pruned
+
+
+@pytest.mark.parametrize("method", ["predict_f", "predict_y", "predict_log_density"])
+@pytest.mark.parametrize("name", PREDICTION_MODELS)
+def test_non_finite_prediction_inputs_are_refused_naming_them(rng, name, method):
+    X, y = _xy(rng)
+    gp, params, extra = _prediction_cases(X, y)[name]
+    if not hasattr(gp, method):
+        pytest.skip(f"{name} has no {method}")
+    predict = getattr(gp, method)
+    X_new, y_new = X[:4].copy(), y[:4].copy()
+    args = (X_new, y_new) if method == "predict_log_density" else (X_new,)
+    assert np.all(np.isfinite(np.asarray(jax.tree.leaves(predict(params, *args, **extra))[0])))
+    with pytest.raises(ValueError, match="X_new must be finite"):
+        predict(params, _nan_at(X_new, (1, 0)), *args[1:], **extra)
+    with pytest.raises(ValueError, match="X_new must be finite"):
+        predict(params, np.where(X_new > 0, np.inf, X_new), *args[1:], **extra)
+    if method == "predict_log_density":
+        with pytest.raises(ValueError, match="y_new must be finite"):
+            predict(params, X_new, _nan_at(y_new, 2), **extra)
+    # inside jit the values are unknown: no check, no error
+    jax.jit(lambda x: jax.tree.leaves(predict(params, x, *args[1:], **extra))[0])(X_new)
+
+
+@pytest.mark.parametrize("name", ["gpr", "sgpr", "svgp", "deep_svgp", "deep_bsgp"])
+def test_misspelt_parameter_keys_are_refused_naming_them_and_the_valid_ones(rng, name):
+    X, y = _xy(rng)
+    gp, params, extra = _prediction_cases(X, y)[name]
+    typo = "layer0.kernel.lenghtscale" if name.startswith("deep") else "kernel.lenghtscale"
+    bad = {**params, typo: np.ones(2)}
+    valid = "kernel.lengthscale"
+    with pytest.raises(ValueError, match=rf"params: unknown key\(s\) \['{re.escape(typo)}'\]; valid keys .*{valid}"):
+        gp.predict_f(bad, X[:3], **extra)
+    with pytest.raises(ValueError, match=re.escape(typo)):
+        gp.fitted(bad)
+    bounds = {
+        "gpr": lambda p: gp.log_marginal_likelihood(p, X, y),
+        "deep_svgp": lambda p: gp.elbo(p, X, y, jax.random.PRNGKey(0)),
+        "deep_bsgp": None,  # sampled: it has no bound
+    }
+    bound = bounds.get(name, lambda p: gp.elbo(p, X, y))
+    if bound is not None:
+        with pytest.raises(ValueError, match=re.escape(typo)):
+            bound(bad)
+
+
+@pytest.mark.parametrize("method", ["svgp", "sgpr", "gpr"])
+def test_misspelt_init_params_are_refused_before_compilation(rng, method, no_compilation):
+    X, y = _xy(rng)
+    with pytest.raises(ValueError, match=r"init_params: unknown key\(s\) \['likelihood.varience'\]; valid keys"):
+        _fit(_model(method, X), X, y, init_params={"likelihood.varience": np.asarray(0.5)})
+
+
+def test_predict_f_refuses_unknown_keyword_arguments(rng):
+    X, y = _xy(rng)
+    for name in ("svgp", "deep_bsgp", "gpr"):
+        gp, params, extra = _prediction_cases(X, y)[name]
+        with pytest.raises(TypeError, match="full_covv"):
+            gp.predict_f(params, X[:3], full_covv=True, **extra)
+    # the training data that GPR and SGPR need are accepted (and not used) by the other models
+    gp, params, _ = _prediction_cases(X, y)["svgp"]
+    np.testing.assert_array_equal(gp.predict_f(params, X[:3], X=X, y=y)[1], gp.predict_f(params, X[:3])[1])
+
+
+def test_single_output_q_parameters_may_leave_out_the_output_axis(rng):
+    X, y = _xy(rng)
+    gp, params, _ = _prediction_cases(X, y)["svgp"]
+    rng_q = np.random.default_rng(1)
+    loc, tril = rng_q.normal(size=(1, 5)), np.tril(rng_q.normal(size=(1, 5, 5)), -1) + np.eye(5)
+    full = {"u_loc": loc, "u_scale_tril": tril}
+    flat = {"u_loc": loc[0], "u_scale_tril": tril[0]}
+    for a, b in zip(gp.predict_f(full, X[:4]), gp.predict_f(flat, X[:4]), strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(gp.elbo(full, X, y), gp.elbo(flat, X, y))
+    with pytest.raises(ValueError, match=r"params\['u_loc'\]: expected shape \[P, M\] = \[1, 5\] \(or \[5\] for one"):
+        gp.predict_f({**full, "u_loc": loc[0, :4]}, X[:4])
+    with pytest.raises(ValueError, match=r"params\['u_scale_tril'\]: expected shape \[P, M, M\] = \[1, 5, 5\]"):
+        gp.elbo({**full, "u_scale_tril": tril[:, :4, :4]}, X, y)
+
+
+def test_the_elbo_reads_only_the_lower_triangle_of_u_scale_tril(rng):
+    X, y = _xy(rng)
+    for whiten in (True, False):
+        gp = SVGP(kernel=kernels.RBF(1.0, np.ones(2)), likelihood=likelihoods.Gaussian(0.1), Z=X[:5], whiten=whiten)
+        lower = np.tril(rng.normal(size=(1, 5, 5)), -1) + np.diag(rng.uniform(0.5, 1.0, 5))[None]
+        junk = lower + np.triu(rng.normal(size=(1, 5, 5)), 1)
+        params = {"u_loc": rng.normal(size=(1, 5))}
+        np.testing.assert_array_equal(
+            gp.elbo({**params, "u_scale_tril": junk}, X, y), gp.elbo({**params, "u_scale_tril": lower}, X, y)
+        )
+        for a, b in zip(
+            gp.predict_f({**params, "u_scale_tril": junk}, X[:3]),
+            gp.predict_f({**params, "u_scale_tril": lower}, X[:3]),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_unwhitened_predictions_with_near_duplicate_inducing_inputs_warn(rng):

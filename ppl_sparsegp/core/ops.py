@@ -9,8 +9,9 @@ its in-program escalation and closed-form derivatives, torch's ``cholesky_ex``).
 The jitter policy lives here and nowhere else (ARCHITECTURE: "one place for each decision"):
 
 * :func:`cholesky` adds a *relative* jitter ``j * mean(diag(A))`` to the diagonal, where ``j`` is, in order of
-  precedence, the call's ``jitter=`` argument, the innermost :func:`relative_jitter` scope (a model sets one
-  around its model, guide and predictions when given ``jitter=``), or ``JITTER[dtype]``;
+  precedence, the call's ``jitter=`` argument, the innermost :func:`relative_jitter` scope (the caller's
+  per-call setting, like GPyTorch's ``settings.cholesky_jitter``), the innermost :func:`model_jitter` scope (a
+  model's ``jitter`` field, set around each of its public methods), or ``JITTER[dtype]``;
 * if that factorisation fails (non-finite entries), the jitter is multiplied by 10 up to ``MAX_ESCALATIONS``
   times, with a :class:`JitterWarning` naming the jitter that worked;
 * if every level fails, :class:`CholeskyError` is raised (eagerly), or -- inside a compiled jax function, where
@@ -119,11 +120,24 @@ def dtype_name(x: Array) -> str:
 
 
 _SCOPED_JITTER: contextvars.ContextVar[float | None] = contextvars.ContextVar("relative_jitter", default=None)
+_MODEL_JITTER: contextvars.ContextVar[float | None] = contextvars.ContextVar("model_jitter", default=None)
 
 
 @contextlib.contextmanager
-def relative_jitter(value: float | None) -> Iterator[None]:
-    """Within the block, :func:`cholesky` starts from the relative jitter ``value`` instead of :data:`JITTER`.
+def _jitter_scope(variable: contextvars.ContextVar[float | None], value: float | None) -> Iterator[None]:
+    if value is None:
+        yield
+        return
+    token = variable.set(check_jitter(value))
+    try:
+        yield
+    finally:
+        variable.reset(token)
+
+
+def relative_jitter(value: float | None) -> contextlib.AbstractContextManager[None]:
+    """Within the block, :func:`cholesky` starts from the relative jitter ``value`` instead of a model's
+    ``jitter`` or :data:`JITTER`: the per-call setting, e.g. ``with ops.relative_jitter(1e-4): gp.predict_f(...)``.
 
     ``None`` leaves the current setting. The value is read when a function is traced, so a jitted function keeps
     the jitter it was compiled with.
@@ -131,15 +145,18 @@ def relative_jitter(value: float | None) -> Iterator[None]:
     Raises:
         ValueError: ``value`` is not a finite number >= 0.
     """
-    if value is None:
-        yield
-        return
-    level = check_jitter(value)
-    token = _SCOPED_JITTER.set(level)
-    try:
-        yield
-    finally:
-        _SCOPED_JITTER.reset(token)
+    return _jitter_scope(_SCOPED_JITTER, value)
+
+
+def model_jitter(value: float | None) -> contextlib.AbstractContextManager[None]:
+    """A model's default relative jitter within the block (its public methods run in it): it replaces
+    :data:`JITTER`, and an enclosing :func:`relative_jitter` scope still takes precedence. ``None`` leaves the
+    current setting (e.g. that of the model whose method called this one).
+
+    Raises:
+        ValueError: ``value`` is not a finite number >= 0.
+    """
+    return _jitter_scope(_MODEL_JITTER, value)
 
 
 def check_jitter(value: Any) -> float:
@@ -154,9 +171,13 @@ def check_jitter(value: Any) -> float:
 
 
 def base_jitter(x: Array) -> float:
-    """The relative jitter for ``x``: the innermost :func:`relative_jitter` scope, else :data:`JITTER` by dtype."""
-    scoped = _SCOPED_JITTER.get()
-    return JITTER.get(dtype_name(x), 1e-6) if scoped is None else scoped
+    """The relative jitter for ``x``: the innermost :func:`relative_jitter` scope, else the innermost
+    :func:`model_jitter` scope, else :data:`JITTER` by dtype."""
+    for variable in (_SCOPED_JITTER, _MODEL_JITTER):
+        scoped = variable.get()
+        if scoped is not None:
+            return scoped
+    return JITTER.get(dtype_name(x), 1e-6)
 
 
 def _backend(x: Array) -> ModuleType | None:

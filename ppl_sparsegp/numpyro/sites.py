@@ -35,6 +35,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
 from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 Array = Any
@@ -68,11 +69,12 @@ def batch(X: Array | None, y: Array, idx: Array | None) -> tuple[Array | None, A
 
 
 def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Any]:
-    """Site name -> initial value for every kernel and likelihood hyperparameter."""
+    """Site name -> initial value for every kernel and likelihood hyperparameter (floating arrays in JAX's default
+    float dtype, :mod:`ppl_sparsegp.numpyro.dtype`)."""
     sites = {f"{prefix}kernel.{k}": v for k, v in kernel.parameters().items()}
     if likelihood is not None:
         sites.update({f"{prefix}likelihood.{k}": v for k, v in likelihood.parameters().items()})
-    return sites
+    return {site: as_float(value) for site, value in sites.items()}
 
 
 def rebuild(
