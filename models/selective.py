@@ -153,6 +153,7 @@ class SubsetSelection:
         out = {f"{p}Z": jnp.asarray(params.get(f"{p}Z", Z))[index]}
         if q_scale is not None:
             loc, scale = jnp.asarray(params[f"{p}u_loc"]), jnp.asarray(params[f"{p}{q_scale}"])
+            scale = jnp.tril(scale) if q_scale == "u_scale_tril" else scale  # a Cholesky factor: its lower triangle
             out[f"{p}u_loc"], out[f"{p}{q_scale}"] = subset_q(loc, scale, index)
         return out
 

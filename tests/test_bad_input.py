@@ -30,6 +30,7 @@ from ppl_sparsegp.models.bsgp import BSGP
 from ppl_sparsegp.models.deep_bsgp import DeepBSGP
 from ppl_sparsegp.models.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.selective import SelectiveSVGP
 from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
@@ -579,6 +580,19 @@ def test_the_elbo_reads_only_the_lower_triangle_of_u_scale_tril(rng):
             strict=True,
         ):
             np.testing.assert_array_equal(a, b)
+
+
+def test_pruning_reads_only_the_lower_triangle_of_u_scale_tril(rng):
+    X, _ = _xy(rng)
+    selection = SelectiveSVGP(kernel=kernels.RBF(1.0, np.ones(2)), likelihood=likelihoods.Gaussian(0.1), Z=X[:5])
+    lower = np.tril(rng.normal(size=(1, 5, 5)), -1) + np.diag(rng.uniform(0.5, 1.0, 5))[None]
+    junk = lower + np.triu(rng.normal(size=(1, 5, 5)), 1)
+    params, mask = {"u_loc": rng.normal(size=(1, 5))}, np.array([True, False, True, True, False])
+    kept = [
+        selection.selection.restrict({**params, "u_scale_tril": q}, mask, X[:5], "u_scale_tril") for q in (junk, lower)
+    ]
+    for name in ("Z", "u_loc", "u_scale_tril"):
+        np.testing.assert_array_equal(kept[0][name], kept[1][name])
 
 
 def test_unwhitened_predictions_with_near_duplicate_inducing_inputs_warn(rng):
