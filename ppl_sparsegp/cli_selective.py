@@ -57,15 +57,8 @@ from ppl_sparsegp.cli_checks import (
 )
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.models._base import to_numpy_params
-from ppl_sparsegp.models.selective_fit import (
-    BOUNDS,
-    INITIALISATIONS,
-    PHASES,
-    SELECTION_MODES,
-    SelectiveFit,
-    fit_selective,
-    phase_checkpoint,
-)
+from ppl_sparsegp.recipes.phases import PHASES, phase_checkpoint
+from ppl_sparsegp.recipes.selective import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveFit, fit_selective
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 SELECTIVE_DEFAULTS = {

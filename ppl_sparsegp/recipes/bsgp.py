@@ -1,9 +1,9 @@
-"""BSGP in one call: k-means Z, the shallow or deep model, and the released sampler schedule (spec 001 §2).
+"""BSGP's recipe in one call: k-means Z, the shallow or deep model, and the released sampler schedule (spec 001 §2).
 
 :func:`fit_bsgp` builds :class:`models.bsgp.BSGP` (one layer) or :class:`models.deep_bsgp.DeepBSGP`, then runs
 
 * ``engine="sghmc"`` (default): :class:`ppl_sparsegp.infer.sghmc.AdaptiveSGHMC` with the released settings of
-  :func:`ppl_sparsegp.infer.sghmc.bsgp_schedule` (ε = 0.01, momentum decay 0.05, 21 updates per iteration of
+  :func:`bsgp_schedule` (ε = 0.01, momentum decay 0.05, 21 updates per iteration of
   warmup with scale adaptation, thinning 32, minibatch min(1000, N)); the Gaussian noise is optimised alongside
   the chain by Adam (lr 0.01) on states drawn from a window of the last 64 iterations (``noise="point"``) or
   sampled (``noise="sampled"``);
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,12 +31,21 @@ from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
-from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates, bsgp_schedule
+from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates
+from ppl_sparsegp.models._base import part_fingerprint
+from ppl_sparsegp.models.bsgp import (
+    BSGP,
+    LIKELIHOOD_TERMS,
+    bsgp_kernel,
+    bsgp_priors,
+    check_z_prior,
+    noise_prior,
+)
+from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp
+from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 
-from ._base import part_fingerprint
-from .bsgp import BSGP, bsgp_kernel, bsgp_priors, check_likelihood_term, check_z_prior, noise_prior
-from .deep_bsgp import DeepBSGP, deep_bsgp
+from .phases import check_choice, check_count, check_rate, configure
 
 Array = Any
 
@@ -99,79 +108,109 @@ class BSGPFit:
         return None
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
+@dataclass(frozen=True)
+class BSGPConfig:
+    """The settings of :func:`fit_bsgp`, each default written here only.
+
+    num_layers, num_inducing: L and M per layer (paper: M = 100; hidden width = D). z_prior: the prior over every
+    layer's Z (``"normal"``, ``"dpp"``, ``"strauss"``, ``"uniform"``). likelihood_term: ``"log_expected"`` (Table 6)
+    or ``"expected_log"`` (Eq. 6). noise: ``"point"`` (optimised alongside the chain, SGHMC only) or ``"sampled"``
+    (LogNormal(0, 1) prior). noise_variance: of the default Gaussian likelihood (1.0 = var(y) of standardised y,
+    spec §2.4). engine: ``"sghmc"`` or ``"nuts"`` (shallow model only: the deep model's potential is stochastic).
+    num_iterations, num_kept: SGHMC warmup of 21 × ``num_iterations`` updates and ``num_kept`` draws 32 updates
+    apart (:func:`bsgp_schedule`); nuts_warmup, nuts_samples, nuts_thinning: NUTS's schedule; num_warmup,
+    num_samples, thinning: override either engine's (None: the engine's). step_size, mdecay: ε and the momentum
+    decay of :class:`AdaptiveSGHMC`. target_accept_prob: NUTS's step-size adaptation target, above NumPyro's 0.8
+    because sampled inducing inputs make the curvature uneven: on a 40-point, M = 4 problem (150 + 150 steps, 8
+    seeds) 0.8 gave 6.2% divergent transitions on average (up to 11%) and 0.9 gave 2.9% (up to 6%), for 1.3x the
+    gradient evaluations. batch_size: minibatch of the SGHMC gradients (min(batch_size, N) are used). num_chains,
+    warmup_chunk_size, chunk_size: see :func:`run_mcmc`.
+    """
+
+    num_layers: int = 1
+    num_inducing: int = 100
+    z_prior: str | Any = "normal"
+    likelihood_term: str = "log_expected"
+    noise: str = "point"
+    noise_variance: float = 1.0
+    engine: str = "sghmc"
+    num_iterations: int = 10_000
+    num_kept: int = 256
+    nuts_warmup: int = 500
+    nuts_samples: int = 500
+    nuts_thinning: int = 1
+    num_warmup: int | None = None
+    num_samples: int | None = None
+    thinning: int | None = None
+    step_size: float = 0.01
+    mdecay: float = 0.05
+    target_accept_prob: float = 0.9
+    batch_size: int = 1000
+    num_chains: int = 1
+    warmup_chunk_size: int | None = None
+    chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("engine", self.engine, BSGP_ENGINES)
+        check_choice("noise", self.noise, NOISE_MODES)
+        if isinstance(self.z_prior, str):  # or a numpyro distribution over Z
+            check_choice("z_prior", self.z_prior, Z_PRIORS)
+        check_choice("likelihood_term", self.likelihood_term, LIKELIHOOD_TERMS)
+        validation.check_open_unit_interval("target_accept_prob", self.target_accept_prob)
+        validation.check_positive("noise_variance", self.noise_variance)
+        for name in ("num_layers", "num_inducing", "num_kept", "nuts_samples", "nuts_thinning", "batch_size"):
+            check_count(name, getattr(self, name), 1)
+        for name in ("num_iterations", "nuts_warmup"):
+            check_count(name, getattr(self, name), 0)
+        check_count("num_chains", self.num_chains, 1)
+        check_count("num_warmup", self.num_warmup, 0, optional=True)
+        for name in ("num_samples", "thinning", "warmup_chunk_size", "chunk_size"):
+            check_count(name, getattr(self, name), 1, optional=True)
+        check_rate("step_size", self.step_size)
+        check_rate("mdecay", self.mdecay)
+        if self.engine == "nuts" and self.num_layers > 1:
+            raise ValueError("engine: NUTS needs a deterministic potential; deep BSGP's is stochastic, use 'sghmc'")
 
 
 def fit_bsgp(
     X: Array,
     y: Array,
+    config: BSGPConfig | None = None,
     *,
     key: Array,
     likelihood: Likelihood | None = None,
-    num_layers: int = 1,
-    num_inducing: int = 100,
     Z: Array | None = None,
-    z_prior: str = "normal",
     z_prior_options: dict[str, Any] | None = None,
-    likelihood_term: str = "log_expected",
-    noise: str = "point",
-    engine: str = "sghmc",
-    num_iterations: int = 10_000,
-    num_kept: int = 256,
-    num_warmup: int | None = None,
-    num_samples: int | None = None,
-    thinning: int | None = None,
-    step_size: float = 0.01,
-    mdecay: float = 0.05,
-    target_accept_prob: float = 0.9,
-    batch_size: int = 1000,
-    num_chains: int = 1,
-    warmup_chunk_size: int | None = None,
-    chunk_size: int | None = None,
     checkpoint: str | None = None,
     progress: bool = False,
     callback: Callable[[BSGPFit], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
+    **overrides: Any,
 ) -> BSGPFit:
     """Sample BSGP (``num_layers`` = 1) or deep BSGP with the paper's settings.
 
     Args:
         X [N, D], y [N] or [N, P]: standardised training data (the Normal Z prior assumes standardised X).
+        config: the settings (:class:`BSGPConfig`); ``overrides``: fields of it, e.g. ``num_iterations=100``.
         key: JAX PRNG key.
-        likelihood: default ``Gaussian(variance=1.0)`` (= var(y) of standardised y, spec §2.4); Bernoulli for
-            classification.
-        num_layers, num_inducing: L and M per layer (paper: M = 100; hidden width = D).
+        likelihood: default ``Gaussian(variance=config.noise_variance)``; Bernoulli for classification.
         Z: initial inducing inputs [M, D] (default: k-means on X).
-        z_prior, z_prior_options: the prior over every layer's Z (``"normal"``, ``"dpp"``, ``"strauss"``,
-            ``"uniform"``) and its options.
-        likelihood_term: ``"log_expected"`` (Table 6) or ``"expected_log"`` (Eq. 6).
-        noise: ``"point"`` (optimised alongside the chain, SGHMC only) or ``"sampled"`` (LogNormal(0, 1) prior).
-        engine: ``"sghmc"`` or ``"nuts"`` (shallow model only: the deep model's potential is stochastic).
-        num_iterations, num_kept: SGHMC warmup of 21 × ``num_iterations`` updates and ``num_kept`` draws 32
-            updates apart; ``num_warmup``, ``num_samples``, ``thinning`` override them (NUTS: 500, 500, 1).
-        step_size, mdecay: ε and the momentum decay of :class:`AdaptiveSGHMC`.
-        target_accept_prob: NUTS's step-size adaptation target. Above NumPyro's 0.8 because sampled inducing inputs
-            make the curvature uneven: on a 40-point, M = 4 problem (150 + 150 steps, 8 seeds) 0.8 gave 6.2% divergent
-            transitions on average (up to 11%) and 0.9 gave 2.9% (up to 6%), for 1.3x the gradient evaluations.
-        batch_size: minibatch size of the SGHMC gradients (min(batch_size, N) are used).
-        num_chains, warmup_chunk_size, chunk_size, checkpoint, progress: see :func:`run_mcmc`.
+        z_prior_options: options of the Z prior.
+        checkpoint, progress: see :func:`run_mcmc`.
         callback: called with the :class:`BSGPFit` so far after every warmup piece and sampling chunk.
         fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (model, Z, prior,
             likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
     """
-    _check_choice("engine", engine, BSGP_ENGINES)
-    _check_choice("noise", noise, NOISE_MODES)
-    check_likelihood_term(likelihood_term)
-    target_accept_prob = validation.check_open_unit_interval("target_accept_prob", target_accept_prob)
+    c = configure(BSGPConfig, config, overrides)
+    num_layers, num_inducing, z_prior, likelihood_term, noise, engine = (
+        c.num_layers, c.num_inducing, c.z_prior, c.likelihood_term, c.noise, c.engine
+    )  # fmt: skip
+    step_size, mdecay, target_accept_prob, batch_size, num_chains = (
+        c.step_size, c.mdecay, c.target_accept_prob, c.batch_size, c.num_chains
+    )  # fmt: skip
     X, y = np.asarray(X), np.asarray(y)
     validation.check_inputs(X, y)
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
-    if engine == "nuts" and num_layers > 1:
-        raise ValueError("engine: NUTS needs a deterministic potential; deep BSGP's is stochastic, use 'sghmc'")
-    likelihood = Gaussian(variance=1.0) if likelihood is None else likelihood
+    likelihood = Gaussian(variance=c.noise_variance) if likelihood is None else likelihood
     has_noise = bool(likelihood.parameters())
     if engine == "nuts" and has_noise and noise == "point":
         raise ValueError("noise: NUTS samples every site; use noise='sampled' (or engine='sghmc' for 'point')")
@@ -198,10 +237,10 @@ def fit_bsgp(
 
     if engine == "nuts":
         kernel = NUTS(model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=target_accept_prob)
-        warmup, samples, thin = num_warmup or 500, num_samples or 500, thinning or 1
+        warmup, samples, thin = c.nuts_warmup, c.nuts_samples, c.nuts_thinning
         chain_method = "vectorized"
     else:
-        schedule = bsgp_schedule(num_iterations, num_kept)
+        schedule = bsgp_schedule(c.num_iterations, c.num_kept)
         sites = model.point_estimate_sites()
         kernel = AdaptiveSGHMC(
             model.model,
@@ -211,11 +250,12 @@ def fit_bsgp(
             init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )
-        warmup = schedule.num_warmup if num_warmup is None else num_warmup
-        samples = schedule.num_samples if num_samples is None else num_samples
-        thin = schedule.thinning if thinning is None else thinning
+        warmup, samples, thin = schedule.num_warmup, schedule.num_samples, schedule.thinning
         # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
         chain_method = "sequential" if sites and num_chains > 1 else "vectorized"
+    warmup = warmup if c.num_warmup is None else c.num_warmup
+    samples = samples if c.num_samples is None else c.num_samples
+    thin = thin if c.thinning is None else c.thinning
     own = {
         "bsgp.num_layers": num_layers,
         "bsgp.Z_sha256": tree_sha256(Z),
@@ -240,8 +280,8 @@ def fit_bsgp(
         key=key,
         num_chains=num_chains,
         chain_method=chain_method,
-        warmup_chunk_size=warmup_chunk_size,
-        chunk_size=chunk_size,
+        warmup_chunk_size=c.warmup_chunk_size,
+        chunk_size=c.chunk_size,
         checkpoint=checkpoint,
         progress=progress,
         callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
@@ -249,3 +289,43 @@ def fit_bsgp(
         validate=model.check_data,
     )
     return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)
+
+
+class BSGPSchedule(NamedTuple):
+    """Settings for ``AdaptiveSGHMC`` and ``numpyro.infer.MCMC`` reproducing the released BSGP sampler."""
+
+    step_size: float
+    mdecay: float
+    num_warmup: int
+    num_samples: int
+    thinning: int
+
+
+def bsgp_schedule(num_iterations: int = 10_000, num_kept: int = 256) -> BSGPSchedule:
+    """The released BSGP settings (spec section 2.2): ε = 0.01, α = mdecay = 0.05, thinning 32.
+
+    Usage::
+
+        s = bsgp_schedule()
+        kernel = AdaptiveSGHMC(model, step_size=s.step_size, mdecay=s.mdecay, num_data=N)
+        mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning)
+
+    **Burn-in.** One "iteration" of the released ``sghmc_step`` is 1 adapting update followed by 10 × (adapting
+    update + plain update): 21 SGHMC updates, 11 of which adapt. The UCI protocol runs ``num_iterations`` =
+    10,000 such iterations, all treated as burn-in, i.e. 210,000 updates; so ``num_warmup = 21 * num_iterations``.
+    Here every warmup update adapts (instead of 11 in 21); the adaptation is a running average with weights
+    1/(τ+1), so this changes how fast the estimates settle, not what they estimate. The released code also shares
+    one minibatch between the two updates of an inner pair and draws minibatches by passes over a reshuffled
+    dataset; here every update draws its own minibatch from the model's subsampling plate (size min(1000, N) in
+    BSGP, set in the model).
+
+    **Sampling.** ``num_kept`` samples (256 in the paper's UCI runs; ``run_regression.py`` defaults to 512)
+    spaced 32 plain updates apart with no adaptation: ``num_samples = 32 * num_kept``, ``thinning = 32``
+    (numpyro keeps every ``thinning``-th post-warmup draw). For AIRLINE use 1000 steps between samples instead.
+    """
+    check_count("num_iterations", num_iterations, 0)
+    check_count("num_kept", num_kept, 1)
+    thinning = 32
+    return BSGPSchedule(
+        step_size=0.01, mdecay=0.05, num_warmup=21 * num_iterations, num_samples=thinning * num_kept, thinning=thinning
+    )
