@@ -72,10 +72,10 @@ from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.data import Dataset
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.models.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
-from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, BSGPFit, fit_bsgp
 from ppl_sparsegp.models.deep_bsgp import DeepBSGP
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, BSGPFit, fit_bsgp
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 BSGP_DEFAULTS = {

@@ -39,9 +39,9 @@ from ppl_sparsegp.cli_checks import check_counts, fingerprint_settings, prepare_
 from ppl_sparsegp.data import Dataset, Standardizer
 from ppl_sparsegp.infer.mcmc import ENGINES
 from ppl_sparsegp.models.sgpmc import default_priors
-from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import log_predictive_density, posterior_predictive
+from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
 from ppl_sparsegp.reporting import evaluate, plot_fit, plt
 
 MCMC_DEFAULTS = {"engine": "nuts", "warmup": 500, "samples": 1000, "chains": 2, "thinning": 1, "prior": "gamma"}
