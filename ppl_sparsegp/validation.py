@@ -13,7 +13,9 @@ no values to inspect.
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import array_api_compat
@@ -190,3 +192,19 @@ def check_same_dim(Z: Array, X: Array, *, z_name: str = "Z", x_name: str = "X") 
             f"{_shape(Z)} (D = {Z.shape[1]}) but {x_name} has shape {_shape(X)} (D = {X.shape[1]})"
         )
     return Z, X
+
+
+def check_output_folder(out: str | os.PathLike) -> None:
+    """``out`` (the command line's ``--out``) must be a folder this process can create files in, or one it can create
+    (checked, not created); the error names ``--out``."""
+    path = Path(out).absolute()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out: cannot create {out}, since {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise ValueError(f"--out: {out} {what}")

@@ -43,6 +43,7 @@ from ppl_sparsegp.models.bsgp import (
 )
 from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
+from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
 
 from .phases import check_choice, check_count, check_rate, configure
@@ -50,6 +51,8 @@ from .phases import check_choice, check_count, check_rate, configure
 Array = Any
 
 BSGP_ENGINES = ("sghmc", "nuts")
+UPDATES_PER_ITERATION = 21
+"""SGHMC updates per iteration of the released sampler's warmup (see :func:`bsgp_schedule`)."""
 NOISE_MODES = ("point", "sampled")
 
 
@@ -101,6 +104,40 @@ class BSGPFit:
         """Mean and variance of the mixture predictive of f and y at X_new [S, D]."""
         key = self._key(key)
         return posterior_predictive(self.model, self.mcmc.flat_samples(), X_new, standardizer=standardizer, key=key)
+
+    def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000) -> tuple[Any, list[str]]:
+        """ArviZ InferenceData of the kept draws (standardised units) and the names of its groups.
+
+        The shallow model's sites get :mod:`ppl_sparsegp.posterior.diagnostics`' dims and, when N x draws x
+        outputs <= ``max_log_likelihood``, a ``log_likelihood`` group; the deep model's ``layer<l>.Z``, ``.u`` and
+        ``.kernel.lengthscale`` get the widths' dims (F^0 = X is input_dim, F^l hidden<l>, F^L latent).
+        """
+        result, model = self.mcmc, self.model
+        groups = ["posterior", "sample_stats", "observed_data"]
+        if not isinstance(model, DeepBSGP):
+            entries = X.shape[0] * result.num_chains * result.num_draws * (1 if y.ndim == 1 else y.shape[1])
+            with_ll = entries <= max_log_likelihood
+            ll = None if with_ll else False
+            idata = diagnostics.from_mcmc(result, model, X, y, log_likelihood=ll, posterior_predictive=False)
+            return idata, groups + (["log_likelihood"] if with_ll else [])
+        width = {0: "input_dim", model.num_layers: "latent"}
+        dims = {"y": ["obs"] if y.ndim == 1 else ["obs", "output"]}
+        for site in result.samples:
+            layer, _, name = site.partition(".")
+            at = {"Z": ["inducing_point", 0], "u": [1, "inducing_point"], "kernel.lengthscale": [0]}.get(name)
+            if layer.startswith("layer") and at is not None:
+                i = int(layer.removeprefix("layer"))
+                dims[site] = [w if isinstance(w, str) else width.get(i + w, f"hidden{i + w}") for w in at]
+        stats = {
+            ("lp" if k == "potential_energy" else k.replace(".", "_")): (-v if k == "potential_energy" else v)
+            for k, v in result.extra_fields.items()
+        }
+        attrs = {"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning}
+        observed = {"y": y}
+        idata = diagnostics.to_inference_data(
+            result.samples, sample_stats=stats, observed_data=observed, dims=dims, attrs=attrs
+        )
+        return idata, groups
 
     def _key(self, key: Array | None) -> Array | None:
         if isinstance(self.model, DeepBSGP):
@@ -301,7 +338,7 @@ class BSGPSchedule(NamedTuple):
     thinning: int
 
 
-def bsgp_schedule(num_iterations: int = 10_000, num_kept: int = 256) -> BSGPSchedule:
+def bsgp_schedule(num_iterations: int = BSGPConfig.num_iterations, num_kept: int = BSGPConfig.num_kept) -> BSGPSchedule:
     """The released BSGP settings (spec section 2.2): ε = 0.01, α = mdecay = 0.05, thinning 32.
 
     Usage::
@@ -327,5 +364,9 @@ def bsgp_schedule(num_iterations: int = 10_000, num_kept: int = 256) -> BSGPSche
     check_count("num_kept", num_kept, 1)
     thinning = 32
     return BSGPSchedule(
-        step_size=0.01, mdecay=0.05, num_warmup=21 * num_iterations, num_samples=thinning * num_kept, thinning=thinning
+        step_size=BSGPConfig.step_size,
+        mdecay=BSGPConfig.mdecay,
+        num_warmup=UPDATES_PER_ITERATION * num_iterations,
+        num_samples=thinning * num_kept,
+        thinning=thinning,
     )
