@@ -37,7 +37,7 @@ from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
 from ppl_sparsegp import data  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
-from ppl_sparsegp.models.bsgp_fit import fit_bsgp  # noqa: E402
+from ppl_sparsegp.recipes.bsgp import fit_bsgp  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bsgp_speed.json"
 CASES = (("naval", 1, 38.0), ("kin8nm", 2, 21.4))  # dataset, layers, paper's gradient evaluations per second

@@ -10,7 +10,7 @@ Run (from the repository root)::
 
 Protocol (``shared/specs/001_bsgp.md`` §2.2-2.5, §3.2): :func:`ppl_sparsegp.data.load_bsgp_uci` (80/20 split
 seeded by the fold, X standardised on the whole data, y on training statistics), M = 100 inducing inputs per
-layer from k-means on the training X (seed = fold), :func:`ppl_sparsegp.models.bsgp_fit.fit_bsgp` with the
+layer from k-means on the training X (seed = fold), :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with the
 released sampler (scale-adapted SGHMC, ε = 0.01, momentum decay 0.05, 21 updates per iteration during warmup,
 minibatch min(1000, N), noise by Adam 0.01 on window states, the ``log E[p]`` data term), ``--kept`` draws 32
 updates apart, float64. The paper runs 10,000 iterations (210,000 updates); ``--iterations`` can shorten that,
@@ -54,7 +54,7 @@ from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
 from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
-from ppl_sparsegp.models.bsgp_fit import fit_bsgp  # noqa: E402
+from ppl_sparsegp.recipes.bsgp import fit_bsgp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "bsgp_uci.json"

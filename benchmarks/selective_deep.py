@@ -19,7 +19,7 @@ Protocol (paper App. C.4, scaled to a shared 2-core CPU; our choices are marked)
   added to the second layer's input (layer 1 maps R^8 -> R^8), unwhitened q(u), Gaussian likelihood (initial
   noise variance 1), one propagated sample per step; inner kernel variance 0.1 and inner q(u) scale 1e-3 at the
   start (the released code's layer-wise start; we do not pre-train layer-wise).
-* selection: :func:`models.selective_deep.fit_selective_deep`, 150 random training inputs as candidates per
+* selection: :func:`ppl_sparsegp.recipes.selective.fit_selective_deep`, 150 random training inputs as candidates per
   layer, α_ℓ = w × D_out^ℓ (``alpha_per_output``, as the released code) for prior weights w in ``WEIGHTS`` (the
   paper does not give its four α), λ₀ = 0.5, S = 4 joint mask draws, Adam 0.2 on λ with the GP frozen and the
   bound on minibatches of 1000 (``SELECTION_BATCH``; the released code uses the full training set per draw, which
@@ -75,7 +75,7 @@ from ppl_sparsegp import data, likelihoods, metrics  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
-from ppl_sparsegp.models.selective_deep import fit_selective_deep  # noqa: E402
+from ppl_sparsegp.recipes.selective import fit_selective_deep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = {"reduced": ROOT / "results" / "selective_deep.json", "paper": ROOT / "results" / "selective_deep_paper.json"}

@@ -21,7 +21,7 @@ Protocol (paper App. C.3.2, Table 1; where the paper is silent, the released cod
   ε ~ N(0, 1), σ̂(y) the training std and v the noise level, then standardised with their own training mean and
   std. Table 1: concrete α = 0.01, v ∈ {0, 0.2, 0.3, 0.4}; energy α = 0.05, v ∈ {0, 0.05, 0.1, 0.15}; kin8nm
   α = 0.1, v ∈ {0, 0.2, 0.3, 0.4}; protein α = 0.2, v ∈ {0, 0.3, 0.5, 0.7}.
-* adaptive: :func:`models.selective_fit.fit_selective` with the collapsed bound, K = 100 candidates drawn from the
+* adaptive: :func:`recipes.selective.fit_selective` with the collapsed bound, K = 100 candidates drawn from the
   training inputs at random (the paper's choice; its K for real data is not stated, the code's grid tops at 100),
   RBF-ARD kernel with unit initial values, Gaussian noise variance 1, λ₀ = 0.5, S = 4, Adam 0.01 (GP) and 0.2
   (λ), the GP frozen while selecting; 2500 pre-training, 1500 selection and 1000 post-training steps (paper).
@@ -66,8 +66,8 @@ from ppl_sparsegp import data  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.selective_fit import fit_selective  # noqa: E402
 from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
+from ppl_sparsegp.recipes.selective import fit_selective  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_uci.json"

@@ -69,9 +69,9 @@ from ppl_sparsegp.core.likelihoods import Bernoulli  # noqa: E402
 from ppl_sparsegp.data import Standardizer, load_raetsch  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.mcmc import run_mcmc  # noqa: E402
-from ppl_sparsegp.models.sgpmc import fit_sgpmc  # noqa: E402
 from ppl_sparsegp.posterior import diagnostics  # noqa: E402
 from ppl_sparsegp.posterior.predict import log_predictive_density, posterior_predictive  # noqa: E402
+from ppl_sparsegp.recipes.sgpmc import fit_sgpmc  # noqa: E402
 from ppl_sparsegp.results import write_json  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "sgpmc_image.json"

@@ -38,7 +38,7 @@ Fit with :class:`ppl_sparsegp.infer.score_function.ScoreFunctionELBO`: the inclu
 score-function estimator with a decaying-average baseline, every other parameter by the pathwise gradient
 (``pathwise=True``) or not at all (``pathwise=False``, the released code's frozen GP). :meth:`prune` turns a
 drawn mask into an ordinary :class:`SGPR` / :class:`SVGP` with the selected points;
-:func:`models.selective_fit.fit_selective` runs the paper's pre-train / select / prune / post-train procedure.
+:func:`ppl_sparsegp.recipes.selective.fit_selective` runs the paper's pre-train / select / prune / post-train procedure.
 """
 
 from __future__ import annotations

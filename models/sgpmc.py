@@ -16,8 +16,8 @@ Its density equals that of :class:`models.svgp.SVGP` with ``data_term="sampled"`
 hyperparameter is either sampled (named in ``priors``) or held fixed (named in ``fixed``): an MCMC engine would
 otherwise keep a ``param`` at its initial value silently.
 
-:func:`fit_sgpmc` is the thesis recipe in one call: fit SVGP (MAP for θ, Z from k-means, Z held fixed for
-the first steps), fix Z, start θ at its point estimate and v at a draw of q(v), run NUTS.
+:func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc` is the thesis recipe in one call: fit SVGP (MAP for θ, Z from k-means,
+Z held fixed for the first steps), fix Z, start θ at its point estimate and v at a draw of q(v), run NUTS.
 """
 
 from __future__ import annotations
@@ -26,22 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-import optax
 
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
-from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
-from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, check_sparse_settings, part_fingerprint
+from ._base import GPModel, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -146,161 +141,3 @@ def default_priors(
     sites = {f"kernel.{k}": v for k, v in kernel.parameters().items()}
     sites.update({f"likelihood.{k}": v for k, v in likelihood.parameters().items()})
     return {site: base.expand(np.shape(v)).to_event(np.ndim(v)) for site, v in sites.items()}
-
-
-def _prior_fingerprint(prior: dist.Distribution) -> str:
-    """A prior for a checkpoint's fingerprint: its class chain, shapes and parameter values (a sha256), e.g.
-    ``"Independent/ExpandedDistribution/Gamma [3] 1a2b..."``. Not the pytree structure, whose auxiliary data NumPyro
-    orders differently from one process to the next."""
-    names, base = [], prior
-    while base is not None:
-        names.append(type(base).__name__)
-        inner = getattr(base, "base_dist", None)
-        if inner is None:
-            break
-        base = inner
-    values = {name: np.asarray(getattr(base, name)) for name in sorted(base.arg_constraints) if hasattr(base, name)}
-    shape = [*prior.batch_shape, *prior.event_shape]
-    return f"{'/'.join(names)} {shape} {tree_sha256(values)[:16]}"
-
-
-@dataclass
-class SGPMCFit:
-    """What :func:`fit_sgpmc` returns: the Gaussian fit, the SGPMC model built from it, and the MCMC run.
-
-    ``svi`` is the result of the last SVI phase, or None when ``svi_steps=0`` (the chains then start at the initial
-    values of the kernel, the likelihood and q(v) = N(0, I) draws).
-    """
-
-    svgp: SVGP
-    svi: SVIResult | None
-    model: SGPMC
-    mcmc: MCMCResult
-
-
-def fit_sgpmc(
-    X: Array,
-    y: Array,
-    *,
-    kernel: Kernel,
-    likelihood: Likelihood,
-    Z: Array,
-    key: Array,
-    priors: Mapping[str, dist.Distribution] | None = None,
-    num_latent: int = 1,
-    svi_steps: int = 2000,
-    fixed_z_steps: int = 200,
-    learning_rate: float = 0.01,
-    batch_size: int | None = None,
-    num_warmup: int = 500,
-    num_samples: int = 1000,
-    num_chains: int = 1,
-    thinning: int = 1,
-    chain_method: str = "vectorized",
-    engine: str = "nuts",
-    engine_options: Mapping[str, Any] | None = None,
-    chunk_size: int | None = None,
-    checkpoint: str | None = None,
-    progress: bool = False,
-    fingerprint: Mapping[str, Any] | None = None,
-) -> SGPMCFit:
-    """The thesis recipe (§5.5): Gaussian fit, then NUTS on the free-form q*(v, θ) with Z fixed.
-
-    1. SVGP with the same priors (MAP for θ) by Adam: ``fixed_z_steps`` steps with Z held at its initial value
-       (e.g. k-means), then ``svi_steps - fixed_z_steps`` with Z free.
-    2. Z fixed at the fit; sites without a prior fixed at their point estimates; θ starts at its MAP and v at a
-       draw of q(v) (one per chain).
-    3. NUTS (in place of the thesis' Bayesian-optimisation-tuned HMC; NUTS adapts step size and path length),
-       or another ``engine`` of :func:`ppl_sparsegp.infer.mcmc.kernel_from_name` ("hmc", "sghmc", "sgld"; the
-       SG-MCMC engines take minibatch gradients when ``batch_size`` is set).
-
-    Args:
-        X [N, D], y [N] or [N, P]: training data. kernel, likelihood: their initial values.
-        Z: initial inducing inputs [M, D]. priors: default :func:`default_priors` (Gamma) on every site.
-        key: JAX PRNG key. engine_options: passed to the kernel (NUTS default: ``max_tree_depth=8``).
-        svi_steps: Adam steps of the Gaussian fit in all; 0 runs none (``SGPMCFit.svi`` is then None).
-        checkpoint: the MCMC checkpoint (see :func:`run_mcmc`); the SVI fit is not checkpointed, it is repeated
-            (deterministically) by a resumed call.
-        fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (the SVI
-            settings, Z, the initial kernel and likelihood, the priors, the engine and its options) and
-            ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
-        The rest: the SVI and MCMC settings (see :func:`run_mcmc`).
-    """
-    priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
-    if isinstance(svi_steps, bool) or not isinstance(svi_steps, int | np.integer) or svi_steps < 0:
-        raise ValueError(f"svi_steps: expected a non-negative integer, got {svi_steps!r}")
-    if not isinstance(fixed_z_steps, int) or not 0 <= fixed_z_steps <= svi_steps:
-        raise ValueError(f"fixed_z_steps: expected an integer in [0, svi_steps={svi_steps}], got {fixed_z_steps!r}")
-    if engine not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    X, y = jnp.asarray(X), jnp.asarray(y)
-    common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=batch_size)
-    svgp = SVGP(Z=Z, learn_Z=fixed_z_steps == 0, **common)
-    fixed = [site for site in svgp.hyperparameter_sites() if site not in priors]
-    model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
-    model.check_data(X, y)
-    svi_key, init_key, mcmc_key = jax.random.split(key, 3)
-    own = {
-        "sgpmc.svi_steps": int(svi_steps),
-        "sgpmc.fixed_z_steps": fixed_z_steps,
-        "sgpmc.learning_rate": learning_rate,
-        "sgpmc.batch_size": batch_size,
-        "sgpmc.num_latent": num_latent,
-        "sgpmc.engine": engine,
-        "sgpmc.engine_options": dict(engine_options or {}),
-        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
-        "sgpmc.kernel": part_fingerprint(kernel),
-        "sgpmc.likelihood": part_fingerprint(likelihood),
-        "sgpmc.priors": {site: _prior_fingerprint(prior) for site, prior in sorted(priors.items())},
-        "sgpmc.key": key_data(key),
-    }
-    params: dict[str, Array] = {}
-    svi = None
-    for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
-        if steps == 0:
-            continue
-        svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
-        svi = fit_svi(
-            svgp.model,
-            svgp.guide,
-            X,
-            y,
-            optimizer=optax.adam(learning_rate),
-            num_steps=steps,
-            key=jax.random.fold_in(svi_key, phase),
-            init_params={k: v for k, v in params.items() if k != "Z"} or None,
-            progress=progress,
-            validate=svgp.check_data,
-        )
-        params.update(svi.params)
-    fitted_kernel, fitted_likelihood = svgp.fitted(params)
-    model = SGPMC(
-        kernel=fitted_kernel,
-        likelihood=fitted_likelihood,
-        priors=priors,
-        fixed=fixed,
-        Z=params.get("Z", Z),
-        num_latent=num_latent,
-        batch_size=batch_size if engine in ("sghmc", "sgld") else None,
-    )
-    init = init_from_svi(model.model, svgp.guide, params, X, y, key=init_key, num_chains=num_chains)
-    options = {"max_tree_depth": 8} if engine == "nuts" else {"num_data": int(X.shape[0])} if engine == "sghmc" else {}
-    mcmc_kernel = kernel_from_name(engine, model.model, **{**options, **(engine_options or {})})
-    mcmc = run_mcmc(
-        mcmc_kernel,
-        X,
-        y,
-        num_warmup=num_warmup,
-        num_samples=num_samples,
-        num_chains=num_chains,
-        thinning=thinning,
-        chain_method=chain_method,
-        key=mcmc_key,
-        init_params=init,
-        chunk_size=chunk_size,
-        checkpoint=checkpoint,
-        progress=progress,
-        fingerprint={**own, **dict(fingerprint or {})},
-        validate=model.check_data,
-    )
-    return SGPMCFit(svgp=svgp, svi=svi, model=model, mcmc=mcmc)

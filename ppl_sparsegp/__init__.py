@@ -32,9 +32,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SelectiveSGPR": ("ppl_sparsegp.models.selective", "SelectiveSGPR"),
     "SelectiveSVGP": ("ppl_sparsegp.models.selective", "SelectiveSVGP"),
     # multi-phase procedures from the papers
-    "fit_sgpmc": ("ppl_sparsegp.models.sgpmc", "fit_sgpmc"),
-    "fit_bsgp": ("ppl_sparsegp.models.bsgp_fit", "fit_bsgp"),
-    "fit_selective": ("ppl_sparsegp.models.selective_fit", "fit_selective"),
+    "fit_sgpmc": ("ppl_sparsegp.recipes.sgpmc", "fit_sgpmc"),
+    "fit_bsgp": ("ppl_sparsegp.recipes.bsgp", "fit_bsgp"),
+    "fit_selective": ("ppl_sparsegp.recipes.selective", "fit_selective"),
     # engines
     "fit_svi": ("ppl_sparsegp.infer.svi", "fit_svi"),
     "run_mcmc": ("ppl_sparsegp.infer.mcmc", "run_mcmc"),

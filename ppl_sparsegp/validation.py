@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import array_api_compat
@@ -228,3 +230,19 @@ def check_keys(name: str, given: Collection[str], valid: Collection[str]) -> Non
     unknown = sorted(set(given) - set(valid))
     if unknown:
         raise ValueError(f"{name}: unknown key(s) {unknown}; valid keys for this model are {sorted(valid)}")
+
+
+def check_output_folder(out: str | os.PathLike) -> None:
+    """``out`` (the command line's ``--out``) must be a folder this process can create files in, or one it can create
+    (checked, not created); the error names ``--out``."""
+    path = Path(out).absolute()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out} exists and is not a folder")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"--out: cannot create {out}, since {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == path else f"cannot be created: {existing} is not writable"
+        raise ValueError(f"--out: {out} {what}")

@@ -15,9 +15,9 @@ from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
 from ppl_sparsegp.models.bsgp import BSGP, bsgp_kernel, bsgp_priors
-from ppl_sparsegp.models.bsgp_fit import fit_bsgp
 from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp, linear_mean_weights
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.recipes.bsgp import fit_bsgp
 
 N, D, M = 40, 2, 6
 NOISE = 0.3

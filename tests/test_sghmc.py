@@ -11,7 +11,8 @@ import pytest
 from jax import random
 from numpyro.infer import MCMC
 
-from ppl_sparsegp.infer.sghmc import SGHMC, SGLD, AdaptiveSGHMC, PointEstimates, _normal_like, bsgp_schedule
+from ppl_sparsegp.infer.sghmc import SGHMC, SGLD, AdaptiveSGHMC, PointEstimates, _normal_like
+from ppl_sparsegp.recipes.bsgp import bsgp_schedule
 
 N, D, SIGMA, PRIOR_SD = 1000, 3, 0.5, 1.0
 W_TRUE = np.array([1.0, -0.5, 0.0])  # one weight is exactly zero: relative errors are meaningless there

@@ -6,7 +6,8 @@
   the point with the largest residual prior variance ``k(x, x) - Q(x, x)`` given the points chosen so far, the
   initialisation analysed by Burt, Rasmussen & van der Wilk (2020).
 
-Each function checks its inputs eagerly and raises ``ValueError`` naming the argument.
+:func:`by_name` picks one by name. Each function checks its inputs eagerly and raises ``ValueError`` naming the
+argument.
 """
 
 from __future__ import annotations
@@ -77,3 +78,17 @@ def greedy_variance(
         if m + 1 < num_inducing:
             chosen.append(int(np.argmax(d)))
     return X[np.array(chosen)].copy()
+
+
+INITIALISERS = ("kmeans", "random", "greedy")
+
+
+def by_name(name: str, X: Array, num_inducing: int, kernel: Callable[..., Any], seed: int = 0) -> np.ndarray:
+    """Z [M, D] from X [N, D] by the initialiser ``name`` (one of :data:`INITIALISERS`; ``kernel`` for "greedy"),
+    as X's dtype."""
+    validation.check_choice("init", name, INITIALISERS)
+    if name == "greedy":
+        Z = greedy_variance(X, num_inducing, kernel, seed=seed)
+    else:
+        Z = (kmeans if name == "kmeans" else random_subset)(X, num_inducing, seed=seed)
+    return np.asarray(Z, dtype=np.asarray(X).dtype)

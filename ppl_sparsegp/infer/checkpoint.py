@@ -44,7 +44,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -417,3 +417,27 @@ def verify(path: str | os.PathLike, settings: Mapping[str, Any], *args: Any, **k
     if differences:
         raise CheckpointMismatchError(path, differences)
     return checkpoint
+
+
+def prepare(
+    paths: Sequence[str | os.PathLike],
+    settings: Mapping[str, Any],
+    *args: Any,
+    restart: bool = False,
+    also: Sequence[str | os.PathLike] = (),
+) -> dict[Path, Checkpoint]:
+    """Before any work: with ``restart`` delete the checkpoints at ``paths`` (and the files ``also``); else
+    :func:`verify` every one that exists against ``settings`` and the model's ``args``.
+
+    Returns:
+        path -> the checkpoint found there (a run resumes from these).
+
+    Raises:
+        CheckpointError: a checkpoint is damaged or another run's (naming the file and what differs).
+    """
+    if restart:
+        for path in (*paths, *also):
+            Path(path).unlink(missing_ok=True)
+        return {}
+    found = {Path(path): verify(path, settings, *args) for path in paths}
+    return {path: checkpoint for path, checkpoint in found.items() if checkpoint is not None}

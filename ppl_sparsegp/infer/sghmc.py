@@ -59,14 +59,12 @@ PyTree = Any
 __all__ = [
     "AdaptState",
     "AdaptiveSGHMC",
-    "BSGPSchedule",
     "PointEstimateState",
     "PointEstimates",
     "SGHMC",
     "SGLD",
     "SGMCMCKernel",
     "SGMCMCState",
-    "bsgp_schedule",
 ]
 
 
@@ -487,7 +485,8 @@ class AdaptiveSGHMC(SGMCMCKernel):
         can make the first steps far too long when |∇U| is large.
 
     ``adapt_scale`` is the geometric mean over all elements of M̃⁻¹ = 1/(√v̂_U + 1e-16).
-    See :class:`SGMCMCKernel` for the common arguments and :func:`bsgp_schedule` for the released settings.
+    See :class:`SGMCMCKernel` for the common arguments and :func:`ppl_sparsegp.recipes.bsgp.bsgp_schedule` for the
+    released settings.
     """
 
     def __init__(
@@ -545,41 +544,3 @@ class AdaptiveSGHMC(SGMCMCKernel):
         leaves = jax.tree.leaves(adapt.v_hat)
         log_inv_mass = sum(jnp.sum(-jnp.log(jnp.sqrt(v + 1e-16) + 1e-16)) for v in leaves)
         return jnp.exp(log_inv_mass / sum(jnp.size(v) for v in leaves))
-
-
-class BSGPSchedule(NamedTuple):
-    """Settings for ``AdaptiveSGHMC`` and ``numpyro.infer.MCMC`` reproducing the released BSGP sampler."""
-
-    step_size: float
-    mdecay: float
-    num_warmup: int
-    num_samples: int
-    thinning: int
-
-
-def bsgp_schedule(num_iterations: int = 10_000, num_kept: int = 256) -> BSGPSchedule:
-    """The released BSGP settings (spec section 2.2): ε = 0.01, α = mdecay = 0.05, thinning 32.
-
-    Usage::
-
-        s = bsgp_schedule()
-        kernel = AdaptiveSGHMC(model, step_size=s.step_size, mdecay=s.mdecay, num_data=N)
-        mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning)
-
-    **Burn-in.** One "iteration" of the released ``sghmc_step`` is 1 adapting update followed by 10 × (adapting
-    update + plain update): 21 SGHMC updates, 11 of which adapt. The UCI protocol runs ``num_iterations`` =
-    10,000 such iterations, all treated as burn-in, i.e. 210,000 updates; so ``num_warmup = 21 * num_iterations``.
-    Here every warmup update adapts (instead of 11 in 21); the adaptation is a running average with weights
-    1/(τ+1), so this changes how fast the estimates settle, not what they estimate. The released code also shares
-    one minibatch between the two updates of an inner pair and draws minibatches by passes over a reshuffled
-    dataset; here every update draws its own minibatch from the model's subsampling plate (size min(1000, N) in
-    BSGP, set in the model).
-
-    **Sampling.** ``num_kept`` samples (256 in the paper's UCI runs; ``run_regression.py`` defaults to 512)
-    spaced 32 plain updates apart with no adaptation: ``num_samples = 32 * num_kept``, ``thinning = 32``
-    (numpyro keeps every ``thinning``-th post-warmup draw). For AIRLINE use 1000 steps between samples instead.
-    """
-    thinning = 32
-    return BSGPSchedule(
-        step_size=0.01, mdecay=0.05, num_warmup=21 * num_iterations, num_samples=thinning * num_kept, thinning=thinning
-    )

@@ -6,10 +6,11 @@ import pytest
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli
-from ppl_sparsegp.models.selective_fit import fit_selective, sample_subset
 from ppl_sparsegp.models.sgpr import SGPR
 from ppl_sparsegp.models.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.recipes.phases import sample_subset
+from ppl_sparsegp.recipes.selective import fit_selective
 
 CANDIDATES = np.linspace(0, 10, 15)[:, None]
 

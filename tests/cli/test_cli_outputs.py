@@ -27,8 +27,12 @@ import matplotlib.figure
 import numpy as np
 import pytest
 
-from ppl_sparsegp import cli, cli_bsgp, cli_mcmc, cli_selective, data
+from ppl_sparsegp import data
+from ppl_sparsegp.cli import bsgp as cli_bsgp
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.cli import selective as cli_selective
+from ppl_sparsegp.cli import sgpmc as cli_sgpmc
+from ppl_sparsegp.cli import svgp as cli_svgp
 from ppl_sparsegp.inducing import initialise
 
 QUIET = ("--no-progress", "--quiet")
@@ -86,8 +90,8 @@ def trap_work(monkeypatch) -> None:
         (initialise, "kmeans"),
         (initialise, "random_subset"),
         (initialise, "greedy_variance"),
-        (cli, "fit_svi"),
-        (cli_mcmc, "fit_sgpmc"),
+        (cli_svgp, "fit_svi"),
+        (cli_sgpmc, "fit_sgpmc"),
         (cli_bsgp, "fit_bsgp"),
         (cli_selective, "fit_selective"),
     ]:

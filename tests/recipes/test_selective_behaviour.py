@@ -28,8 +28,8 @@ import pytest
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.selective_fit import SelectiveFit, fit_selective
 from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.recipes.selective import SelectiveFit, fit_selective
 
 pytestmark = pytest.mark.slow
 

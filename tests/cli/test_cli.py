@@ -16,8 +16,9 @@ import shutil
 import numpy as np
 import pytest
 
-from ppl_sparsegp import cli, data
+from ppl_sparsegp import data
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.cli import svgp as cli_svgp
 
 FAST = ("--inducing", "16", "--lr", "0.05", "--no-progress", "--quiet")
 
@@ -140,7 +141,7 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "fit_svi", interrupted)
+    monkeypatch.setattr(cli_svgp, "fit_svi", interrupted)
     folder = tmp_path / "out"
     assert main(["fit", "sgpr", *FAST, "--out", str(folder)]) == 130
     err = capsys.readouterr().err

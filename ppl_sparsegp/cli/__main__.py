@@ -1,0 +1,130 @@
+"""``ppl-sparsegp`` (also ``python -m ppl_sparsegp.cli``): the top-level parser, ``fit`` with one sub-command per
+method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
+
+A method's options are added to its sub-command when that sub-command is used (or its help shown), so a flag exists
+only where it belongs; argparse refuses it elsewhere as an unrecognized argument (one line ``error: ...``).
+``fit --help`` shows every method's options.
+
+Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
+is damaged, non-finite or another run's; 1 a run-time failure that is not the user's input (missing or corrupt data
+files, a failed Cholesky, a non-finite loss, a full disk), printed as one line ``error: ...``; 130 interrupted
+(Ctrl-C), after the checkpoint that a re-run resumes from has been saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+from ppl_sparsegp.cli import bsgp, diagnose, gpr, selective, sgpmc, sgpr, svgp
+from ppl_sparsegp.cli.run import RESTART_HINT
+from ppl_sparsegp.data import DataIntegrityError
+from ppl_sparsegp.infer.checkpoint import CheckpointError
+
+METHODS: dict[str, ModuleType] = {
+    "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective
+}  # fmt: skip
+"""The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``, ``METHOD_DEFAULTS``)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose arguments are added by ``populate(parser)`` when it is first used; ``sections``
+    are parsers whose help follows its own."""
+
+    def __init__(self, *args, populate: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+        self.populate, self.sections = populate, []
+
+    def _populated(self) -> None:
+        if self.populate is not None:
+            populate, self.populate = self.populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102  (argparse's)
+        self._populated()
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> None:
+        """Exit 2: an option no sub-command takes (e.g. another method's) as one line, other errors as argparse's."""
+        if message.startswith("unrecognized arguments"):
+            self.exit(2, f"error: {message}\n")
+        super().error(message)
+
+    def format_usage(self) -> str:
+        self._populated()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._populated()
+        return "\n".join([super().format_help(), *(section.format_help() for section in self.sections)])
+
+
+def _by_value(option: str) -> str:
+    """``"svgp, sgpr, gpr and sgpmc: 0.1; bsgp and selective: 1.0"``: the methods grouped by their default of
+    ``option`` (their modules' ``METHOD_DEFAULTS``)."""
+    groups: dict[object, list[str]] = {}
+    for name, module in METHODS.items():
+        if option in module.METHOD_DEFAULTS:
+            groups.setdefault(module.METHOD_DEFAULTS[option], []).append(name)
+    joined = {v: ", ".join(ns[:-1]) + " and " + ns[-1] if len(ns) > 1 else ns[0] for v, ns in groups.items()}
+    return "; ".join(f"{names}: {value}" for value, names in joined.items())
+
+
+def build_parser() -> Parser:
+    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``."""
+    parser = Parser(prog="ppl-sparsegp", description="Sparse Gaussian processes as NumPyro programs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fit = commands.add_parser(
+        "fit",
+        help="fit a GP to a dataset, evaluate it and write the results",
+        description="Fit a GP, evaluate it on the test set and write results.json, fit.png and the fitted parameters "
+        "or posterior to --out. Data are standardised with training statistics; metrics are in original units. "
+        "Re-running the same command resumes from its checkpoint in --out (a run with other settings is refused; "
+        f"--restart discards it). Defaults that differ by method: --noise-variance {_by_value('noise_variance')}; "
+        f"--inducing {_by_value('inducing')}; --init {_by_value('init')}.",
+    )
+    methods = fit.add_subparsers(dest="method", required=True)
+    for name, module in METHODS.items():
+        doc = (module.__doc__ or "").strip()
+        fit.sections.append(
+            methods.add_parser(
+                name, help=doc.split(".")[0], description=doc.split("\n\n")[0], populate=module.add_arguments
+            )
+        )
+    commands.add_parser(
+        "diagnose", help=diagnose.__doc__.split(".")[0], description=diagnose.__doc__, populate=diagnose.add_arguments
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``ppl-sparsegp`` with ``argv`` (default: the process's); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    module = diagnose if args.command == "diagnose" else METHODS[args.method]
+    if args.command == "fit" and args.out is None:
+        args.out = Path("runs") / f"{args.method}-{args.data.replace('/', '_')}-{args.split}"
+    try:
+        module.run(args, argv)
+    except ValueError as err:
+        if isinstance(err, CheckpointError):
+            err.hint = RESTART_HINT
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except (OSError, FloatingPointError, DataIntegrityError) as err:
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; run the same command again to resume from {args.out / module.CHECKPOINT}", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

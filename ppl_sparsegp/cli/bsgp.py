@@ -1,0 +1,253 @@
+"""bsgp: BSGP (Rossi et al. 2021) by :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp`: v, Z and θ of every layer sampled by
+the scale-adapted SGHMC of the released code or, for one layer, by NUTS.
+
+A bare BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the
+paper's protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept
+draws, standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and
+results.json (metrics of the mixture predictive in original units, sampler settings and speed). The chain is
+checkpointed to OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from ppl_sparsegp import data, results
+from ppl_sparsegp.cli import run as shared
+from ppl_sparsegp.cli.run import DEFAULTS, flag
+from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.models.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
+from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
+from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, BSGPFit, fit_bsgp
+from ppl_sparsegp.recipes.bsgp import bsgp_schedule as schedule
+
+CHECKPOINT = "mcmc.ckpt"
+SETTINGS_FILE = "mcmc.ckpt.json"
+"""A readable copy of the settings in the checkpoint's fingerprint (the checkpoint's own copy is the one compared)."""
+CONFIG = BSGPConfig()
+NOISE_VARIANCE = CONFIG.noise_variance
+METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing, "init": DEFAULTS.init}
+CHECKPOINT_ITERATIONS = 100
+ENGINE_OPTIONS = {
+    "sghmc": {"iterations": CONFIG.num_iterations, "kept": CONFIG.num_kept, "step_size": CONFIG.step_size,
+              "batch_size": CONFIG.batch_size},
+    "nuts": {"warmup": CONFIG.nuts_warmup, "samples": CONFIG.nuts_samples, "thinning": CONFIG.nuts_thinning},
+}  # fmt: skip
+"""Each engine's own options and their defaults (an option of the other engine is refused)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """bsgp's options."""
+    c, sghmc, nuts = CONFIG, ENGINE_OPTIONS["sghmc"], ENGINE_OPTIONS["nuts"]
+    shared.add_common_arguments(parser, "bsgp")
+    shared.add_noise_arguments(parser, NOISE_VARIANCE)
+    shared.add_inducing_arguments(parser, c.num_inducing)
+    shared.add_batch_argument(parser, c.batch_size, " of the sghmc gradients, at most N")
+    group = parser.add_argument_group(
+        "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, --step-size "
+        "and --batch-size, nuts --warmup, --samples and --thinning. The chain checkpoints to OUT/mcmc.ckpt.",
+    )  # fmt: skip
+    group.add_argument("--engine", default=c.engine, metavar="|".join(BSGP_ENGINES), help="the sampler")
+    group.add_argument("--chains", type=int, default=c.num_chains, help=f"chains (default: {c.num_chains})")
+    group.add_argument(
+        "--layers", type=int, default=c.num_layers, metavar="L", help=f"GP layers (default: {c.num_layers})"
+    )
+    group.add_argument(
+        "--z-prior", choices=Z_PRIORS, default=c.z_prior, help=f"prior over every layer's Z (default: {c.z_prior})"
+    )
+    group.add_argument(
+        "--data-term", choices=LIKELIHOOD_TERMS, default=c.likelihood_term,
+        help=f"log E[p(y|f)] (the released code) or E[log p(y|f)] (the paper's Eq. 6) (default: {c.likelihood_term})",
+    )  # fmt: skip
+    group.add_argument(
+        "--noise", choices=NOISE_MODES, help="the noise: a point estimate (sghmc) or sampled (default: point with "
+        "sghmc, sampled with nuts)",
+    )  # fmt: skip
+    for name, help_ in (
+        ("iterations", f"sghmc: warmup iterations of {UPDATES_PER_ITERATION} updates"),
+        ("kept", "sghmc: draws kept per chain, 32 updates apart"),
+        ("step_size", "sghmc: step size"),
+        ("warmup", "nuts: warmup steps"),
+        ("samples", "nuts: post-warmup steps per chain"),
+        ("thinning", "nuts: keep every k-th draw; divides --samples"),
+    ):
+        kind = float if name == "step_size" else int
+        default = {**sghmc, **nuts}[name]
+        group.add_argument(flag(name), type=kind, help=f"{help_} (default: {default})")
+
+
+def _check(opts: dict[str, Any]) -> None:
+    """The engine's options: the other engine's are refused, the engine's own filled in and checked."""
+    engine = opts["engine"]
+    if engine not in BSGP_ENGINES:
+        raise ValueError(f"--engine {engine}: bsgp samples with {' or '.join(BSGP_ENGINES)}")
+    other = "nuts" if engine == "sghmc" else "sghmc"
+    for name in ENGINE_OPTIONS[other]:
+        if opts.get(name) is not None:
+            use = {"sghmc": "--iterations and --kept", "nuts": "--warmup and --samples"}[engine]
+            hint = f" (with {engine} use {use})" if name in ("iterations", "kept", "warmup", "samples") else ""
+            raise ValueError(f"{flag(name)} applies to bsgp with --engine {other}, not {engine}{hint}")
+    opts.update({k: v if opts.get(k) is None else opts[k] for k, v in ENGINE_OPTIONS[engine].items()})
+    shared.check_options(
+        opts, positive=("layers", "chains", "kept", "samples", "thinning"), non_negative=("iterations", "warmup")
+    )
+    if engine == "nuts" and opts["layers"] > 1:
+        raise ValueError(
+            f"--engine nuts needs --layers 1, got --layers {opts['layers']}: deep BSGP's potential is stochastic "
+            "(one random pass through the inner layers), use --engine sghmc"
+        )
+    if engine == "nuts" and opts["noise"] == "point":
+        raise ValueError("--noise point needs --engine sghmc: NUTS samples every site (use --noise sampled)")
+    if engine == "nuts" and opts["samples"] % opts["thinning"]:
+        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
+    if engine == "sghmc" and not (math.isfinite(opts["step_size"]) and opts["step_size"] > 0):
+        raise ValueError(f"--step-size must be finite and > 0, got {opts['step_size']}")
+
+
+class _WarmupBar:
+    """A progress bar over the warmup updates, driven by fit_bsgp's callback after every warmup piece."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total, self.enabled, self.bar = total, enabled and total > 0, None
+
+    def __call__(self, partial: BSGPFit) -> None:
+        if not self.enabled or partial.mcmc.num_draws:
+            return
+        if self.bar is None:
+            self.bar = tqdm(total=self.total, desc="warmup", unit="update")
+        self.bar.update(partial.mcmc.warmup_done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _figure(fit: BSGPFit, d: shared.Data, mean: np.ndarray, var: np.ndarray) -> Any:
+    """plot_fit's predictive picture (right) beside the potential energy of the kept draws (left)."""
+    figure = d.plot(np.zeros(0), mean, var)
+    ax = figure.axes[0]
+    ax.clear()
+    energy = fit.mcmc.extra_fields.get("potential_energy")
+    if energy is not None:
+        for c, trace in enumerate(np.asarray(energy)):
+            ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"chain {c}")
+        what = "minibatch estimate, " if fit.mcmc.kernel_name != "NUTS" else ""
+        ax.set(xlabel="kept draw", ylabel=f"potential energy ({what}standardised units)", title="kept draws")
+        if len(energy) > 1:
+            ax.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def dataset_name(name: str) -> str:
+    """The dataset to load: a bare BSGP UCI name means the paper's protocol, ``bsgp/<name>``."""
+    return f"bsgp/{name}" if name in data.BSGP_NAMES else name
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """Sample bsgp as ``args`` say; write the outputs; return results.json."""
+    opts = dict(vars(args))
+    _check(opts)
+    d = shared.load_data(opts, dataset_name(opts["data"]))
+    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
+    if d.ds.task == "regression":
+        opts["noise"] = opts["noise"] or ("sampled" if opts["engine"] == "nuts" else "point")
+    out, settings = opts["out"], shared.fingerprint_settings(opts)
+    found = prepare([out / CHECKPOINT], settings, d.X, d.y, restart=opts["restart"], also=[out / SETTINGS_FILE])
+    counters = found[out / CHECKPOINT].counters if out / CHECKPOINT in found else None
+    resumed = None if counters is None else {k: counters[k] for k in ("warmup_done", "draws_done")}
+    Z = shared.inducing_inputs(opts, d.X, bsgp_kernel(d.X.shape[1]))
+    sghmc = opts["engine"] == "sghmc"
+    if sghmc:
+        plan = schedule(opts["iterations"], opts["kept"])
+        engine = {"num_iterations": opts["iterations"], "num_kept": opts["kept"], "step_size": opts["step_size"]}
+        engine.update(batch_size=opts["batch_size"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS)
+        num_warmup, num_samples = plan.num_warmup, plan.num_samples
+    else:
+        engine = {"nuts_warmup": opts["warmup"], "nuts_samples": opts["samples"], "nuts_thinning": opts["thinning"]}
+        num_warmup, num_samples = opts["warmup"], opts["samples"]
+    config = BSGPConfig(
+        num_layers=opts["layers"], num_inducing=opts["inducing"], z_prior=opts["z_prior"],
+        likelihood_term=opts["data_term"], noise=opts["noise"] or "point", engine=opts["engine"],
+        num_chains=opts["chains"], **engine,
+    )  # fmt: skip
+    results.write_json(out / SETTINGS_FILE, settings)
+    bar = _WarmupBar(num_warmup, shared.progress(opts))
+    start = time.perf_counter()
+    try:
+        fit = fit_bsgp(
+            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=likelihood, Z=Z,
+            checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), callback=bar, fingerprint=settings,
+        )  # fmt: skip
+    finally:
+        bar.close()
+    if fit.mcmc.interrupted:
+        raise KeyboardInterrupt
+    fit_seconds = time.perf_counter() - start
+    key = jax.random.fold_in(jax.random.PRNGKey(opts["seed"]), 1)  # the deep model's inner-layer draws
+    start = time.perf_counter()
+    logp = fit.log_predictive_density(d.X_eval, d.y_eval_std, key=key)
+    pred = fit.predict(d.X_eval, key=key)
+    predict_seconds = time.perf_counter() - start
+    scores, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
+    if d.ds.task == "regression":
+        scores = {"mnll": scores["nlpd"], **scores}
+    idata, groups = fit.inference_data(d.X, d.y)
+    mcmc, N = fit.mcmc, int(d.X.shape[0])
+    record = {
+        "engine": opts["engine"], "layers": opts["layers"], "z_prior": opts["z_prior"], "data_term": opts["data_term"],
+        "noise": opts["noise"], "likelihood": opts["likelihood"], "metrics": scores,
+        "sampler": {
+            "kernel": mcmc.kernel_name, "chains": mcmc.num_chains, "draws_per_chain": mcmc.num_draws,
+            "warmup_updates": num_warmup, "sample_updates": num_samples, "thinning": mcmc.thinning,
+            "updates_per_iteration": UPDATES_PER_ITERATION if sghmc else None,
+            "batch_size": min(opts["batch_size"], N) if sghmc else N, "step_size": opts["step_size"] if sghmc else None,
+        },
+        "likelihood_parameters_standardised": {
+            k: np.mean(v, axis=0) for k, v in mcmc.flat_samples().items() if k.startswith("likelihood.")
+        },
+        "divergences": int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None,
+        "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds, "sample_seconds": mcmc.sample_seconds,
+        "updates_per_second": num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None,
+        "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
+        "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
+                  "checkpoint": CHECKPOINT, "checkpoint_settings": SETTINGS_FILE},
+    }  # fmt: skip
+    figure = _figure(fit, d, mean, var)
+    record = shared.write_outputs(opts, d, argv, record, {"posterior.nc": diagnostics.netcdf_file(idata)}, figure)
+    if not opts["quiet"]:
+        print(summary(record))
+    return record
+
+
+def summary(record: dict[str, Any]) -> str:
+    """What ``fit bsgp`` prints on success."""
+    m, s, o = record["metrics"], record["sampler"], record["options"]
+    if record["task"] == "regression":
+        scores = f"MNLL {m['mnll']:.4g}  RMSE {m['rmse']:.4g} (original units)"
+    else:
+        scores = f"accuracy {m['accuracy']:.4f}  NLL {m['nll']:.4f}"
+    layers = f"{record['layers']} layer{'s' if record['layers'] > 1 else ''}"
+    speed = "" if record["updates_per_second"] is None else f", {record['updates_per_second']:.0f} updates/s"
+    resumed = record["resumed_from"]
+    resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
+    divergences = "" if record["divergences"] is None else f", {record['divergences']} divergences"
+    return "\n".join(
+        [
+            f"bsgp ({record['engine']}, {layers}, {record['z_prior']} Z prior) on {record['data']} "
+            f"(split {record['split']}; N = {record['n_train']}, D = {record['input_dim']}, M = {o['inducing']})",
+            f"  {s['warmup_updates']} warmup updates in {record['warmup_seconds']:.1f} s{speed}{resumed}; "
+            f"{s['chains']} chain(s) x {s['draws_per_chain']} draws in {record['sample_seconds']:.1f} s{divergences}",
+            f"  {record['evaluated_on']} {scores}",
+            f"  wrote {o['out'] / 'results.json'}, posterior.nc, fit.png",
+        ]
+    )

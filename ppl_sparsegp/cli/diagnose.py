@@ -1,0 +1,47 @@
+"""Print the ArviZ summary of a run's posterior (RUN_DIR/posterior.nc, written by fit sgpmc or bsgp) and write
+RUN_DIR/trace.png and RUN_DIR/rank.png beside it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import arviz as az
+import numpy as np
+
+from ppl_sparsegp import results
+from ppl_sparsegp.cli.run import plt
+from ppl_sparsegp.posterior import diagnostics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """diagnose's arguments."""
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output folder of a fit sgpmc run")
+    parser.add_argument(
+        "--all", action="store_true", help="summarise every variable, inducing outputs u included (default: not u)"
+    )
+
+
+def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> str:
+    """Print the summary table (hyperparameters, or every variable with ``--all``) and write the two plots.
+
+    Raises:
+        ValueError: RUN_DIR has no ``posterior.nc``.
+    """
+    path = args.run_dir / "posterior.nc"
+    if not path.is_file():
+        raise ValueError(f"RUN_DIR: no posterior.nc in {args.run_dir} (expected the output folder of `fit sgpmc`)")
+    idata = diagnostics.load(path)
+    hyper = [v for v in idata.posterior.data_vars if v != "u"]
+    table = diagnostics.summary(idata, var_names=None if args.all else hyper).to_string()
+    figures = {}
+    try:
+        for name, plot in (("trace.png", az.plot_trace), ("rank.png", az.plot_rank)):
+            figures[name] = np.asarray(plot(idata, var_names=hyper)).ravel()[0].figure
+        results.write_output_set(args.run_dir, {name: results.figure_file(f) for name, f in figures.items()})
+    finally:
+        for figure in figures.values():
+            plt.close(figure)
+    print(table)
+    return table

@@ -1,0 +1,311 @@
+"""What every ``fit`` method shares: the options several methods take (each added by one helper here), their
+checks, the dataset, the checkpoint fingerprint, prediction, and the run record (results.json), built here once and
+written with the other outputs as one set (:func:`write_outputs`). Checks raise a ``ValueError`` naming the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import platform
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import jax
+import matplotlib
+import numpy as np
+import numpyro
+import optax
+
+from ppl_sparsegp import data, results, validation
+from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.inducing import initialise
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
+
+LIKELIHOODS_BY_TASK = {"regression": ("gaussian", "studentt"), "binary": ("bernoulli", "probit", "logit")}
+NOT_IN_FINGERPRINT = ("out", "no_progress", "quiet", "restart", "checkpoint_every")
+"""Options that do not change a run's result (where it writes, what it prints, how often it checkpoints)."""
+RESTART_HINT = "start afresh with --restart or choose another --out"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Defaults of the options the command line shares and of the SVI methods, which have no recipe."""
+
+    data: str = "diabetes"
+    split: int = 0
+    seed: int = 0
+    dtype: str = "float64"
+    kernel: str = "rbf"
+    kernel_variance: float = 1.0
+    lengthscale: float = 1.0
+    noise_variance: float = 0.1
+    inducing: int = 128
+    init: str = "kmeans"
+    steps: int = 2000
+    lr: float = 0.01
+    checkpoint_every: int = 500
+
+
+DEFAULTS = Defaults()
+
+
+def flag(name: str) -> str:
+    """The flag of option ``name``: ``batch_size`` -> ``--batch-size`` (``whiten`` -> ``--whiten/--no-whiten``)."""
+    return "--whiten/--no-whiten" if name == "whiten" else f"--{name.replace('_', '-')}"
+
+
+def add(parser: Any, name: str, default: Any = None, help: str = "", shown: Any = None, **kwargs: Any) -> None:
+    """Add option ``name`` with its ``default``, stated at the end of its help (``shown`` instead, if given)."""
+    shown = default if shown is None else shown
+    text = help if shown is None else f"{help} (default: {shown})"
+    parser.add_argument(flag(name), default=default, help=text, **kwargs)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, method: str) -> None:
+    """Data, seed, precision and output: every method."""
+    d = DEFAULTS
+    add(parser, "data", d.data, "dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston", metavar="NAME")
+    add(parser, "split", d.split, "split index or fold", type=int)
+    add(parser, "seed", d.seed, "seed of every key and of the initialisation", type=int)
+    add(parser, "dtype", d.dtype, "floating-point precision", choices=("float64", "float32"))
+    group = parser.add_argument_group("output")
+    add(group, "out", None, "output folder", "runs/<method>-<data>-<split>", type=Path, metavar="DIR")
+    group.add_argument("--restart", action="store_true", help="discard the checkpoints in --out and start afresh")
+    group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    group.add_argument("--quiet", action="store_true", help="print nothing on success, progress bar included")
+    parser.set_defaults(method=method)
+
+
+def add_kernel_arguments(parser: argparse.ArgumentParser, lengthscale: float | None = DEFAULTS.lengthscale) -> None:
+    """The initial ARD kernel (a ``lengthscale`` of None: sqrt(D))."""
+    d = DEFAULTS
+    add(parser, "kernel", d.kernel, "ARD kernel: rbf, matern12/32/52, linear, periodic, or a sum as rbf+linear")
+    add(parser, "kernel_variance", d.kernel_variance, "initial kernel variance(s)", type=float, metavar="V")
+    add(parser, "lengthscale", lengthscale, "initial lengthscales", lengthscale or "sqrt(D)", type=float, metavar="L")
+
+
+def add_noise_arguments(parser: argparse.ArgumentParser, noise: float, likelihood: bool = True) -> None:
+    """``--noise-variance`` (``noise`` for regression data) and, with ``likelihood``, ``--likelihood``."""
+    add(parser, "noise_variance", None, "initial noise variance (Student-t: squared scale); not for binary data",
+        noise, type=float, metavar="V")  # fmt: skip
+    if likelihood:
+        add(parser, "likelihood", None, "gaussian or studentt for regression, bernoulli (= probit), probit or logit "
+            "for binary data", "gaussian for regression, probit for binary", metavar="NAME")  # fmt: skip
+
+
+def add_inducing_arguments(parser: argparse.ArgumentParser, inducing: int) -> None:
+    """``--inducing`` (default ``inducing``) and ``--init``."""
+    add(parser, "inducing", inducing, "inducing points (bsgp: per layer)", type=int, metavar="M")
+    add(
+        parser,
+        "init",
+        DEFAULTS.init,
+        "initial inducing inputs from the training inputs",
+        choices=initialise.INITIALISERS,
+    )
+
+
+def add_svi_arguments(parser: argparse.ArgumentParser, steps: int | None, lr: float, every: int | None) -> None:
+    """Adam's ``--lr`` and, where not None, ``--steps`` and ``--checkpoint-every``."""
+    if steps is not None:
+        add(parser, "steps", steps, "SVI steps in all", type=int)
+    add(parser, "lr", lr, "Adam learning rate", type=float)
+    if every is not None:
+        add(parser, "checkpoint_every", every, "SVI steps between checkpoints", type=int, metavar="STEPS")
+
+
+def add_batch_argument(parser: argparse.ArgumentParser, default: int | None, note: str = "") -> None:
+    """``--batch-size`` (None: the full batch)."""
+    add(parser, "batch_size", None, f"minibatch size{note}", default or "full batch", type=int, metavar="B")
+
+
+def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negative: Iterable[str] = ()) -> None:
+    """The checks of every method: counts (>= 1 for ``positive``, >= 0 for ``non_negative``, where given), positive
+    numbers, kernel and likelihood names, ``--out``."""
+    bounds = [(n, 1) for n in ("checkpoint_every", "inducing", "batch_size", "steps", *positive)]
+    for name, least in [*bounds, *((n, 0) for n in ("seed", *non_negative))]:
+        if opts.get(name) is not None and opts[name] < least:
+            what = "a positive" if least else "a non-negative"
+            raise ValueError(f"{flag(name)} must be {what} integer, got {opts[name]}")
+    for name in ("lr", "kernel_variance", "lengthscale", "noise_variance"):
+        if opts.get(name) is not None:
+            validation.check_positive(flag(name), opts[name])
+    names = (("kernel", lambda k: kernels.kernel_from_name(k, 1)), ("likelihood", likelihoods.likelihood_from_name))
+    for name, check in names:
+        try:
+            if opts.get(name) is not None:
+                check(opts[name])
+        except ValueError as err:
+            raise ValueError(f"{flag(name)}: {err}") from None
+    if opts.get("likelihood") is not None:
+        opts["likelihood"] = opts["likelihood"].lower()
+    validation.check_output_folder(opts["out"])
+
+
+@dataclass
+class Data:
+    """The dataset in original units (``ds``) and standardised (``scaler``); training ``X`` [N, D], ``y`` [N] or
+    [N, P] and evaluation ``X_eval``, ``y_eval_std`` standardised (``--dtype``), ``y_eval`` in original units: the
+    test set, or the training set (``evaluated_on``) when there are no test targets."""
+
+    ds: data.Dataset
+    scaler: data.Standardizer
+    X: np.ndarray
+    y: np.ndarray
+    X_eval: np.ndarray
+    y_eval: np.ndarray
+    y_eval_std: np.ndarray
+    evaluated_on: str
+
+    def evaluate(self, predicted: tuple[Any, Any, Any]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+        """:func:`ppl_sparsegp.results.evaluate` of (mean, var, log density) at ``X_eval`` (standardised units)."""
+        return results.evaluate(predicted, self.y_eval, self.scaler, self.ds.task)
+
+    def plot(self, losses: np.ndarray, mean: np.ndarray, var: np.ndarray, curve: dict | None = None) -> Any:
+        """:func:`ppl_sparsegp.results.plot_fit` of this evaluation (``mean``, ``var`` in original units)."""
+        return results.plot_fit(losses, self.ds.task, self.evaluated_on, self.y_eval, mean, var, curve)
+
+
+def load_data(opts: dict[str, Any], name: str, regression_only: str | None = None) -> Data:
+    """Load dataset ``name`` and check it against ``opts``; ``regression_only``: why the method needs regression."""
+    try:
+        ds = data.load_dataset(name, opts["split"])
+    except ValueError as err:
+        raise ValueError(f"--data {name!r} (--split {opts['split']}): {err}") from None
+    kind = f"--data: {ds.name} is a {ds.task} dataset"
+    if ds.task not in LIKELIHOODS_BY_TASK:
+        raise ValueError(f"{kind}; fit supports regression and binary classification")
+    if regression_only and ds.task != "regression":
+        raise ValueError(f"{kind}; {regression_only}")
+    if opts.get("likelihood") not in (None, *LIKELIHOODS_BY_TASK[ds.task]):
+        raise ValueError(
+            f"--likelihood {opts['likelihood']!r} does not fit {ds.task} data ({ds.name}); "
+            f"choose one of {', '.join(LIKELIHOODS_BY_TASK[ds.task])}"
+        )
+    for name in ("noise_variance", "noise"):
+        if opts.get(name) is not None and ds.task == "binary":
+            raise ValueError(f"{flag(name)}: the Bernoulli likelihood of {ds.task} data ({ds.name}) has no noise")
+    if opts.get("inducing") is not None:
+        validation.check_inducing_count(opts["inducing"], ds.X_train.shape[0], name="--inducing")
+    std, scaler = data.standardize(ds)
+    dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
+    X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
+    return Data(
+        ds, scaler, std.X_train.astype(dtype), std.y_train.astype(dtype), X_eval.astype(dtype),
+        ds.y_test if has_test else ds.y_train, y_eval_std.astype(dtype), "test" if has_test else "train",
+    )  # fmt: skip
+
+
+def settle_likelihood(opts: dict[str, Any], task: str, noise: float) -> likelihoods.Likelihood:
+    """Fill in the dataset-dependent ``likelihood`` and ``noise_variance`` (default ``noise``); the initial
+    likelihood they give."""
+    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if task == "regression" else "probit")
+    if task == "regression" and opts.get("noise_variance") is None:
+        opts["noise_variance"] = noise
+    return likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], np.dtype(opts["dtype"]))
+
+
+def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) -> kernels.Kernel:
+    """The ARD kernel ``--kernel`` with every variance and lengthscale set from the options, as ``--dtype`` arrays."""
+    dtype = np.dtype(opts["dtype"])
+    kernel = kernels.kernel_from_name(opts["kernel"], input_dim, ard=True)
+    fills = {"variance": opts["kernel_variance"], "lengthscale": lengthscale}
+    values = {}
+    for key, value in kernel.parameters().items():
+        fill = fills.get(key.rsplit(".", 1)[-1])
+        values[key] = np.asarray(value, dtype=dtype) if fill is None else np.full(np.shape(value), fill, dtype=dtype)
+    return kernel.with_parameters(values)
+
+
+def inducing_inputs(opts: Mapping[str, Any], X: np.ndarray, kernel: kernels.Kernel) -> np.ndarray:
+    """Initial Z [M, D] by ``--init`` from the training inputs X [N, D]."""
+    return initialise.by_name(opts["init"], X, opts["inducing"], kernel, seed=opts["seed"])
+
+
+def batch(opts: Mapping[str, Any], N: int) -> int | None:
+    """``--batch-size``, or None for the full batch."""
+    return opts["batch_size"] if opts.get("batch_size") is not None and opts["batch_size"] < N else None
+
+
+def progress(opts: Mapping[str, Any]) -> bool:
+    """Whether to show progress bars."""
+    return not (opts["no_progress"] or opts["quiet"])
+
+
+def fingerprint_settings(opts: Mapping[str, Any], resumable: Iterable[str] = ()) -> dict[str, Any]:
+    """The options a checkpoint's fingerprint records, keyed by flag (the method as ``method``): every option but
+    those of :data:`NOT_IN_FINGERPRINT` and ``resumable`` (step counts that a resumed run may raise)."""
+    skip = {*NOT_IN_FINGERPRINT, *resumable}
+    return {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
+
+
+def compiled_predictor(gp: Any) -> Callable[..., tuple[Any, Any, Any]]:
+    """One compiled ``predict(params, X, y, X_new, y_new) -> (mean, var, log density)`` of y at X_new [S, D]
+    (standardised units, each [S] or [S, P]); gpr and sgpr predict from the training data X, y."""
+
+    def predict(params, X, y, X_new, y_new):
+        mean, var = gp.predict_y(params, X_new, X=X, y=y)
+        return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
+
+    return jax.jit(predict)
+
+
+def curve_1d(predict: Callable[..., Any], params: Mapping[str, Any], d: Data) -> dict[str, np.ndarray] | None:
+    """Grid predictions (original units) for the 1-D regression picture, or None when it does not apply."""
+    ds, scaler = d.ds, d.scaler
+    if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
+        return None
+    lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
+    x = np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 400)
+    X_grid, y_grid = scaler.transform_x(x[:, None]).astype(d.X.dtype), np.zeros(len(x), dtype=d.X.dtype)
+    mean, var, _ = predict(params, d.X, d.y, X_grid, y_grid)
+    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(mean)), "var": scaler.inverse_var(np.asarray(var))}
+    curve.update(X=ds.X_train[:, 0], y=ds.y_train)
+    if "Z" in params:
+        curve["Z"] = np.asarray(params["Z"])[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
+    return curve
+
+
+def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
+    """params.npz: fitted parameters (standardised units) and the standardisation (``standardizer.<name>``)."""
+    arrays = {k: np.asarray(v) for k, v in params.items()}
+    return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
+
+
+def write_outputs(
+    opts: Mapping[str, Any],
+    d: Data,
+    argv: Sequence[str],
+    record: Mapping[str, Any],
+    files: Mapping[str, Any],
+    figure: Any,
+) -> dict[str, Any]:
+    """Write ``files`` (name -> :mod:`ppl_sparsegp.results` writer), ``figure`` (fit.png) and results.json to
+    ``--out`` as one set; returns results.json: what every run records, then the method's ``record``, then the
+    options (every shared option, None where the method takes none), versions and date."""
+    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
+    versions.update(optax=optax.__version__, numpy=np.__version__)
+    versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    ds = d.ds
+    full = {
+        "method": opts["method"], "data": ds.name, "split": opts["split"], "task": ds.task,
+        "n_train": int(d.X.shape[0]), "n_eval": int(d.X_eval.shape[0]), "input_dim": int(d.X.shape[1]),
+        "num_outputs": ds.num_outputs, "evaluated_on": d.evaluated_on, **record,
+        "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv),
+        "backend": jax.default_backend(), "versions": versions,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }  # fmt: skip
+    if ds.y_test is None:
+        full["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
+    try:
+        outputs = {**files, "fit.png": results.figure_file(figure), "results.json": results.json_file(full)}
+        results.write_output_set(opts["out"], outputs)
+    finally:
+        plt.close(figure)
+    return full

@@ -1,0 +1,194 @@
+"""selective: probabilistic selection of inducing points (Uhrenholt et al. 2021) by
+:func:`ppl_sparsegp.recipes.selective.fit_selective`: pre-train a sparse GP on K candidates drawn from the training
+inputs, learn their inclusion probabilities under p(S) ∝ exp(-alpha |S|^2), draw one subset, prune, post-train.
+
+Writes params.npz (the pruned model), selection.npz (inclusion probabilities, mask, candidates, selected indices),
+fit.png (the phases' losses, the inclusion probabilities, the predictive picture) and results.json; each phase
+checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ppl_sparsegp import results, validation
+from ppl_sparsegp.cli import run as shared
+from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.recipes.phases import PHASES, phase_checkpoint
+from ppl_sparsegp.recipes.selective import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveConfig, fit_selective
+
+CHECKPOINT = "selective_<phase>.npz"
+CONFIG = SelectiveConfig()
+NOISE_VARIANCE = CONFIG.noise_variance
+METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "init": CONFIG.init}
+OPTIONS = {
+    "candidates": ("candidates", int, "K", "candidate inducing inputs, 1 <= K <= N"),
+    "alpha": ("alpha", float, None, "prior strength alpha >= 0 of p(S) ∝ exp(-alpha |S|^2); larger keeps fewer"),
+    "bound": ("bound", str, "{" + ",".join(BOUNDS) + "}", "collapsed (SGPR; Gaussian, full batch) or uncollapsed"),
+    "selection": ("selection", str, "{" + ",".join(SELECTION_MODES) + "}", "frozen (only λ learns) or joint"),
+    "particles": ("num_particles", int, "S", "subsets drawn per selection step"),
+    "initial_inclusion": ("initial_inclusion", float, "P", "initial inclusion probability, in (0, 1)"),
+    "pre_steps": ("pre_steps", int, "STEPS", "Adam steps pre-training on all K candidates, >= 0"),
+    "selection_steps": ("selection_steps", int, "STEPS", "Adam steps learning the inclusion probabilities, >= 1"),
+    "post_steps": ("post_steps", int, "STEPS", "Adam steps post-training the pruned model, >= 0"),
+    "selection_lr": ("selection_learning_rate", float, "LR", "Adam learning rate of the inclusion probabilities"),
+}
+"""option -> (field of SelectiveConfig, type, metavar, help)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """selective's options."""
+    c = CONFIG
+    shared.add_common_arguments(parser, "selective")
+    shared.add_kernel_arguments(parser)
+    shared.add_noise_arguments(parser, NOISE_VARIANCE)
+    init = "{" + ",".join(INITIALISATIONS) + "}"
+    shared.add(parser, "init", c.init, "how the candidates are drawn from the training inputs", metavar=init)
+    shared.add_svi_arguments(parser, None, c.learning_rate, c.checkpoint_every)
+    shared.add_batch_argument(parser, c.batch_size, " (--bound uncollapsed)")
+    group = parser.add_argument_group(
+        "selective (selective only)", "pre-train, select, prune, post-train; writes selection.npz beside params.npz"
+    )
+    for option, (name, kind, metavar, help_) in OPTIONS.items():
+        default = getattr(c, name)
+        group.add_argument(shared.flag(option), type=kind, default=default, metavar=metavar, help=f"{help_} "
+                           f"(default: {default})")  # fmt: skip
+
+
+def _check(opts: dict[str, Any]) -> None:
+    """selective's options, before anything is loaded."""
+    for name, choices in (("bound", BOUNDS), ("selection", SELECTION_MODES), ("init", INITIALISATIONS)):
+        if opts[name] not in choices:
+            raise ValueError(f"--{name} {opts[name]}: selective takes {' or '.join(choices)}")
+    positive, non_negative = ("candidates", "particles", "selection_steps"), ("pre_steps", "post_steps")
+    shared.check_options(opts, positive=positive, non_negative=non_negative)
+    if not (math.isfinite(opts["alpha"]) and opts["alpha"] >= 0):
+        raise ValueError(f"--alpha must be finite and >= 0, got {opts['alpha']}")
+    if not 0.0 < opts["initial_inclusion"] < 1.0:
+        raise ValueError(f"--initial-inclusion must be a probability in (0, 1), got {opts['initial_inclusion']}")
+    validation.check_positive("--selection-lr", opts["selection_lr"])
+    if opts["bound"] == "collapsed" and opts["likelihood"] not in (None, "gaussian"):
+        raise ValueError(
+            f"--likelihood {opts['likelihood']} needs --bound uncollapsed (the collapsed bound is for a Gaussian "
+            "likelihood)"
+        )
+    if opts["bound"] == "collapsed" and opts["batch_size"] is not None:
+        raise ValueError("--batch-size needs --bound uncollapsed (the collapsed bound uses the full batch)")
+
+
+def _figure(fit: Any, candidates: np.ndarray, d: shared.Data, mean: np.ndarray, var: np.ndarray, curve: Any) -> Any:
+    """The phases' loss traces, the inclusion probabilities λ (against the candidates' location for 1-D inputs,
+    sorted otherwise) and plot_fit's predictive picture."""
+    figure = d.plot(np.zeros(0), mean, var, curve)
+    ax_loss, ax_fit = figure.axes
+    figure.set_size_inches(16.5, 4.2)
+    grid = figure.add_gridspec(1, 3)
+    ax_loss.set_subplotspec(grid[0])
+    ax_fit.set_subplotspec(grid[2])
+    ax_loss.clear()
+    start, every = 0, []
+    for phase in PHASES:
+        trace = np.asarray(fit.losses.get(phase, np.zeros(0)))
+        if len(trace):
+            ax_loss.plot(start + np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"{phase} ({len(trace)} steps)")
+            if start:
+                ax_loss.axvline(start + 0.5, color="k", ls=":", lw=0.8)
+            every.append(trace)
+        start += len(trace)
+    if every and np.all(np.concatenate(every) > 0):
+        ax_loss.set_yscale("log")
+    ax_loss.set(xlabel="step", ylabel="loss (negative bound, standardised units)", title="training loss by phase")
+    ax_loss.legend(loc="best", fontsize=8)
+    ax = figure.add_subplot(grid[1])
+    probs, kept = fit.inclusion_probs, fit.mask.astype(bool)
+    if candidates.shape[1] == 1:
+        x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0]
+        ax.plot(x[kept], probs[kept], "o", ms=5, label="kept")
+        ax.plot(x[~kept], probs[~kept], "o", ms=5, mfc="none", label="pruned")
+        ax.set_xlabel("candidate location x")
+    else:
+        order = np.argsort(-probs, kind="stable")
+        rank, on = np.arange(1, len(probs) + 1), kept[order]
+        ax.bar(rank[on], probs[order][on], width=1.0, label="kept")
+        ax.bar(rank[~on], probs[order][~on], width=1.0, alpha=0.5, label="pruned")
+        ax.set_xlabel("candidate, sorted by inclusion probability")
+    title = f"kept {fit.selected_count} of {len(probs)} (E|S| = {fit.expected_count:.1f})"
+    ax.set(ylim=(-0.02, 1.02), ylabel="inclusion probability λ", title=title)
+    ax.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """Fit selective as ``args`` say; write the outputs; return results.json."""
+    opts = dict(vars(args))
+    _check(opts)
+    collapsed = opts["bound"] == "collapsed"
+    why = "selective --bound collapsed needs regression data (use --bound uncollapsed)" if collapsed else None
+    d = shared.load_data(opts, opts["data"], why)
+    validation.check_inducing_count(opts["candidates"], d.X.shape[0], name="--candidates")
+    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
+    out = opts["out"]
+    settings = shared.fingerprint_settings(opts, resumable=("pre_steps", "selection_steps", "post_steps"))
+    prepare([phase_checkpoint(out, phase) for phase in PHASES], settings, d.X, d.y, restart=opts["restart"])
+    config = SelectiveConfig(
+        **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
+        learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
+    )  # fmt: skip
+    start = time.perf_counter()
+    fit = fit_selective(
+        d.X, d.y, config, likelihood=likelihood, kernel=shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"]),
+        key=opts["seed"], progress=shared.progress(opts), checkpoint_dir=out, fingerprint=settings,
+        checkpoint_every=opts["checkpoint_every"],
+    )  # fmt: skip
+    fit_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    predict = shared.compiled_predictor(fit.model)
+    scores, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
+    predict_seconds = time.perf_counter() - start
+    candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
+    selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
+    selection["selected"] = np.flatnonzero(fit.mask)
+    steps = {phase: int(len(fit.losses.get(phase, ()))) for phase in PHASES}
+    record = {
+        "bound": opts["bound"], "selection": opts["selection"], "likelihood": opts["likelihood"], "metrics": scores,
+        "candidates": int(len(fit.mask)), "selected_count": fit.selected_count, "expected_count": fit.expected_count,
+        "count_variance": fit.count_variance, "steps": steps,
+        "final_loss": {p: float(fit.losses[p][-1]) if steps[p] else None for p in PHASES},
+        "seconds": {p: float(fit.seconds.get(p, 0.0)) for p in PHASES},
+        "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
+        "files": {"params": "params.npz", "selection": "selection.npz", "figure": "fit.png",
+                  "checkpoints": [phase_checkpoint(out, p).name for p in PHASES]},
+    }  # fmt: skip
+    figure = _figure(fit, candidates, d, mean, var, shared.curve_1d(predict, fit.params, d))
+    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
+    record = shared.write_outputs(opts, d, argv, record, files, figure)
+    if not opts["quiet"]:
+        print(summary(record))
+    return record
+
+
+def summary(record: dict[str, Any]) -> str:
+    """What ``fit selective`` prints on success."""
+    m, steps, seconds, o = record["metrics"], record["steps"], record["seconds"], record["options"]
+    where = record["evaluated_on"]
+    if record["task"] == "regression":
+        scores = f"{where} RMSE {m['rmse']:.4g}, MAE {m['mae']:.4g}, NLPD {m['nlpd']:.4g} (original units)"
+    else:
+        scores = f"{where} accuracy {m['accuracy']:.4f}, NLL {m['nll']:.4f}, ECE {m['ece']:.4f}, AUC {m['auc']:.4f}"
+    return "\n".join(
+        [
+            f"selective on {record['data']} split {record['split']}: kept {record['selected_count']} of "
+            f"{record['candidates']} candidates (E|S| = {record['expected_count']:.1f}), {scores}",
+            f"  {record['bound']} bound, {record['selection']} selection, alpha = {o['alpha']:g}; "
+            f"N = {record['n_train']}, D = {record['input_dim']}; pre + selection + post steps "
+            f"{' + '.join(str(steps[p]) for p in PHASES)} in {' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
+            f"  wrote {o['out'] / 'results.json'}, params.npz, selection.npz, fit.png",
+        ]
+    )

@@ -1,0 +1,27 @@
+"""sgpr: sparse GP regression on Titsias' collapsed bound (Gaussian likelihood, full batch), fitted by SVI with Adam.
+
+Outputs, checkpoint and resumption as svgp (:func:`ppl_sparsegp.cli.svgp.fit_by_svi`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from ppl_sparsegp.cli import svgp
+from ppl_sparsegp.models.sgpr import SGPR
+
+CHECKPOINT = svgp.CHECKPOINT
+NOISE_VARIANCE = svgp.NOISE_VARIANCE
+METHOD_DEFAULTS = svgp.METHOD_DEFAULTS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """sgpr's options."""
+    svgp.add_svi_method_arguments(parser, "sgpr", inducing=True)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """Fit sgpr as ``args`` say; write the outputs; return results.json."""
+    return svgp.fit_by_svi(args, argv, lambda opts, d, parts: SGPR(**parts), "sgpr needs regression data (use svgp)")

@@ -1,0 +1,372 @@
+"""BSGP's recipe in one call: k-means Z, the shallow or deep model, and the released sampler schedule (spec 001 §2).
+
+:func:`fit_bsgp` builds :class:`models.bsgp.BSGP` (one layer) or :class:`models.deep_bsgp.DeepBSGP`, then runs
+
+* ``engine="sghmc"`` (default): :class:`ppl_sparsegp.infer.sghmc.AdaptiveSGHMC` with the released settings of
+  :func:`bsgp_schedule` (ε = 0.01, momentum decay 0.05, 21 updates per iteration of
+  warmup with scale adaptation, thinning 32, minibatch min(1000, N)); the Gaussian noise is optimised alongside
+  the chain by Adam (lr 0.01) on states drawn from a window of the last 64 iterations (``noise="point"``) or
+  sampled (``noise="sampled"``);
+* ``engine="nuts"``: NUTS on the same shallow model with full-data gradients (small data), every site sampled.
+
+Predictions (:meth:`BSGPFit.log_predictive_density`, :meth:`BSGPFit.predict`) are mixtures over the kept draws
+with K_zz recomputed for every draw (spec §2.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import NUTS, init_to_value
+from numpyro.infer.mcmc import MCMCKernel
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
+from ppl_sparsegp.data import Standardizer
+from ppl_sparsegp.inducing.initialise import kmeans
+from ppl_sparsegp.infer.checkpoint import tree_sha256
+from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
+from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates
+from ppl_sparsegp.models._base import part_fingerprint
+from ppl_sparsegp.models.bsgp import (
+    BSGP,
+    LIKELIHOOD_TERMS,
+    bsgp_kernel,
+    bsgp_priors,
+    check_z_prior,
+    noise_prior,
+)
+from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp
+from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
+from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
+
+from .phases import check_choice, check_count, check_rate, configure
+
+Array = Any
+
+BSGP_ENGINES = ("sghmc", "nuts")
+UPDATES_PER_ITERATION = 21
+"""SGHMC updates per iteration of the released sampler's warmup (see :func:`bsgp_schedule`)."""
+NOISE_MODES = ("point", "sampled")
+
+
+@dataclass
+class BSGPFit:
+    """What :func:`fit_bsgp` returns (and its ``callback`` receives during the run): the model, the MCMC kernel
+    and the run so far (draws in ``mcmc.samples``, [C, S, ...])."""
+
+    model: BSGP | DeepBSGP
+    kernel: MCMCKernel
+    mcmc: MCMCResult
+
+    def window_draws(self, X: Array, y: Array) -> dict[str, np.ndarray]:
+        """The SGHMC window (the last 64 iteration states, one chain) as constrained draws: site -> [W, ...].
+
+        These are the states the noise estimate is drawn from; their mixture gives an anytime predictive during
+        warmup. X, y: the training data the model was run on. The point estimates are at their current values.
+        """
+        state = self.mcmc.last_state
+        point = getattr(state, "point_state", None)
+        if point is None or jnp.ndim(point.filled) > 0:
+            raise ValueError("window_draws: needs a single-chain SGHMC run with a point-estimated noise")
+        count = int(min(int(point.filled), self.kernel.point_estimates.window))
+        if count == 0:
+            raise ValueError("window_draws: the window is empty (no warmup iteration has finished)")
+        draws = {k: v[:count] for k, v in point.window.items()}
+        draws.update({k: jnp.broadcast_to(v, (count, *jnp.shape(v))) for k, v in state.z.items() if k not in draws})
+        constrain = jax.jit(jax.vmap(self.kernel.postprocess_fn((jnp.asarray(X), jnp.asarray(y)), {})))
+        return {k: np.asarray(v) for k, v in constrain(draws).items()}
+
+    def log_predictive_density(
+        self,
+        X_new: Array,
+        y_new: Array,
+        *,
+        samples: dict[str, Array] | None = None,
+        standardizer: Standardizer | None = None,
+        key: Array | None = None,
+    ) -> np.ndarray:
+        """log p(y_new | D) per test point (and output) of the mixture over the kept draws (or ``samples``,
+        site -> [S, ...]): [S_new] or [S_new, P]."""
+        samples = self.mcmc.flat_samples() if samples is None else samples
+        key = self._key(key)
+        return log_predictive_density(self.model, samples, X_new, y_new, standardizer=standardizer, key=key)
+
+    def predict(
+        self, X_new: Array, *, standardizer: Standardizer | None = None, key: Array | None = None
+    ) -> PosteriorPredictive:
+        """Mean and variance of the mixture predictive of f and y at X_new [S, D]."""
+        key = self._key(key)
+        return posterior_predictive(self.model, self.mcmc.flat_samples(), X_new, standardizer=standardizer, key=key)
+
+    def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000) -> tuple[Any, list[str]]:
+        """ArviZ InferenceData of the kept draws (standardised units) and the names of its groups.
+
+        The shallow model's sites get :mod:`ppl_sparsegp.posterior.diagnostics`' dims and, when N x draws x
+        outputs <= ``max_log_likelihood``, a ``log_likelihood`` group; the deep model's ``layer<l>.Z``, ``.u`` and
+        ``.kernel.lengthscale`` get the widths' dims (F^0 = X is input_dim, F^l hidden<l>, F^L latent).
+        """
+        result, model = self.mcmc, self.model
+        groups = ["posterior", "sample_stats", "observed_data"]
+        if not isinstance(model, DeepBSGP):
+            entries = X.shape[0] * result.num_chains * result.num_draws * (1 if y.ndim == 1 else y.shape[1])
+            with_ll = entries <= max_log_likelihood
+            ll = None if with_ll else False
+            idata = diagnostics.from_mcmc(result, model, X, y, log_likelihood=ll, posterior_predictive=False)
+            return idata, groups + (["log_likelihood"] if with_ll else [])
+        width = {0: "input_dim", model.num_layers: "latent"}
+        dims = {"y": ["obs"] if y.ndim == 1 else ["obs", "output"]}
+        for site in result.samples:
+            layer, _, name = site.partition(".")
+            at = {"Z": ["inducing_point", 0], "u": [1, "inducing_point"], "kernel.lengthscale": [0]}.get(name)
+            if layer.startswith("layer") and at is not None:
+                i = int(layer.removeprefix("layer"))
+                dims[site] = [w if isinstance(w, str) else width.get(i + w, f"hidden{i + w}") for w in at]
+        stats = {
+            ("lp" if k == "potential_energy" else k.replace(".", "_")): (-v if k == "potential_energy" else v)
+            for k, v in result.extra_fields.items()
+        }
+        attrs = {"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning}
+        observed = {"y": y}
+        idata = diagnostics.to_inference_data(
+            result.samples, sample_stats=stats, observed_data=observed, dims=dims, attrs=attrs
+        )
+        return idata, groups
+
+    def _key(self, key: Array | None) -> Array | None:
+        if isinstance(self.model, DeepBSGP):
+            return jax.random.PRNGKey(0) if key is None else key
+        return None
+
+
+@dataclass(frozen=True)
+class BSGPConfig:
+    """The settings of :func:`fit_bsgp`, each default written here only.
+
+    num_layers, num_inducing: L and M per layer (paper: M = 100; hidden width = D). z_prior: the prior over every
+    layer's Z (``"normal"``, ``"dpp"``, ``"strauss"``, ``"uniform"``). likelihood_term: ``"log_expected"`` (Table 6)
+    or ``"expected_log"`` (Eq. 6). noise: ``"point"`` (optimised alongside the chain, SGHMC only) or ``"sampled"``
+    (LogNormal(0, 1) prior). noise_variance: of the default Gaussian likelihood (1.0 = var(y) of standardised y,
+    spec §2.4). engine: ``"sghmc"`` or ``"nuts"`` (shallow model only: the deep model's potential is stochastic).
+    num_iterations, num_kept: SGHMC warmup of 21 × ``num_iterations`` updates and ``num_kept`` draws 32 updates
+    apart (:func:`bsgp_schedule`); nuts_warmup, nuts_samples, nuts_thinning: NUTS's schedule; num_warmup,
+    num_samples, thinning: override either engine's (None: the engine's). step_size, mdecay: ε and the momentum
+    decay of :class:`AdaptiveSGHMC`. target_accept_prob: NUTS's step-size adaptation target, above NumPyro's 0.8
+    because sampled inducing inputs make the curvature uneven: on a 40-point, M = 4 problem (150 + 150 steps, 8
+    seeds) 0.8 gave 6.2% divergent transitions on average (up to 11%) and 0.9 gave 2.9% (up to 6%), for 1.3x the
+    gradient evaluations. batch_size: minibatch of the SGHMC gradients (min(batch_size, N) are used). num_chains,
+    warmup_chunk_size, chunk_size: see :func:`run_mcmc`.
+    """
+
+    num_layers: int = 1
+    num_inducing: int = 100
+    z_prior: str | Any = "normal"
+    likelihood_term: str = "log_expected"
+    noise: str = "point"
+    noise_variance: float = 1.0
+    engine: str = "sghmc"
+    num_iterations: int = 10_000
+    num_kept: int = 256
+    nuts_warmup: int = 500
+    nuts_samples: int = 500
+    nuts_thinning: int = 1
+    num_warmup: int | None = None
+    num_samples: int | None = None
+    thinning: int | None = None
+    step_size: float = 0.01
+    mdecay: float = 0.05
+    target_accept_prob: float = 0.9
+    batch_size: int = 1000
+    num_chains: int = 1
+    warmup_chunk_size: int | None = None
+    chunk_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("engine", self.engine, BSGP_ENGINES)
+        check_choice("noise", self.noise, NOISE_MODES)
+        if isinstance(self.z_prior, str):  # or a numpyro distribution over Z
+            check_choice("z_prior", self.z_prior, Z_PRIORS)
+        check_choice("likelihood_term", self.likelihood_term, LIKELIHOOD_TERMS)
+        validation.check_open_unit_interval("target_accept_prob", self.target_accept_prob)
+        validation.check_positive("noise_variance", self.noise_variance)
+        for name in ("num_layers", "num_inducing", "num_kept", "nuts_samples", "nuts_thinning", "batch_size"):
+            check_count(name, getattr(self, name), 1)
+        for name in ("num_iterations", "nuts_warmup"):
+            check_count(name, getattr(self, name), 0)
+        check_count("num_chains", self.num_chains, 1)
+        check_count("num_warmup", self.num_warmup, 0, optional=True)
+        for name in ("num_samples", "thinning", "warmup_chunk_size", "chunk_size"):
+            check_count(name, getattr(self, name), 1, optional=True)
+        check_rate("step_size", self.step_size)
+        check_rate("mdecay", self.mdecay)
+        if self.engine == "nuts" and self.num_layers > 1:
+            raise ValueError("engine: NUTS needs a deterministic potential; deep BSGP's is stochastic, use 'sghmc'")
+
+
+def fit_bsgp(
+    X: Array,
+    y: Array,
+    config: BSGPConfig | None = None,
+    *,
+    key: Array,
+    likelihood: Likelihood | None = None,
+    Z: Array | None = None,
+    z_prior_options: dict[str, Any] | None = None,
+    checkpoint: str | None = None,
+    progress: bool = False,
+    callback: Callable[[BSGPFit], None] | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> BSGPFit:
+    """Sample BSGP (``num_layers`` = 1) or deep BSGP with the paper's settings.
+
+    Args:
+        X [N, D], y [N] or [N, P]: standardised training data (the Normal Z prior assumes standardised X).
+        config: the settings (:class:`BSGPConfig`); ``overrides``: fields of it, e.g. ``num_iterations=100``.
+        key: JAX PRNG key.
+        likelihood: default ``Gaussian(variance=config.noise_variance)``; Bernoulli for classification.
+        Z: initial inducing inputs [M, D] (default: k-means on X).
+        z_prior_options: options of the Z prior.
+        checkpoint, progress: see :func:`run_mcmc`.
+        callback: called with the :class:`BSGPFit` so far after every warmup piece and sampling chunk.
+        fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (model, Z, prior,
+            likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
+    """
+    c = configure(BSGPConfig, config, overrides)
+    num_layers, num_inducing, z_prior, likelihood_term, noise, engine = (
+        c.num_layers, c.num_inducing, c.z_prior, c.likelihood_term, c.noise, c.engine
+    )  # fmt: skip
+    step_size, mdecay, target_accept_prob, batch_size, num_chains = (
+        c.step_size, c.mdecay, c.target_accept_prob, c.batch_size, c.num_chains
+    )  # fmt: skip
+    X, y = np.asarray(X), np.asarray(y)
+    validation.check_inputs(X, y)
+    likelihood = Gaussian(variance=c.noise_variance) if likelihood is None else likelihood
+    has_noise = bool(likelihood.parameters())
+    if engine == "nuts" and has_noise and noise == "point":
+        raise ValueError("noise: NUTS samples every site; use noise='sampled' (or engine='sghmc' for 'point')")
+    N, D = X.shape
+    Z = kmeans(X, num_inducing) if Z is None else np.asarray(Z, dtype=X.dtype)
+    check_z_prior(z_prior, Z.shape[0], D)
+    P = 1 if y.ndim == 1 else y.shape[1]
+    batch = None if engine == "nuts" else min(batch_size, N)
+    noise_priors = {f"likelihood.{k}": noise_prior() for k in likelihood.parameters()} if noise == "sampled" else {}
+    common = dict(
+        z_prior=z_prior, z_prior_options=dict(z_prior_options or {}), likelihood_term=likelihood_term, batch_size=batch
+    )
+    if num_layers == 1:
+        kernel = bsgp_kernel(D)
+        priors = {**bsgp_priors(kernel), **noise_priors}
+        model: BSGP | DeepBSGP = BSGP(kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors=priors, **common)
+    else:
+        model = deep_bsgp(X, P, likelihood, num_layers=num_layers, Z=Z, likelihood_priors=noise_priors, **common)
+    initial = model.initial_values()
+    initial.update(
+        {site: jnp.asarray(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise_priors}
+    )
+    init_strategy = init_to_value(values=initial)
+
+    if engine == "nuts":
+        kernel = NUTS(model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=target_accept_prob)
+        warmup, samples, thin = c.nuts_warmup, c.nuts_samples, c.nuts_thinning
+        chain_method = "vectorized"
+    else:
+        schedule = bsgp_schedule(c.num_iterations, c.num_kept)
+        sites = model.point_estimate_sites()
+        kernel = AdaptiveSGHMC(
+            model.model,
+            step_size=step_size,
+            mdecay=mdecay,
+            num_data=N,
+            init_strategy=init_strategy,
+            point_estimates=PointEstimates(sites) if sites else None,
+        )
+        warmup, samples, thin = schedule.num_warmup, schedule.num_samples, schedule.thinning
+        # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
+        chain_method = "sequential" if sites and num_chains > 1 else "vectorized"
+    warmup = warmup if c.num_warmup is None else c.num_warmup
+    samples = samples if c.num_samples is None else c.num_samples
+    thin = thin if c.thinning is None else c.thinning
+    own = {
+        "bsgp.num_layers": num_layers,
+        "bsgp.Z_sha256": tree_sha256(Z),
+        "bsgp.z_prior": z_prior,
+        "bsgp.z_prior_options": dict(z_prior_options or {}),
+        "bsgp.likelihood_term": likelihood_term,
+        "bsgp.noise": noise,
+        "bsgp.likelihood": part_fingerprint(likelihood),
+        "bsgp.engine": engine,
+        "bsgp.step_size": step_size,
+        "bsgp.mdecay": mdecay,
+        "bsgp.target_accept_prob": target_accept_prob,
+        "bsgp.batch_size": batch,
+    }
+    mcmc = run_mcmc(
+        kernel,
+        jnp.asarray(X),
+        jnp.asarray(y),
+        num_warmup=warmup,
+        num_samples=samples,
+        thinning=thin,
+        key=key,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        warmup_chunk_size=c.warmup_chunk_size,
+        chunk_size=c.chunk_size,
+        checkpoint=checkpoint,
+        progress=progress,
+        callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
+        fingerprint={**own, **dict(fingerprint or {})},
+        validate=model.check_data,
+    )
+    return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)
+
+
+class BSGPSchedule(NamedTuple):
+    """Settings for ``AdaptiveSGHMC`` and ``numpyro.infer.MCMC`` reproducing the released BSGP sampler."""
+
+    step_size: float
+    mdecay: float
+    num_warmup: int
+    num_samples: int
+    thinning: int
+
+
+def bsgp_schedule(num_iterations: int = BSGPConfig.num_iterations, num_kept: int = BSGPConfig.num_kept) -> BSGPSchedule:
+    """The released BSGP settings (spec section 2.2): ε = 0.01, α = mdecay = 0.05, thinning 32.
+
+    Usage::
+
+        s = bsgp_schedule()
+        kernel = AdaptiveSGHMC(model, step_size=s.step_size, mdecay=s.mdecay, num_data=N)
+        mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, thinning=s.thinning)
+
+    **Burn-in.** One "iteration" of the released ``sghmc_step`` is 1 adapting update followed by 10 × (adapting
+    update + plain update): 21 SGHMC updates, 11 of which adapt. The UCI protocol runs ``num_iterations`` =
+    10,000 such iterations, all treated as burn-in, i.e. 210,000 updates; so ``num_warmup = 21 * num_iterations``.
+    Here every warmup update adapts (instead of 11 in 21); the adaptation is a running average with weights
+    1/(τ+1), so this changes how fast the estimates settle, not what they estimate. The released code also shares
+    one minibatch between the two updates of an inner pair and draws minibatches by passes over a reshuffled
+    dataset; here every update draws its own minibatch from the model's subsampling plate (size min(1000, N) in
+    BSGP, set in the model).
+
+    **Sampling.** ``num_kept`` samples (256 in the paper's UCI runs; ``run_regression.py`` defaults to 512)
+    spaced 32 plain updates apart with no adaptation: ``num_samples = 32 * num_kept``, ``thinning = 32``
+    (numpyro keeps every ``thinning``-th post-warmup draw). For AIRLINE use 1000 steps between samples instead.
+    """
+    check_count("num_iterations", num_iterations, 0)
+    check_count("num_kept", num_kept, 1)
+    thinning = 32
+    return BSGPSchedule(
+        step_size=BSGPConfig.step_size,
+        mdecay=BSGPConfig.mdecay,
+        num_warmup=UPDATES_PER_ITERATION * num_iterations,
+        num_samples=thinning * num_kept,
+        thinning=thinning,
+    )

@@ -1,0 +1,267 @@
+"""The phases that the selection recipes share, written once: pre-train, select, sample a subset, prune, post-train.
+
+:func:`run_phases` is that sequence (Uhrenholt et al. 2021, App. C.2): an ordinary model on all candidates is
+pre-trained, the selective model learns the inclusion probabilities λ from there by the score-function estimator
+(the GP frozen or trained jointly), one subset is drawn from q_λ, the selective model prunes the unselected
+candidates and the pruned model is post-trained. :func:`models <ppl_sparsegp.recipes.selective.fit_selective>`
+of one layer and of several share it; the GP-LVM recipe, which trains jointly without phases, uses the pieces.
+
+Checkpoints: with a folder each phase keeps its SVI state in ``<folder>/selective_<phase>.npz``
+(:func:`ppl_sparsegp.infer.svi.fit_svi` checkpoints). Calling again with the same arguments resumes: finished
+phases are read back, not re-run, and the subset is drawn with the same key from the same λ. A phase that runs any
+step deletes the later phases' checkpoints, which no longer follow from it.
+
+Also the checks of the recipes' configs (:func:`check_count`, :func:`check_rate`), which name the setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import jax
+import numpy as np
+import optax
+
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi
+from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion
+
+Array = Any
+Config = TypeVar("Config")
+
+PHASES = ("pre", "selection", "post")
+MAX_EMPTY_REDRAWS = 20
+INCLUSION_SUFFIX = "inclusion_probs"
+"""The name (or, per layer, the end of the name) of the guide parameter λ."""
+
+
+def configure(config_type: type[Config], config: Config | None, overrides: Mapping[str, Any]) -> Config:
+    """``config`` (default: ``config_type()``) with ``overrides`` of its fields; building it checks every field."""
+    return dataclasses.replace(config_type() if config is None else config, **overrides)
+
+
+def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+    """``value`` must be an integer >= ``minimum`` (or None when ``optional``); the error names ``name``."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
+
+
+def check_rate(name: str, value: Any) -> None:
+    """``value`` must be a finite number > 0 (a learning rate or step size); the error names ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < np.inf):
+        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """``value`` must be one of ``choices``; the error names ``name``."""
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
+
+
+class InclusionCounts:
+    """E|S| and Var|S| under q_λ for a fit result that has ``inclusion_probs`` λ [K]."""
+
+    inclusion_probs: np.ndarray
+
+    @property
+    def expected_count(self) -> float:
+        """E_q|S| = Σ_k λ_k."""
+        return float(np.sum(self.inclusion_probs))
+
+    @property
+    def count_variance(self) -> float:
+        """Var_q|S| = Σ_k λ_k (1 − λ_k)."""
+        p = self.inclusion_probs
+        return float(np.sum(p * (1 - p)))
+
+
+def sample_subset(probs: Array, key: Array) -> np.ndarray:
+    """One mask [K] from q_λ, redrawn (up to 20 times, as the released code) while it is empty."""
+    q = IndependentInclusion(np.asarray(probs))
+    for k in jax.random.split(key, MAX_EMPTY_REDRAWS):
+        mask = np.asarray(q.sample(k))
+        if mask.any():
+            return mask
+    raise ValueError(
+        f"every one of {MAX_EMPTY_REDRAWS} subsets drawn from q selected no candidate (E|S| = "
+        f"{float(np.sum(probs)):.3g}); lower alpha or give the model more signal"
+    )
+
+
+def sample_joint_subset(probs: Sequence[Array], key: Array) -> list[np.ndarray]:
+    """One joint draw of every layer's mask [K_ℓ] from q, redrawn (up to 20 times) while any layer is empty."""
+    qs = [IndependentInclusion(np.asarray(p)) for p in probs]
+    for k in jax.random.split(key, MAX_EMPTY_REDRAWS):
+        masks = [np.asarray(q.sample(sub)) for q, sub in zip(qs, jax.random.split(k, len(qs)), strict=True)]
+        if all(m.any() for m in masks):
+            return masks
+    expected = ", ".join(f"{float(np.sum(p)):.3g}" for p in probs)
+    raise ValueError(
+        f"every one of {MAX_EMPTY_REDRAWS} joint subsets drawn from q left some layer empty (E|S| per layer: "
+        f"{expected}); lower alpha or give the model more signal"
+    )
+
+
+def selection_optimizer(
+    gp_update: optax.GradientTransformation, selection_learning_rate: float
+) -> optax.GradientTransformation:
+    """Adam at ``selection_learning_rate`` for λ (every ``*inclusion_probs``), ``gp_update`` for the rest."""
+    return optax.multi_transform(
+        {"inclusion": optax.adam(selection_learning_rate), "gp": gp_update},
+        lambda tree: {name: "inclusion" if name.endswith(INCLUSION_SUFFIX) else "gp" for name in tree},
+    )
+
+
+def phase_checkpoint(checkpoint_dir: str | os.PathLike | None, phase: str) -> Path | None:
+    """The checkpoint file of one phase (``"pre"``, ``"selection"`` or ``"post"``) in ``checkpoint_dir``."""
+    return None if checkpoint_dir is None else Path(checkpoint_dir) / f"selective_{phase}.npz"
+
+
+class PhaseCheckpoints:
+    """The checkpoints of the three phases in one folder (see the module docstring), or none for ``folder=None``.
+
+    ``options(phase)`` gives the ``checkpoint`` / ``checkpoint_every`` / ``fingerprint`` arguments of that phase's
+    :func:`ppl_sparsegp.infer.svi.fit_svi` (the fingerprint is ``fingerprint`` plus ``{"phase": phase}``);
+    ``finished(phase, result)`` deletes the later phases' checkpoints when the phase ran any step, since they no
+    longer follow from it.
+    """
+
+    def __init__(
+        self, folder: str | os.PathLike | None, every: Any, fingerprint: Mapping[str, Any] | None = None
+    ) -> None:
+        check_count("checkpoint_every", every, 1)
+        if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+            raise ValueError(f"checkpoint_dir: expected a folder, got the file {folder}")
+        self.every = int(every)
+        self.folder = folder
+        self.fingerprint = dict(fingerprint or {})
+
+    def create(self) -> None:
+        """Create the folder (after the arguments are checked, so bad input leaves nothing behind)."""
+        if self.folder is not None:
+            Path(self.folder).mkdir(parents=True, exist_ok=True)
+
+    def options(self, phase: str) -> dict[str, Any]:
+        """``fit_svi``'s checkpointing arguments for ``phase``."""
+        return {
+            "checkpoint": phase_checkpoint(self.folder, phase),
+            "checkpoint_every": self.every,
+            "fingerprint": {**self.fingerprint, "phase": phase},
+        }
+
+    def finished(self, phase: str, result: SVIResult) -> None:
+        """Delete the later phases' checkpoints if ``phase`` ran any step."""
+        if self.folder is not None and result.steps_run:
+            for later in PHASES[PHASES.index(phase) + 1 :]:
+                phase_checkpoint(self.folder, later).unlink(missing_ok=True)
+
+
+def fit_phase(model: Any, X: Array, y: Array, optimizer: Any, steps: int, key: Array, **options: Any) -> SVIResult:
+    """``fit_svi`` of ``model``'s model and guide on (X [N, D], y [N] or [N, P]) for ``steps`` steps."""
+    return fit_svi(
+        model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps, key=key, validate=model.check_data,
+        **options,
+    )  # fmt: skip
+
+
+def post_train(
+    model: Any,
+    params: dict[str, Array],
+    X: Array,
+    y: Array,
+    *,
+    steps: int,
+    key: Array,
+    learning_rate: float = 0.01,
+    progress: bool = False,
+    **checkpointing: Any,
+) -> tuple[dict[str, Array], np.ndarray]:
+    """Train a pruned model from ``params`` for ``steps`` Adam steps -> (fitted params, loss trace).
+
+    ``checkpointing``: ``checkpoint`` and ``checkpoint_every`` of :func:`ppl_sparsegp.infer.svi.fit_svi`.
+    """
+    if steps == 0:
+        return dict(params), np.zeros(0)
+    optimizer = optax.adam(learning_rate)
+    result = fit_phase(model, X, y, optimizer, steps, key, init_params=params, progress=progress, **checkpointing)
+    return result.params, result.losses
+
+
+@dataclass
+class Phases:
+    """What :func:`run_phases` returns: each phase's values, losses and seconds (phase -> ...)."""
+
+    pretrained_params: dict[str, Array]
+    selective_params: dict[str, Array]
+    masks: Any
+    model: Any
+    params: dict[str, Array]
+    losses: dict[str, np.ndarray]
+    seconds: dict[str, float]
+
+
+def run_phases(
+    base: Any,
+    selective: Any,
+    X: Array,
+    y: Array,
+    *,
+    key: Array,
+    pre_steps: int,
+    selection_steps: int,
+    post_steps: int,
+    learning_rate: float,
+    selection_learning_rate: float,
+    joint: bool,
+    loss: Any,
+    prune: Callable[[dict[str, Array], Array], tuple[Any, Any, dict[str, Array]]],
+    checkpoints: PhaseCheckpoints,
+    init_params: Mapping[str, Array] | None = None,
+    progress: bool = False,
+) -> Phases:
+    """Pre-train ``base``, select with ``selective`` (GP frozen unless ``joint``), prune and post-train.
+
+    ``key`` is split into the pre-training, selection, subset and post-training keys; ``prune(params, key)`` draws
+    the subset from the selected ``params`` and returns (masks, pruned model, its parameters); ``loss`` is the
+    selection phase's score-function ELBO. The arguments are checked by the caller.
+    """
+    pre_key, selection_key, prune_key, post_key = key
+    losses, seconds = {}, {}
+    params = dict(init_params or {})
+    t0 = time.perf_counter()
+    if pre_steps:
+        pre = fit_phase(
+            base, X, y, optax.adam(learning_rate), pre_steps, pre_key, init_params=params or None, progress=progress,
+            **checkpoints.options("pre"),
+        )  # fmt: skip
+        params, losses["pre"] = pre.params, pre.losses
+        checkpoints.finished("pre", pre)
+    seconds["pre"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    gp_update = optax.adam(learning_rate) if joint else optax.set_to_zero()
+    chosen = fit_phase(
+        selective, X, y, selection_optimizer(gp_update, selection_learning_rate), selection_steps, selection_key,
+        loss=loss, init_params=params or None, progress=progress, **checkpoints.options("selection"),
+    )  # fmt: skip
+    losses["selection"] = chosen.losses
+    checkpoints.finished("selection", chosen)
+    seconds["selection"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    masks, pruned, pruned_params = prune(chosen.params, prune_key)
+    fitted, losses["post"] = post_train(
+        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress,
+        **checkpoints.options("post"),
+    )  # fmt: skip
+    seconds["post"] = time.perf_counter() - t0
+    return Phases(params, chosen.params, masks, pruned, fitted, losses, seconds)

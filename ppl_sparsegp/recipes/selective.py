@@ -1,0 +1,735 @@
+"""Probabilistic selection of inducing points (Uhrenholt et al. 2021; spec 000 §3.2, §4.1, §5.3), in one call each.
+
+* :func:`fit_selective` (App. C.2): the three phases of :func:`.phases.run_phases` for a sparse GP: pre-train an
+  ordinary sparse GP on all K candidates (SGPR for ``bound="collapsed"``, an unwhitened SVGP for
+  ``"uncollapsed"``), learn the inclusion probabilities λ of the selective model (:mod:`models.selective`) by the
+  score-function estimator (``selection="frozen"`` keeps every GP parameter fixed, as the released code does;
+  ``"joint"`` trains them too), sample one subset, prune and post-train the pruned model, an ordinary
+  :class:`SGPR` / :class:`SVGP` usable by every predict, ArviZ and CLI path. Defaults follow the paper (App. C.1,
+  C.3.2): Adam 0.01 for the GP, 0.2 for λ, S = 4 draws, λ₀ = 0.5, the UCI schedule 2500 / 1500 / 1000 steps.
+* :func:`fit_selective_deep` (§5.2): the same phases for a deep GP, one candidate set and λ per layer, one joint
+  subset of every layer.
+* :func:`fit_selective_gplvm` (§5.3): the GP-LVM with its inducing inputs selected from a fixed latent grid,
+  trained **jointly, without phases** (λ by the score-function estimator, the rest pathwise), recording λ along
+  the way; with ``pre_steps`` it first fits the GP-LVM on every grid point, as the released demo does.
+
+Each keeps its settings in a frozen config (:class:`SelectiveConfig`, :class:`SelectiveDeepConfig`,
+:class:`SelectiveGPLVMConfig`), checked when built. With ``checkpoint_dir`` each phase checkpoints
+(:mod:`.phases`); the same call resumes a stopped fit and equals an uninterrupted one. Each checkpoint records a
+fingerprint of every other setting: a call that differs is refused, naming what differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import numpy as np
+import optax
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
+from ppl_sparsegp.inducing.initialise import kmeans, random_subset
+from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
+from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
+from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models._base import base_fields, part_fingerprint
+from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp
+from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.selective import (
+    INCLUSION_PARAM,
+    SelectiveSGPR,
+    SelectiveSVGP,
+    check_alpha,
+    check_initial_inclusion,
+)
+from ppl_sparsegp.models.selective_deep import SelectiveDeepSVGP
+from ppl_sparsegp.models.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
+from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.results import write_npz
+
+from .phases import (
+    InclusionCounts,
+    PhaseCheckpoints,
+    check_choice,
+    check_count,
+    check_rate,
+    configure,
+    phase_checkpoint,
+    run_phases,
+    sample_joint_subset,
+    sample_subset,
+    selection_optimizer,
+)
+
+Array = Any
+
+BOUNDS = ("collapsed", "uncollapsed")
+SELECTION_MODES = ("frozen", "joint")
+INITIALISATIONS = ("random", "kmeans")
+GRID_MARGIN = 0.1
+"""Default padding of the GP-LVM's grid beyond the latents' range, as a fraction of that range per dimension."""
+TRACE_FILE = "selective_gplvm_trace.npz"
+"""The λ / latent-mean trace of :func:`fit_selective_gplvm` in its ``checkpoint_dir``."""
+
+
+def _check_schedule(config: Any) -> None:
+    """The settings the phased recipes share: choices, step counts and learning rates."""
+    check_choice("selection", config.selection, SELECTION_MODES)
+    check_choice("init", config.init, INITIALISATIONS)
+    check_count("pre_steps", config.pre_steps, 0)
+    check_count("selection_steps", config.selection_steps, 1)
+    check_count("post_steps", config.post_steps, 0)
+    check_count("num_particles", config.num_particles, 1)
+    check_count("checkpoint_every", config.checkpoint_every, 1)
+    check_count("batch_size", config.batch_size, 1, optional=True)
+    check_rate("learning_rate", config.learning_rate)
+    check_rate("selection_learning_rate", config.selection_learning_rate)
+    check_initial_inclusion(config.initial_inclusion)
+
+
+@dataclass(frozen=True)
+class SelectiveConfig:
+    """The settings of :func:`fit_selective`, each default written here only.
+
+    candidates: K, drawn from X by ``init`` (``"random"``: a random subset, the paper's choice; ``"kmeans"``), or
+    the candidate inputs themselves [K, D]. alpha: prior strength α >= 0 (paper Table 1: concrete 0.01, energy
+    0.05, kin8nm 0.1, protein 0.2). bound: ``"collapsed"`` (Titsias; Gaussian likelihood only) or
+    ``"uncollapsed"`` (unwhitened SVGP, any likelihood, minibatches of ``batch_size``; None: full batch).
+    learn_candidates: let Adam move the candidates in the pre-training (and joint) phases, or keep them where
+    given. initial_inclusion: λ₀; num_particles: S draws per selection step; selection: ``"frozen"`` (only λ
+    learns) or ``"joint"``. pre_steps, selection_steps, post_steps: Adam steps of the phases (pre and post may be
+    0). learning_rate: Adam for the GP; selection_learning_rate: for λ. noise_variance: of the default Gaussian
+    likelihood. checkpoint_every: steps between checkpoint writes within a phase.
+    """
+
+    candidates: int | Array = 100
+    alpha: float = 0.1
+    bound: str = "collapsed"
+    init: str = "random"
+    learn_candidates: bool = True
+    initial_inclusion: float = 0.5
+    num_particles: int = 4
+    selection: str = "frozen"
+    pre_steps: int = 2500
+    selection_steps: int = 1500
+    post_steps: int = 1000
+    learning_rate: float = 0.01
+    selection_learning_rate: float = 0.2
+    batch_size: int | None = None
+    noise_variance: float = 1.0
+    checkpoint_every: int = 500
+
+    def __post_init__(self) -> None:
+        check_choice("bound", self.bound, BOUNDS)
+        _check_schedule(self)
+        check_alpha(self.alpha)
+        validation.check_positive("noise_variance", self.noise_variance)
+        if not isinstance(self.learn_candidates, bool | np.bool_):
+            raise ValueError(f"learn_candidates: expected True or False, got {self.learn_candidates!r}")
+        if self.bound == "collapsed" and self.batch_size is not None:
+            raise ValueError("batch_size: the collapsed bound needs the full batch; use bound='uncollapsed'")
+
+
+@dataclass
+class SelectiveFit(InclusionCounts):
+    """What :func:`fit_selective` returns.
+
+    Attributes:
+        model, params: the pruned, post-trained SGPR / SVGP and its fitted parameters.
+        selective, selective_params: the selective model over all K candidates and its values after selection.
+        mask: the drawn subset [K] (0/1) that was kept.
+        losses: phase ("pre", "selection", "post") -> loss trace (negative bound) of that phase.
+        seconds: phase -> wall-clock seconds (compilation included).
+    """
+
+    model: SGPR | SVGP
+    params: dict[str, Array]
+    selective: SelectiveSGPR | SelectiveSVGP
+    selective_params: dict[str, Array]
+    mask: np.ndarray
+    losses: dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def inclusion_probs(self) -> np.ndarray:
+        """λ [K] after the selection phase."""
+        return np.asarray(self.selective_params[INCLUSION_PARAM])
+
+    @property
+    def selected_count(self) -> int:
+        """|S| of the kept subset (the pruned model's number of inducing points)."""
+        return int(np.sum(self.mask))
+
+
+def candidate_inputs(X: Array, candidates: int | Array, init: str, seed: int) -> np.ndarray:
+    """The candidate set Z* [K, D]: given, or K rows of X (``"random"``, as the paper) or k-means centres."""
+    check_choice("init", init, INITIALISATIONS)
+    if isinstance(candidates, int | np.integer) and not isinstance(candidates, bool):
+        chooser = random_subset if init == "random" else kmeans
+        return chooser(np.asarray(X), int(candidates), seed=seed)
+    Z = np.asarray(candidates)
+    validation.check_inputs(Z, x_name="candidates")
+    validation.check_same_dim(Z, X, z_name="candidates")
+    return Z
+
+
+def _as_key(key: int | Array) -> Array:
+    return jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
+
+
+def fit_selective(
+    X: Array,
+    y: Array,
+    config: SelectiveConfig | None = None,
+    *,
+    likelihood: Likelihood | None = None,
+    kernel: Kernel | None = None,
+    key: int | Array = 0,
+    progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> SelectiveFit:
+    """Pre-train on K candidates, learn which to keep, sample a subset, prune and post-train.
+
+    Args:
+        X: inputs [N, D]; y: targets [N] (or [N, P] for several outputs sharing Z and the kernel).
+        config: the settings (:class:`SelectiveConfig`); ``overrides``: fields of it, e.g. ``alpha=0.5``.
+        likelihood: default Gaussian with variance ``config.noise_variance``; kernel: default RBF-ARD with unit
+            variance and lengthscales (the paper's initial values).
+        key: integer seed or JAX key. progress: show progress bars.
+        checkpoint_dir: a folder for the phases' checkpoints (created; see :mod:`.phases`), or None.
+        fingerprint: the caller's settings, recorded in every phase's checkpoint beside this function's own
+            (all but the three step counts, which a resumed call may raise).
+
+    Returns:
+        A :class:`SelectiveFit`.
+    """
+    config = configure(SelectiveConfig, config, overrides)
+    validation.check_inputs(X, y)
+    c = config
+    settings = None
+    if checkpoint_dir is not None:
+        settings = {
+            "selective.candidates": tree_sha256(c.candidates),
+            "selective.alpha": c.alpha,
+            "selective.bound": c.bound,
+            "selective.likelihood": None if likelihood is None else part_fingerprint(likelihood),
+            "selective.kernel": None if kernel is None else part_fingerprint(kernel),
+            "selective.init": c.init,
+            "selective.learn_candidates": bool(c.learn_candidates),
+            "selective.initial_inclusion": c.initial_inclusion,
+            "selective.num_particles": c.num_particles,
+            "selective.selection": c.selection,
+            "selective.learning_rate": c.learning_rate,
+            "selective.selection_learning_rate": c.selection_learning_rate,
+            "selective.batch_size": c.batch_size,
+            "selective.key": key_data(key),
+            **dict(fingerprint or {}),
+        }
+    checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every, settings)
+    X, y = np.asarray(X), np.asarray(y)
+    *keys, init_key = jax.random.split(_as_key(key), 5)
+    Z = candidate_inputs(X, c.candidates, c.init, seed=int(jax.random.randint(init_key, (), 0, 2**31 - 1)))
+    kernel = kernel or RBF(variance=1.0, lengthscale=np.ones(X.shape[1], dtype=X.dtype))
+    likelihood = likelihood or Gaussian(variance=c.noise_variance)
+    common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(c.learn_candidates)}
+    selection = {"alpha": c.alpha, "initial_inclusion": c.initial_inclusion}
+    if c.bound == "collapsed":
+        base, selective = SGPR(**common), SelectiveSGPR(**common, **selection)
+    else:
+        svgp = {"num_latent": 1 if y.ndim == 1 else y.shape[1], "whiten": False, "batch_size": c.batch_size}
+        base, selective = SVGP(**common, **svgp), SelectiveSVGP(**common, **svgp, **selection)
+    base.check_data(X, y)
+    checkpoints.create()
+
+    def prune(params: dict[str, Array], k: Array) -> tuple[np.ndarray, Any, dict[str, Array]]:
+        mask = sample_subset(params[INCLUSION_PARAM], k)
+        return (mask, *selective.prune(params, mask))
+
+    done = run_phases(
+        base, selective, X, y, key=keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
+        post_steps=c.post_steps, learning_rate=c.learning_rate, selection_learning_rate=c.selection_learning_rate,
+        joint=c.selection == "joint", loss=ScoreFunctionELBO(c.num_particles, pathwise=c.selection == "joint"),
+        prune=prune, checkpoints=checkpoints, progress=progress,
+    )  # fmt: skip
+    return SelectiveFit(
+        done.model, done.params, selective, done.selective_params, done.masks, done.losses, done.seconds
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Deep GPs
+
+
+@dataclass(frozen=True)
+class SelectiveDeepConfig:
+    """The settings of :func:`fit_selective_deep`, each default written here only.
+
+    candidates: K per layer (random rows of X, as the paper, or k-means centres with ``init="kmeans"``) or a list
+    of L arrays [K_ℓ, D] in the space of X. num_layers: L; alpha: α (one, or one per layer); alpha_per_output:
+    α_ℓ × D_{ℓ+1}. add_input, inner_mean: the architecture (:func:`models.deep_svgp.deep_svgp`; the paper's kin8nm
+    model is ``add_input=True, inner_mean="zero"``). noise_variance: of the default Gaussian likelihood (paper
+    App. C.1). num_samples: propagated samples of the data term per evaluation. batch_size: minibatch of the pre-
+    and post-training bound; selection_batch_size: of the selection bound (None: full batch). The rest as
+    :class:`SelectiveConfig` (paper: Adam 0.01 and 0.2, S = 4).
+    """
+
+    candidates: int | Sequence[Array] = 150
+    num_layers: int = 2
+    alpha: float | Sequence[float] = 0.05
+    alpha_per_output: bool = False
+    add_input: bool = False
+    inner_mean: str = "linear"
+    noise_variance: float = 1.0
+    init: str = "random"
+    initial_inclusion: float = 0.5
+    num_particles: int = 4
+    num_samples: int = 1
+    selection: str = "frozen"
+    pre_steps: int = 1000
+    selection_steps: int = 500
+    post_steps: int = 1500
+    learning_rate: float = 0.01
+    selection_learning_rate: float = 0.2
+    batch_size: int | None = 1000
+    selection_batch_size: int | None = None
+    checkpoint_every: int = 500
+
+    def __post_init__(self) -> None:
+        _check_schedule(self)
+        check_count("num_layers", self.num_layers, 1)
+        check_count("selection_batch_size", self.selection_batch_size, 1, optional=True)
+
+
+@dataclass
+class SelectiveDeepFit:
+    """What :func:`fit_selective_deep` returns.
+
+    Attributes:
+        model, params: the pruned, post-trained :class:`DeepSVGP` and its fitted parameters.
+        selective, selective_params: the model over all candidates and its values after the selection phase.
+        pretrained_params: the values after pre-training (pass as ``init_params`` with ``pre_steps=0`` to select
+            again from them, e.g. with another α).
+        masks: the drawn subset of every layer, [K_ℓ] 0/1 each.
+        losses: phase ("pre", "selection", "post") -> loss trace; seconds: phase -> wall-clock seconds.
+    """
+
+    model: DeepSVGP
+    params: dict[str, Array]
+    selective: SelectiveDeepSVGP
+    selective_params: dict[str, Array]
+    pretrained_params: dict[str, Array]
+    masks: list[np.ndarray]
+    losses: dict[str, np.ndarray] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def inclusion_probs(self) -> list[np.ndarray]:
+        """λ^ℓ [K_ℓ] of every layer after selection."""
+        return self.selective.inclusion_probabilities(self.selective_params)
+
+    @property
+    def selected_counts(self) -> list[int]:
+        """|S^ℓ| of the kept subset of every layer."""
+        return [int(np.sum(m)) for m in self.masks]
+
+    @property
+    def expected_counts(self) -> list[float]:
+        """E_q|S^ℓ| = Σ_k λ^ℓ_k of every layer."""
+        return [float(np.sum(p)) for p in self.inclusion_probs]
+
+
+def _layer_candidates(X: np.ndarray, candidates: Any, num_layers: int, init: str, key: Array) -> list[np.ndarray]:
+    """Per-layer candidates in the space of X: K random rows (or k-means centres) per layer, or the given arrays."""
+    seeds = [int(s) for s in jax.random.randint(key, (num_layers,), 0, 2**31 - 1)]
+    if isinstance(candidates, int | np.integer) and not isinstance(candidates, bool):
+        if not 1 <= candidates <= X.shape[0]:
+            raise ValueError(f"candidates: expected an integer in [1, N = {X.shape[0]}], got {candidates!r}")
+        return [candidate_inputs(X, int(candidates), init, seed=s) for s in seeds]
+    if isinstance(candidates, np.ndarray | jax.Array) or not isinstance(candidates, Sequence):
+        raise ValueError(f"candidates: expected an integer K or a list of {num_layers} arrays [K_ℓ, D]")
+    if len(candidates) != num_layers:
+        raise ValueError(f"candidates: expected {num_layers} arrays (one per layer), got {len(candidates)}")
+    return [candidate_inputs(X, np.asarray(c), init, seed=s) for c, s in zip(candidates, seeds, strict=True)]
+
+
+def fit_selective_deep(
+    X: Array,
+    y: Array,
+    config: SelectiveDeepConfig | None = None,
+    *,
+    likelihood: Likelihood | None = None,
+    init_params: Mapping[str, Array] | None = None,
+    key: int | Array = 0,
+    progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    **overrides: Any,
+) -> SelectiveDeepFit:
+    """Pre-train a deep GP on K candidates per layer, learn which to keep, sample one joint subset, prune, post-train.
+
+    Args:
+        X: inputs [N, D]; y: targets [N] or [N, P].
+        config: the settings (:class:`SelectiveDeepConfig`); ``overrides``: fields of it.
+        likelihood: default ``Gaussian(config.noise_variance)``.
+        init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``).
+        key: integer seed or JAX key; progress: show progress bars.
+        checkpoint_dir: a folder for the phases' checkpoints, or None (as :func:`fit_selective`).
+
+    Returns:
+        A :class:`SelectiveDeepFit`.
+    """
+    c = configure(SelectiveDeepConfig, config, overrides)
+    validation.check_inputs(X, y)
+    checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
+    if likelihood is not None and not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood: expected a ppl_sparsegp.core.likelihoods.Likelihood, got {likelihood!r}")
+    X, y = np.asarray(X), np.asarray(y)
+    *keys, init_key = jax.random.split(_as_key(key), 5)
+    Z = _layer_candidates(X, c.candidates, c.num_layers, c.init, init_key)
+    outputs = 1 if y.ndim == 1 else y.shape[1]
+    architecture = {"num_layers": c.num_layers, "add_input": c.add_input, "inner_mean": c.inner_mean}
+    likelihood = likelihood or Gaussian(c.noise_variance)
+    base = deep_svgp(X, outputs, likelihood, Z=Z, **architecture, num_samples=c.num_samples, batch_size=c.batch_size)
+    selective = SelectiveDeepSVGP(
+        **{**base_fields(base, DeepSVGP), "batch_size": c.selection_batch_size},
+        alpha=c.alpha,
+        alpha_per_output=c.alpha_per_output,
+        initial_inclusion=c.initial_inclusion,
+    )
+    base.check_data(X, y)
+    checkpoints.create()
+
+    def prune(params: dict[str, Array], k: Array) -> tuple[list[np.ndarray], DeepSVGP, dict[str, Array]]:
+        masks = sample_joint_subset(selective.inclusion_probabilities(params), k)
+        pruned, pruned_params = selective.prune(params, masks)
+        return masks, dataclasses.replace(pruned, batch_size=c.batch_size), pruned_params
+
+    done = run_phases(
+        base, selective, X, y, key=keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
+        post_steps=c.post_steps, learning_rate=c.learning_rate, selection_learning_rate=c.selection_learning_rate,
+        joint=c.selection == "joint", loss=ScoreFunctionELBO(c.num_particles, pathwise=c.selection == "joint"),
+        prune=prune, checkpoints=checkpoints, init_params=init_params, progress=progress,
+    )  # fmt: skip
+    return SelectiveDeepFit(
+        done.model, done.params, selective, done.selective_params, done.pretrained_params, done.masks, done.losses,
+        done.seconds,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------------
+# The GP-LVM
+
+
+def latent_grid(
+    size: int = 15, *, extent: Array | None = None, latents: Array | None = None, margin: float = GRID_MARGIN
+) -> np.ndarray:
+    """A regular grid of ``size`` points per latent dimension -> candidates [size^Q, Q].
+
+    Args:
+        size: points per dimension (>= 2); the paper's GP-LVM uses 15 (225 candidates for Q = 2).
+        extent: [Q, 2], the (lower, upper) bounds of each latent dimension.
+        latents: [N, Q] latent means (e.g. the PCA initialisation) whose range, padded by ``margin`` × range on
+            each side, is the extent when ``extent`` is None.
+        margin: padding fraction (>= 0) used with ``latents``.
+
+    Returns:
+        The grid points [size^Q, Q], the last dimension varying fastest.
+    """
+    check_count("size", size, 2)
+    size = int(size)
+    if extent is None:
+        if latents is None:
+            raise ValueError("extent: give the grid's extent [Q, 2] or the latents [N, Q] whose range it covers")
+        latents = np.asarray(latents)
+        validation.check_inputs(latents, x_name="latents")
+        if isinstance(margin, bool) or not isinstance(margin, int | float) or not (0 <= margin < np.inf):
+            raise ValueError(f"margin: expected a finite number >= 0, got {margin!r}")
+        low, high = latents.min(axis=0), latents.max(axis=0)
+        pad = margin * (high - low)
+        bounds = np.stack([low - pad, high + pad], axis=1)
+    else:
+        bounds = np.atleast_2d(np.asarray(extent, dtype=float))
+        if bounds.ndim != 2 or bounds.shape[1] != 2 or not np.all(np.isfinite(bounds)):
+            raise ValueError(f"extent: expected finite (lower, upper) pairs of shape [Q, 2], got {extent!r}")
+        if not np.all(bounds[:, 1] > bounds[:, 0]):
+            raise ValueError(f"extent: every upper bound must exceed its lower bound, got {bounds.tolist()}")
+    axes = [np.linspace(lo, hi, size) for lo, hi in bounds]
+    return np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, len(axes))
+
+
+@dataclass
+class SelectiveGPLVMFit(InclusionCounts):
+    """What :func:`fit_selective_gplvm` returns.
+
+    Attributes:
+        model, params: the selective GP-LVM over the grid and its fitted parameters.
+        grid: the candidates [K, Q].
+        trace_steps: steps of the joint phase at which λ was recorded [T] (0 = its start, after any pre-training).
+        inclusion_trace: λ at those steps [T, K]; latent_trace: the latent means there [T, N, Q].
+        losses: negative ELBO estimate per joint step [steps]; seconds: wall-clock time of both phases
+            (compilation included); pre_losses: negative bound per pre-training step [pre_steps].
+        mask, pruned, pruned_params: with ``prune=True``, one subset [K] drawn from q_λ and the ordinary
+            GP-LVM on it with its parameters (otherwise None).
+    """
+
+    model: SelectiveGPLVM | SelectiveCollapsedGPLVM
+    params: dict[str, Array]
+    grid: np.ndarray
+    trace_steps: np.ndarray
+    inclusion_trace: np.ndarray
+    latent_trace: np.ndarray
+    losses: np.ndarray
+    seconds: float
+    pre_losses: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mask: np.ndarray | None = None
+    pruned: BayesianGPLVM | CollapsedGPLVM | None = None
+    pruned_params: dict[str, Array] | None = None
+
+    @property
+    def inclusion_probs(self) -> np.ndarray:
+        """λ [K] at the end of training."""
+        return np.asarray(self.params[INCLUSION_PARAM])
+
+
+def gplvm_on_grid(
+    Y: Array,
+    grid: Array,
+    *,
+    latent_dim: int = 2,
+    noise_variance: float | None = 0.01,
+    latent_scale: float = 0.1,
+    batch_size: int | None = None,
+    bound: Literal["collapsed", "uncollapsed"] = "uncollapsed",
+    **selection: Any,
+) -> BayesianGPLVM | CollapsedGPLVM:
+    """The GP-LVM that :func:`fit_selective_gplvm` trains, with the grid's points as fixed inducing inputs.
+
+    RBF-ARD kernel with unit variance and lengthscales (the paper's initial values), Gaussian likelihood with
+    variance ``noise_variance`` held fixed (None: 1, learned), latent means from :func:`pca_latents` with
+    standard deviations ``latent_scale``. ``bound="uncollapsed"`` gives a :class:`BayesianGPLVM` (train it from
+    ``model.prior_initialisation()``, q(u) = p(u)); ``"collapsed"`` a :class:`CollapsedGPLVM` (full batch only).
+    With ``selection`` (``alpha``, ``initial_inclusion``) it returns the selective model over the grid
+    (:class:`SelectiveGPLVM` or :class:`SelectiveCollapsedGPLVM`); without, the GP-LVM using every grid point.
+    """
+    check_choice("bound", bound, BOUNDS)
+    if bound == "collapsed" and batch_size is not None:
+        raise ValueError(f"batch_size: the collapsed bound is full-batch; expected None, got {batch_size!r}")
+    Y = np.asarray(Y)
+    X_init = pca_latents(Y, latent_dim)
+    fixed = () if noise_variance is None else ("likelihood.variance",)
+    if noise_variance is not None:
+        validation.check_positive("noise_variance", noise_variance)
+    validation.check_positive("latent_scale", latent_scale)
+    common = {
+        "kernel": RBF(variance=1.0, lengthscale=np.ones(latent_dim, dtype=Y.dtype)),
+        "likelihood": Gaussian(1.0 if noise_variance is None else noise_variance),
+        "fixed": fixed,
+        "Z": np.asarray(grid, dtype=Y.dtype),
+        "learn_Z": False,
+        "X_init": X_init,
+        "X_scale_init": latent_scale,
+    }
+    if bound == "collapsed":
+        return SelectiveCollapsedGPLVM(**common, **selection) if selection else CollapsedGPLVM(**common)
+    common.update(num_latent=Y.shape[1], batch_size=batch_size)
+    return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
+
+
+@dataclass(frozen=True)
+class SelectiveGPLVMConfig:
+    """The settings of :func:`fit_selective_gplvm`, each default written here only.
+
+    latent_dim: Q; grid_size: candidates per latent dimension (K = grid_size^Q); extent: the grid's [Q, 2] bounds
+    (None: the PCA latents' range, padded 10 %). alpha: prior strength α (paper: 3); initial_inclusion: λ₀.
+    noise_variance: fixed Gaussian noise variance (released code: 0.01 on standardised Y); None learns it.
+    latent_scale: initial standard deviation of q(x_n). steps: Adam steps of the joint phase (full batch: one per
+    epoch; the paper runs 300); pre_steps: Adam steps of the GP-LVM on all K grid points before those (0, the
+    paper: none; the released demo pre-fits). num_particles: S draws of the subset (and of the latents) per step;
+    baseline_decay: β of the score-function baseline (0.95 as the released code). learning_rate: Adam for latents,
+    kernel, likelihood and q(u); selection_learning_rate: Adam for λ. batch_size: rows per step (None: all N; the
+    collapsed bound needs None). bound: ``"uncollapsed"`` (the paper's) or ``"collapsed"``. record_every: steps
+    between records of λ and the latent means. prune: draw one subset from the final q_λ and return the ordinary
+    GP-LVM on it. checkpoint_every: steps between checkpoint writes (rounded up to whole records).
+    """
+
+    latent_dim: int = 2
+    grid_size: int = 15
+    extent: Array | None = None
+    alpha: float = 3.0
+    initial_inclusion: float = 0.5
+    noise_variance: float | None = 0.01
+    latent_scale: float = 0.1
+    steps: int = 300
+    pre_steps: int = 0
+    num_particles: int = 4
+    baseline_decay: float = 0.95
+    learning_rate: float = 0.01
+    selection_learning_rate: float = 0.2
+    batch_size: int | None = None
+    bound: str = "uncollapsed"
+    record_every: int = 10
+    prune: bool = False
+    checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
+            check_count(name, getattr(self, name), least)
+        check_count("num_particles", self.num_particles, 1)
+        check_rate("learning_rate", self.learning_rate)
+        check_rate("selection_learning_rate", self.selection_learning_rate)
+        check_choice("bound", self.bound, BOUNDS)
+        if not isinstance(self.prune, bool):
+            raise ValueError(f"prune: expected True or False, got {self.prune!r}")
+
+
+def fit_selective_gplvm(
+    Y: Array,
+    config: SelectiveGPLVMConfig | None = None,
+    *,
+    key: int | Array = 0,
+    progress: bool = False,
+    checkpoint_dir: str | os.PathLike | None = None,
+    **overrides: Any,
+) -> SelectiveGPLVMFit:
+    """Fit a GP-LVM whose inducing inputs are selected from a latent grid, everything jointly (paper §5.3).
+
+    Args:
+        Y: observations [N, D] (standardise them first, as the paper does).
+        config: the settings (:class:`SelectiveGPLVMConfig`); ``overrides``: fields of it.
+        key: integer seed or JAX key. progress: show a progress bar.
+        checkpoint_dir: a folder for checkpoints (created), or None. The pre-training and the joint phase keep
+            their SVI states there as ``selective_pre.npz`` and ``selective_selection.npz`` (as
+            :func:`fit_selective`; written atomically every ``checkpoint_every`` steps, at the end and on Ctrl-C),
+            and the λ / latent trace as ``selective_gplvm_trace.npz`` with each of them. Calling again with the
+            same arguments resumes and ends where an uninterrupted fit ends (the trace included; ``seconds`` then
+            counts only the resumed call). Delete the folder to start afresh after changing a setting.
+
+    Returns:
+        A :class:`SelectiveGPLVMFit`.
+    """
+    c = configure(SelectiveGPLVMConfig, config, overrides)
+    latent_dim, grid_size, extent, alpha, initial_inclusion = (
+        c.latent_dim, c.grid_size, c.extent, c.alpha, c.initial_inclusion
+    )  # fmt: skip
+    noise_variance, latent_scale, steps, pre_steps, num_particles = (
+        c.noise_variance, c.latent_scale, c.steps, c.pre_steps, c.num_particles
+    )  # fmt: skip
+    baseline_decay, learning_rate, selection_learning_rate, batch_size, bound = (
+        c.baseline_decay, c.learning_rate, c.selection_learning_rate, c.batch_size, c.bound
+    )  # fmt: skip
+    record_every, prune, checkpoint_every = c.record_every, c.prune, c.checkpoint_every
+    Y = np.asarray(Y)
+    validation.check_inputs(Y, x_name="Y")
+    if not isinstance(key, int | np.integer | jax.Array) or isinstance(key, bool):
+        raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")
+    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
+    loss = ScoreFunctionELBO(num_particles, baseline_decay=baseline_decay, pathwise=True)
+    X_init = pca_latents(Y, latent_dim)
+    grid = latent_grid(grid_size, extent=extent, latents=X_init)
+    if grid.shape[1] != latent_dim:
+        raise ValueError(f"extent: expected {latent_dim} (lower, upper) rows, one per latent dimension, got {extent!r}")
+    model = gplvm_on_grid(
+        Y,
+        grid,
+        latent_dim=latent_dim,
+        noise_variance=noise_variance,
+        latent_scale=latent_scale,
+        batch_size=batch_size,
+        bound=bound,
+        alpha=alpha,
+        initial_inclusion=initial_inclusion,
+    )
+    key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
+    fit_key, prune_key = jax.random.split(key)
+
+    init_params = model.initial_params()
+    checkpoints.create()
+    pre_losses = np.zeros(0)
+    t0 = time.perf_counter()
+    if pre_steps:
+        everything = gplvm_on_grid(
+            Y, grid, latent_dim=latent_dim, noise_variance=noise_variance, latent_scale=latent_scale,
+            batch_size=batch_size, bound=bound,
+        )  # fmt: skip
+        pre = fit_svi(
+            everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
+            key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
+            validate=everything.check_data, **checkpoints.options("pre"),
+        )  # fmt: skip
+        checkpoints.finished("pre", pre)
+        init_params.update(pre.params)
+        pre_losses = pre.losses
+    trace_path = None if checkpoint_dir is None else Path(checkpoint_dir) / TRACE_FILE
+    if trace_path is not None and trace_path.exists() and phase_checkpoint(checkpoint_dir, "selection").exists():
+        with np.load(trace_path, allow_pickle=False) as stored:
+            trace_steps, inclusion, latents = (list(stored[name]) for name in ("steps", "inclusion", "latents"))
+    else:
+        start = model.latent_means(init_params) if pre_steps else X_init
+        trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
+
+    def write_trace() -> None:
+        if trace_path is not None:
+            write_npz(
+                trace_path, {"steps": trace_steps, "inclusion": np.stack(inclusion), "latents": np.stack(latents)}
+            )
+
+    unwritten = [0]  # steps recorded since the trace was last written
+
+    def record(step: int, chunk_losses: np.ndarray, params: dict[str, Array]) -> None:
+        now = (step, np.asarray(params[INCLUSION_PARAM]), model.latent_means(params))
+        while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
+            for trace in (trace_steps, inclusion, latents):
+                trace.pop()
+        for trace, value in zip((trace_steps, inclusion, latents), now, strict=True):
+            trace.append(value)
+        unwritten[0] += len(chunk_losses)
+        if unwritten[0] >= checkpoints.every or step >= steps:  # fit_svi's checkpoint follows at this step
+            write_trace()
+            unwritten[0] = 0
+
+    optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
+    try:
+        result = fit_svi(
+            model.model,
+            model.guide,
+            Y,
+            optimizer=optimizer,
+            num_steps=steps,
+            key=fit_key,
+            loss=loss,
+            init_params=init_params,
+            steps_per_dispatch=record_every,
+            callback=record,
+            progress=progress,
+            **checkpoints.options("selection"),
+            validate=model.check_data,
+        )
+    except KeyboardInterrupt:  # fit_svi then writes a checkpoint between scheduled ones: keep the trace with it
+        write_trace()
+        raise
+    seconds = time.perf_counter() - t0
+    fit = SelectiveGPLVMFit(
+        model,
+        result.params,
+        grid,
+        np.asarray(trace_steps),
+        np.stack(inclusion),
+        np.stack(latents),
+        result.losses,
+        seconds,
+        pre_losses,
+    )
+    if prune:
+        fit.mask = sample_subset(fit.inclusion_probs, prune_key)
+        fit.pruned, fit.pruned_params = model.prune(result.params, fit.mask)
+    return fit
