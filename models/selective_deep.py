@@ -45,13 +45,8 @@ from ppl_sparsegp.core.masking import masked_q
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import SubsetPointProcess
 
-<<<<<<< HEAD
 from ._base import base_fields, scoped_methods
-from .deep_svgp import DeepSVGP, Layer, deep_svgp
-=======
-from ._base import base_fields
 from .deep_svgp import DeepSVGP, Layer
->>>>>>> cli-recipes
 from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, check_alpha, gp_parameters
 
 Array = Any
