@@ -339,21 +339,24 @@ def load_uci(name: str, split: int = 0) -> Dataset:
     target = int(_load_text(key, "index_target.txt", dtype=np.int64))
     train = _load_text(key, f"index_train_{split}.txt", dtype=np.int64, ndmin=1)
     test = _load_text(key, f"index_test_{split}.txt", dtype=np.int64, ndmin=1)
-    return _split_regression(key, data[:, features], data[:, target], train, test, split, n_splits)
+    return _indexed_split(
+        data[:, features], data[:, target], train, test, key, "regression", split=split, n_splits=n_splits
+    )
 
 
-def _split_regression(
-    key: str, X: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, split: int, n_splits: int
+def _indexed_split(
+    X: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray, name: str, task: str, **meta: Any
 ) -> Dataset:
-    """A regression Dataset from full arrays and the row indices of one fixed split."""
+    """A Dataset from full arrays X [N, D], y [N] or [N, P] and the row indices of its train and test parts, which
+    ``meta`` records as ``train_index`` and ``test_index`` beside the given entries."""
     return Dataset(
         X[train],
         y[train],
         X[test],
         y[test],
-        name=key,
-        task="regression",
-        meta={"split": split, "n_splits": n_splits, "train_index": train, "test_index": test},
+        name=name,
+        task=task,
+        meta={**meta, "train_index": train, "test_index": test},
     )
 
 
@@ -377,7 +380,9 @@ def load_uci_wilson(name: str, split: int = 0) -> Dataset:
     split = _check_index("split", split, range(mask.shape[1]), key)
     test = np.flatnonzero(mask[:, split])
     train = np.flatnonzero(~mask[:, split])
-    return _split_regression(key, data[:, :-1], data[:, -1], train, test, split, mask.shape[1])
+    return _indexed_split(
+        data[:, :-1], data[:, -1], train, test, key, "regression", split=split, n_splits=mask.shape[1]
+    )
 
 
 def load_raetsch(name: str, realisation: int = 1) -> Dataset:
@@ -457,20 +462,16 @@ def load_uci_classification(name: str, split: int = 0, test_size: float = 0.2) -
         raise ValueError(f"test_size must be in (0, 1), got {test_size!r}")
     X, y, task = _classification_arrays(name)
     train, test = train_test_split(np.arange(len(y)), test_size=test_size, random_state=split, stratify=y)
-    return Dataset(
-        X[train],
-        y[train],
-        X[test],
-        y[test],
-        name=f"uci_classification/{name}",
-        task=task,
-        meta={
-            "split": split,
-            "test_size": test_size,
-            "protocol": "stratified train_test_split, random_state=split",
-            "train_index": train,
-            "test_index": test,
-        },
+    return _indexed_split(
+        X,
+        y,
+        train,
+        test,
+        f"uci_classification/{name}",
+        task,
+        split=split,
+        test_size=test_size,
+        protocol="stratified train_test_split, random_state=split",
     )
 
 
@@ -570,15 +571,7 @@ def load_embedded(name: str, split: int = 0) -> Dataset:
     X, y = loader(return_X_y=True)
     y = y.astype(np.float64 if task == "regression" else np.int64)
     train, test = train_test_split(np.arange(len(y)), test_size=0.2, random_state=split)
-    return Dataset(
-        X[train].astype(np.float64),
-        y[train],
-        X[test].astype(np.float64),
-        y[test],
-        name=f"embedded/{name}",
-        task=task,
-        meta={"split": split, "train_index": train, "test_index": test},
-    )
+    return _indexed_split(X.astype(np.float64), y, train, test, f"embedded/{name}", task, split=split)
 
 
 def _column_stats(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -635,24 +628,20 @@ def load_bsgp_uci(name: str, fold: int) -> Dataset:
             stacklevel=2,
         )
     train, test = train_test_split(np.arange(len(X)), test_size=0.2, random_state=fold)
-    return Dataset(
-        X[train],
-        y[train],
-        X[test],
-        y[test],
-        name=f"bsgp/{name}",
-        task="regression",
-        meta={
-            "fold": fold,
-            "source": f"{key}/data.txt",
-            "target_columns": targets,
-            "x_mean": x_mean,
-            "x_std": x_std,
-            "x_standardized": True,
-            "n_outputs_in_paper": n_paper,
-            "train_index": train,
-            "test_index": test,
-        },
+    return _indexed_split(
+        X,
+        y,
+        train,
+        test,
+        f"bsgp/{name}",
+        "regression",
+        fold=fold,
+        source=f"{key}/data.txt",
+        target_columns=targets,
+        x_mean=x_mean,
+        x_std=x_std,
+        x_standardized=True,
+        n_outputs_in_paper=n_paper,
     )
 
 
