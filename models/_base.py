@@ -31,7 +31,7 @@ import inspect
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -135,6 +135,9 @@ class GPModel:
     priors: Mapping[str, dist.Distribution] = field(default_factory=dict)
     fixed: Collection[str] = ()
     jitter: float | None = field(default=None, kw_only=True)
+    components: ClassVar[tuple[str, ...]] = ()
+    """Fields holding the parts a model is composed of (e.g. the ordinary GP on every candidate and the subset
+    selection of a selective model), whose parameter names are the model's too."""
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
@@ -156,9 +159,10 @@ class GPModel:
         return sites.hyperparameter_values(self.kernel, self.likelihood)
 
     def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: the hyperparameter sites and the guide's ``"<site>_map"`` of those
-        with priors (subclasses add theirs)."""
-        return set(self.hyperparameter_sites()) | {f"{site}_map" for site in self.priors}
+        """The sites a ``params`` dict may name: the hyperparameter sites, the guide's ``"<site>_map"`` of those
+        with priors, and the names of the parts listed in :attr:`components` (subclasses add their own sites)."""
+        names = set(self.hyperparameter_sites()) | {f"{site}_map" for site in self.priors}
+        return names.union(*(getattr(self, part).parameter_names() for part in self.components))
 
     def hyperparameters(self) -> tuple[Kernel, Likelihood]:
         """Model side: register every hyperparameter site (:func:`ppl_sparsegp.numpyro.sites.hyperparameters`)

@@ -198,6 +198,7 @@ class BayesianGPLVM(GPModel):
     X_scale_init: float = field(default=0.1, kw_only=True)
     latents: LatentInputs = field(init=False, repr=False)
     svgp: SVGP = field(init=False, repr=False)
+    components = ("svgp", "latents")
 
     def __post_init__(self) -> None:
         if self.whiten:
@@ -208,10 +209,6 @@ class BayesianGPLVM(GPModel):
         self.svgp = SVGP(**base_fields(self, SVGP))  # the sparse GP at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the SVGP at given inputs and of q(X)."""
-        return self.svgp.parameter_names() | self.latents.parameter_names()
 
     @property
     def num_inducing(self) -> int:
@@ -318,16 +315,13 @@ class CollapsedGPLVM(GPModel):
     X_scale_init: float = field(default=0.1, kw_only=True)
     latents: LatentInputs = field(init=False, repr=False)
     sgpr: SGPR = field(init=False, repr=False)
+    components = ("sgpr", "latents")
 
     def __post_init__(self) -> None:
         self.latents = LatentInputs(self.X_init, self.X_scale_init)
         self.sgpr = SGPR(**base_fields(self, SGPR))  # Titsias' bound at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the SGPR at given inputs and of q(X)."""
-        return self.sgpr.parameter_names() | self.latents.parameter_names()
 
     @property
     def num_points(self) -> int:

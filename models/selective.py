@@ -172,15 +172,12 @@ class SelectiveSGPR(GPModel):
     initial_inclusion: float = field(default=0.5, kw_only=True)
     ordinary: SGPR = field(init=False, repr=False)
     selection: SubsetSelection = field(init=False, repr=False)
+    components = ("ordinary", "selection")
 
     def __post_init__(self) -> None:
         self.ordinary = SGPR(**base_fields(self, SGPR))  # the SGPR on every candidate: its checks
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the SGPR over all candidates and of the selection."""
-        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:
@@ -241,6 +238,7 @@ class SelectiveSVGP(GPModel):
     initial_inclusion: float = field(default=0.5, kw_only=True)
     ordinary: SVGP = field(init=False, repr=False)
     selection: SubsetSelection = field(init=False, repr=False)
+    components = ("ordinary", "selection")
 
     def __post_init__(self) -> None:
         if self.whiten:
@@ -251,10 +249,6 @@ class SelectiveSVGP(GPModel):
         self.ordinary = SVGP(**base_fields(self, SVGP))  # the SVGP on every candidate: its checks
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the SVGP over all candidates and of the selection."""
-        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:

@@ -85,15 +85,12 @@ class SelectiveGPLVM(GPModel):
     initial_inclusion: float = field(default=0.5, kw_only=True)
     ordinary: BayesianGPLVM = field(init=False, repr=False)
     selection: SubsetSelection = field(init=False, repr=False)
+    components = ("ordinary", "selection")
 
     def __post_init__(self) -> None:
         self.ordinary = BayesianGPLVM(**base_fields(self, BayesianGPLVM))  # the GP-LVM on every candidate
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the GP-LVM over all candidates and of the selection."""
-        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:
@@ -195,15 +192,12 @@ class SelectiveCollapsedGPLVM(GPModel):
     initial_inclusion: float = field(default=0.5, kw_only=True)
     ordinary: CollapsedGPLVM = field(init=False, repr=False)
     selection: SubsetSelection = field(init=False, repr=False)
+    components = ("ordinary", "selection")
 
     def __post_init__(self) -> None:
         self.ordinary = CollapsedGPLVM(**base_fields(self, CollapsedGPLVM))  # the GP-LVM on every candidate
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
-
-    def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: those of the GP-LVM over all candidates and of the selection."""
-        return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     @property
     def num_candidates(self) -> int:
