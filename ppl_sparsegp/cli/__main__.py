@@ -2,7 +2,7 @@
 method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
 
 A method's options are added to its sub-command when that sub-command is used (or its help shown), so a flag exists
-only where it belongs; argparse refuses it elsewhere as an unrecognized argument (one line ``error: ...``).
+only where it belongs; argparse refuses it elsewhere ("unrecognized arguments").
 ``fit --help`` shows every method's options.
 
 Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
@@ -46,12 +46,6 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):  # noqa: D102  (argparse's)
         self._populated()
         return super().parse_known_args(args, namespace)
-
-    def error(self, message: str) -> None:
-        """Exit 2: an option no sub-command takes (e.g. another method's) as one line, other errors as argparse's."""
-        if message.startswith("unrecognized arguments"):
-            self.exit(2, f"error: {message}\n")
-        super().error(message)
 
     def format_usage(self) -> str:
         self._populated()
