@@ -181,7 +181,7 @@ def post_train(
     *,
     steps: int,
     key: Array,
-    learning_rate: float = 0.01,
+    learning_rate: float,
     progress: bool = False,
     **checkpointing: Any,
 ) -> tuple[dict[str, Array], np.ndarray]:
