@@ -82,15 +82,12 @@ def build_parser() -> Parser:
     )
     methods = fit.add_subparsers(dest="method", required=True)
     for name, module in METHODS.items():
-        doc = (module.__doc__ or "").strip()
+        summary = module.__doc__.splitlines()[0].removeprefix(f"{name}: ")
         fit.sections.append(
-            methods.add_parser(
-                name, help=doc.split(".")[0], description=doc.split("\n\n")[0], populate=module.add_arguments
-            )
+            methods.add_parser(name, help=summary, description=module.__doc__, populate=module.add_arguments)
         )
-    commands.add_parser(
-        "diagnose", help=diagnose.__doc__.split(".")[0], description=diagnose.__doc__, populate=diagnose.add_arguments
-    )
+    summary = diagnose.__doc__.splitlines()[0]
+    commands.add_parser("diagnose", help=summary, description=diagnose.__doc__, populate=diagnose.add_arguments)
     return parser
 
 

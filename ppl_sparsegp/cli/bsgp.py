@@ -1,11 +1,11 @@
-"""bsgp: BSGP (Rossi et al. 2021) by :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp`: v, Z and θ of every layer sampled by
-the scale-adapted SGHMC of the released code or, for one layer, by NUTS.
+"""bsgp: BSGP (Rossi et al. 2021): v, Z and θ of every layer sampled by SGHMC or, for one layer, by NUTS.
 
-A bare BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the
-paper's protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept
-draws, standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and
-results.json (metrics of the mixture predictive in original units, sampler settings and speed). The chain is
-checkpointed to OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
+:func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with the released code's scale-adapted SGHMC schedule by default. A bare
+BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the paper's
+protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept draws,
+standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and results.json
+(metrics of the mixture predictive in original units, sampler settings and speed). The chain is checkpointed to
+OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
 """
 
 from __future__ import annotations

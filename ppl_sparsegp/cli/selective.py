@@ -1,7 +1,7 @@
-"""selective: probabilistic selection of inducing points (Uhrenholt et al. 2021) by
+"""selective: probabilistic selection of the inducing points among K candidates (Uhrenholt et al. 2021).
+
 :func:`ppl_sparsegp.recipes.selective.fit_selective`: pre-train a sparse GP on K candidates drawn from the training
 inputs, learn their inclusion probabilities under p(S) ∝ exp(-alpha |S|^2), draw one subset, prune, post-train.
-
 Writes params.npz (the pruned model), selection.npz (inclusion probabilities, mask, candidates, selected indices),
 fit.png (the phases' losses, the inclusion probabilities, the predictive picture) and results.json; each phase
 checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes.

@@ -1,10 +1,10 @@
-"""sgpmc: the thesis recipe (:func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`): an SVGP fit with priors on the
-hyperparameters (MAP), then MCMC on the SGPMC target with Z fixed.
+"""sgpmc: an SVGP fit with priors on the hyperparameters (MAP), then MCMC on the SGPMC target with Z fixed.
 
-Writes posterior.nc (ArviZ InferenceData in standardised units), fit.png (the SVI loss trace and the predictive
-picture of the mixture) and results.json (test metrics of the mixture predictive in original units, sampler
-statistics, R-hat and ESS of the hyperparameters). The chains are checkpointed to OUT/mcmc.ckpt after the warmup and
-every --chunk draws; re-running the same command repeats the (deterministic) SVI fit and resumes the chains.
+The thesis recipe, :func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`. Writes posterior.nc (ArviZ InferenceData in
+standardised units), fit.png (the SVI loss trace and the predictive picture of the mixture) and results.json (test
+metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the hyperparameters). The
+chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws; re-running the same command
+repeats the (deterministic) SVI fit and resumes the chains.
 """
 
 from __future__ import annotations
