@@ -120,23 +120,6 @@ class _WarmupBar:
             self.bar.close()
 
 
-def _figure(fit: BSGPFit, d: shared.Data, mean: np.ndarray, var: np.ndarray) -> Any:
-    """plot_fit's predictive picture (right) beside the potential energy of the kept draws (left)."""
-    figure = d.plot(np.zeros(0), mean, var)
-    ax = figure.axes[0]
-    ax.clear()
-    energy = fit.mcmc.extra_fields.get("potential_energy")
-    if energy is not None:
-        for c, trace in enumerate(np.asarray(energy)):
-            ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"chain {c}")
-        what = "minibatch estimate, " if fit.mcmc.kernel_name != "NUTS" else ""
-        ax.set(xlabel="kept draw", ylabel=f"potential energy ({what}standardised units)", title="kept draws")
-        if len(energy) > 1:
-            ax.legend(loc="best", fontsize=8)
-    figure.tight_layout()
-    return figure
-
-
 def dataset_name(name: str) -> str:
     """The dataset to load: a bare BSGP UCI name means the paper's protocol, ``bsgp/<name>``."""
     return f"bsgp/{name}" if name in data.BSGP_NAMES else name
@@ -211,7 +194,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
                   "checkpoint": CHECKPOINT, "checkpoint_settings": SETTINGS_FILE},
     }  # fmt: skip
-    figure = _figure(fit, d, mean, var)
+    figure = d.plot(np.zeros(0), mean, var)
+    results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), mcmc.kernel_name != "NUTS")
+    figure.tight_layout()
     record = shared.write_outputs(opts, d, argv, record, {"posterior.nc": diagnostics.netcdf_file(idata)}, figure)
     if not opts["quiet"]:
         print(summary(record))
