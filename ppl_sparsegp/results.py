@@ -1,5 +1,5 @@
 """A run's outputs: atomic writers for JSON, ``.npz`` arrays and matplotlib figures, and what a fit's outputs hold
-(:func:`evaluate`: metrics in original units; :func:`plot_fit`: the picture of a fit).
+(:func:`evaluate`: metrics in original units; :func:`plot_fit` and the panels beside it: the picture of a fit).
 
 Every writer follows the same protocol, so that a reader (or a re-run after a crash) sees either the old file
 or the complete new one, never a torn one:
@@ -44,7 +44,10 @@ __all__ = [
     "figure_file",
     "json_file",
     "npz_file",
+    "plot_energy",
     "plot_fit",
+    "plot_inclusion",
+    "plot_phases",
     "read_npz",
     "to_jsonable",
     "write_figure",
@@ -364,3 +367,51 @@ def plot_fit(
         ax_fit.set(xlabel="predicted p(y = 1)", ylabel="observed frequency", title=f"reliability, {evaluated_on} set")
     fig.tight_layout()
     return fig
+
+
+def plot_energy(ax: Any, energy: np.ndarray | None, minibatch: bool) -> None:
+    """The potential energy [C, S] of every chain's kept draws (a minibatch estimate for SG-MCMC) on ``ax``."""
+    ax.clear()
+    if energy is None:
+        return
+    for c, trace in enumerate(np.asarray(energy)):
+        ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"chain {c}")
+    what = "minibatch estimate, " if minibatch else ""
+    ax.set(xlabel="kept draw", ylabel=f"potential energy ({what}standardised units)", title="kept draws")
+    if len(energy) > 1:
+        ax.legend(loc="best", fontsize=8)
+
+
+def plot_phases(ax: Any, losses: Mapping[str, np.ndarray]) -> None:
+    """Loss traces of successive phases (name -> [steps]) one after another, dotted lines between them."""
+    ax.clear()
+    start, every = 0, []
+    for phase, trace in losses.items():
+        trace = np.asarray(trace)
+        if len(trace):
+            ax.plot(start + np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"{phase} ({len(trace)} steps)")
+            if start:
+                ax.axvline(start + 0.5, color="k", ls=":", lw=0.8)
+            every.append(trace)
+        start += len(trace)
+    if every and np.all(np.concatenate(every) > 0):
+        ax.set_yscale("log")
+    ax.set(xlabel="step", ylabel="loss (negative bound, standardised units)", title="training loss by phase")
+    ax.legend(loc="best", fontsize=8)
+
+
+def plot_inclusion(ax: Any, probs: np.ndarray, kept: np.ndarray, x: np.ndarray | None, title: str) -> None:
+    """Inclusion probabilities [K] of the kept and pruned candidates: against their location ``x`` [K] (1-D inputs)
+    or sorted."""
+    if x is not None:
+        ax.plot(x[kept], probs[kept], "o", ms=5, label="kept")
+        ax.plot(x[~kept], probs[~kept], "o", ms=5, mfc="none", label="pruned")
+        ax.set_xlabel("candidate location x")
+    else:
+        order = np.argsort(-probs, kind="stable")
+        rank, on = np.arange(1, len(probs) + 1), kept[order]
+        ax.bar(rank[on], probs[order][on], width=1.0, label="kept")
+        ax.bar(rank[~on], probs[order][~on], width=1.0, alpha=0.5, label="pruned")
+        ax.set_xlabel("candidate, sorted by inclusion probability")
+    ax.set(ylim=(-0.02, 1.02), ylabel="inclusion probability λ", title=title)
+    ax.legend(loc="best", fontsize=8)

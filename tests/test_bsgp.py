@@ -180,7 +180,7 @@ def test_sghmc_with_fixed_z_and_theta_samples_the_closed_form_posterior_of_v(pro
 
 
 # fit_bsgp end to end compiles the SGHMC chain, its point estimates and the mixture predictive (20-30 s): `make
-# test-slow`. The default run covers the same path through `fit bsgp` on yacht (tests/test_cli_bsgp.py).
+# test-slow`. The default run covers the same path through `fit bsgp` on yacht (tests/cli/test_cli_bsgp.py).
 @pytest.mark.slow
 def test_fit_bsgp_samples_z_noise_and_hyperparameters_and_predicts(problem):
     X, y, _ = problem

@@ -18,6 +18,12 @@ ALLOWED = {
     ),
     "infer": ("ppl_sparsegp.core.ops", "ppl_sparsegp.infer", "ppl_sparsegp.results", "ppl_sparsegp.validation"),
 }
+FORBIDDEN = {
+    # layer: the ppl_sparsegp modules it must not import (the layers above it)
+    "recipes": ("ppl_sparsegp.cli",),
+    "posterior": ("ppl_sparsegp.recipes", "ppl_sparsegp.cli"),
+}
+MODELS = PACKAGE.parent / "models"
 FORBIDDEN_THIRD_PARTY = {"core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox")}
 
 
@@ -46,4 +52,13 @@ def test_each_layer_imports_only_what_it_may():
                 top = name.split(".")[0]
                 if top in FORBIDDEN_THIRD_PARTY.get(layer, ()):
                     broken.append(f"{path.relative_to(PACKAGE)} imports {name}")
+    assert not broken, "\n".join(broken)
+
+
+def test_recipes_and_models_do_not_import_the_layers_above_them():
+    broken = []
+    layers = [(PACKAGE / layer, names) for layer, names in FORBIDDEN.items()]
+    for folder, names in [*layers, (MODELS, ("ppl_sparsegp.recipes", "ppl_sparsegp.cli"))]:
+        for path in folder.glob("*.py"):
+            broken += [f"{path.name} imports {name}" for name in _imports(path) if name.startswith(names)]
     assert not broken, "\n".join(broken)

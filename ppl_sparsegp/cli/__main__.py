@@ -2,7 +2,7 @@
 method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
 
 A method's options are added to its sub-command when that sub-command is used (or its help shown), so a flag exists
-only where it belongs; argparse refuses it elsewhere as an unrecognized argument (one line ``error: ...``).
+only where it belongs; argparse refuses it elsewhere ("unrecognized arguments").
 ``fit --help`` shows every method's options.
 
 Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
@@ -47,12 +47,6 @@ class Parser(argparse.ArgumentParser):
         self._populated()
         return super().parse_known_args(args, namespace)
 
-    def error(self, message: str) -> None:
-        """Exit 2: an option no sub-command takes (e.g. another method's) as one line, other errors as argparse's."""
-        if message.startswith("unrecognized arguments"):
-            self.exit(2, f"error: {message}\n")
-        super().error(message)
-
     def format_usage(self) -> str:
         self._populated()
         return super().format_usage()
@@ -88,15 +82,12 @@ def build_parser() -> Parser:
     )
     methods = fit.add_subparsers(dest="method", required=True)
     for name, module in METHODS.items():
-        doc = (module.__doc__ or "").strip()
+        summary = module.__doc__.splitlines()[0].removeprefix(f"{name}: ")
         fit.sections.append(
-            methods.add_parser(
-                name, help=doc.split(".")[0], description=doc.split("\n\n")[0], populate=module.add_arguments
-            )
+            methods.add_parser(name, help=summary, description=module.__doc__, populate=module.add_arguments)
         )
-    commands.add_parser(
-        "diagnose", help=diagnose.__doc__.split(".")[0], description=diagnose.__doc__, populate=diagnose.add_arguments
-    )
+    summary = diagnose.__doc__.splitlines()[0]
+    commands.add_parser("diagnose", help=summary, description=diagnose.__doc__, populate=diagnose.add_arguments)
     return parser
 
 

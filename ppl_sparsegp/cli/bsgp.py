@@ -1,11 +1,11 @@
-"""bsgp: BSGP (Rossi et al. 2021) by :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp`: v, Z and θ of every layer sampled by
-the scale-adapted SGHMC of the released code or, for one layer, by NUTS.
+"""bsgp: BSGP (Rossi et al. 2021): v, Z and θ of every layer sampled by SGHMC or, for one layer, by NUTS.
 
-A bare BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the
-paper's protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept
-draws, standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and
-results.json (metrics of the mixture predictive in original units, sampler settings and speed). The chain is
-checkpointed to OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
+:func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with the released code's scale-adapted SGHMC schedule by default. A bare
+BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the paper's
+protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept draws,
+standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and results.json
+(metrics of the mixture predictive in original units, sampler settings and speed). The chain is checkpointed to
+OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ ENGINE_OPTIONS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """bsgp's options."""
-    c, sghmc, nuts = CONFIG, ENGINE_OPTIONS["sghmc"], ENGINE_OPTIONS["nuts"]
+    c = CONFIG
     shared.add_common_arguments(parser, "bsgp")
     shared.add_noise_arguments(parser, NOISE_VARIANCE)
     shared.add_inducing_arguments(parser, c.num_inducing)
@@ -56,33 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, --step-size "
         "and --batch-size, nuts --warmup, --samples and --thinning. The chain checkpoints to OUT/mcmc.ckpt.",
     )  # fmt: skip
-    group.add_argument("--engine", default=c.engine, metavar="|".join(BSGP_ENGINES), help="the sampler")
-    group.add_argument("--chains", type=int, default=c.num_chains, help=f"chains (default: {c.num_chains})")
-    group.add_argument(
-        "--layers", type=int, default=c.num_layers, metavar="L", help=f"GP layers (default: {c.num_layers})"
-    )
-    group.add_argument(
-        "--z-prior", choices=Z_PRIORS, default=c.z_prior, help=f"prior over every layer's Z (default: {c.z_prior})"
-    )
-    group.add_argument(
-        "--data-term", choices=LIKELIHOOD_TERMS, default=c.likelihood_term,
-        help=f"log E[p(y|f)] (the released code) or E[log p(y|f)] (the paper's Eq. 6) (default: {c.likelihood_term})",
-    )  # fmt: skip
-    group.add_argument(
-        "--noise", choices=NOISE_MODES, help="the noise: a point estimate (sghmc) or sampled (default: point with "
-        "sghmc, sampled with nuts)",
-    )  # fmt: skip
-    for name, help_ in (
-        ("iterations", f"sghmc: warmup iterations of {UPDATES_PER_ITERATION} updates"),
-        ("kept", "sghmc: draws kept per chain, 32 updates apart"),
-        ("step_size", "sghmc: step size"),
-        ("warmup", "nuts: warmup steps"),
-        ("samples", "nuts: post-warmup steps per chain"),
-        ("thinning", "nuts: keep every k-th draw; divides --samples"),
-    ):
-        kind = float if name == "step_size" else int
-        default = {**sghmc, **nuts}[name]
-        group.add_argument(flag(name), type=kind, help=f"{help_} (default: {default})")
+    add = shared.add
+    add(group, "engine", c.engine, "the sampler", metavar="|".join(BSGP_ENGINES))
+    add(group, "chains", c.num_chains, "chains", type=int)
+    add(group, "layers", c.num_layers, "GP layers; > 1 is deep BSGP", type=int, metavar="L")
+    add(group, "z_prior", c.z_prior, "prior over every layer's Z", choices=Z_PRIORS)
+    add(group, "data_term", c.likelihood_term, "log E[p(y|f)] (the released code) or E[log p(y|f)] (Eq. 6)",
+        choices=LIKELIHOOD_TERMS)  # fmt: skip
+    add(group, "noise", None, "a point estimate or sampled", "point with sghmc, sampled with nuts", choices=NOISE_MODES)
+    helps = {"iterations": f"warmup iterations of {UPDATES_PER_ITERATION} updates", "kept": "draws kept, 32 updates "
+             "apart", "step_size": "step size", "warmup": "warmup steps", "samples": "post-warmup steps per chain",
+             "thinning": "keep every k-th draw; divides --samples"}  # fmt: skip
+    for engine, options in ENGINE_OPTIONS.items():
+        for name, default in options.items():
+            if name != "batch_size":
+                kind = float if name == "step_size" else int
+                add(group, name, None, f"{engine}: {helps[name]}", default, type=kind)
 
 
 def _check(opts: dict[str, Any]) -> None:
@@ -129,23 +118,6 @@ class _WarmupBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def _figure(fit: BSGPFit, d: shared.Data, mean: np.ndarray, var: np.ndarray) -> Any:
-    """plot_fit's predictive picture (right) beside the potential energy of the kept draws (left)."""
-    figure = d.plot(np.zeros(0), mean, var)
-    ax = figure.axes[0]
-    ax.clear()
-    energy = fit.mcmc.extra_fields.get("potential_energy")
-    if energy is not None:
-        for c, trace in enumerate(np.asarray(energy)):
-            ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"chain {c}")
-        what = "minibatch estimate, " if fit.mcmc.kernel_name != "NUTS" else ""
-        ax.set(xlabel="kept draw", ylabel=f"potential energy ({what}standardised units)", title="kept draws")
-        if len(energy) > 1:
-            ax.legend(loc="best", fontsize=8)
-    figure.tight_layout()
-    return figure
 
 
 def dataset_name(name: str) -> str:
@@ -222,7 +194,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
                   "checkpoint": CHECKPOINT, "checkpoint_settings": SETTINGS_FILE},
     }  # fmt: skip
-    figure = _figure(fit, d, mean, var)
+    figure = d.plot(np.zeros(0), mean, var)
+    results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), mcmc.kernel_name != "NUTS")
+    figure.tight_layout()
     record = shared.write_outputs(opts, d, argv, record, {"posterior.nc": diagnostics.netcdf_file(idata)}, figure)
     if not opts["quiet"]:
         print(summary(record))

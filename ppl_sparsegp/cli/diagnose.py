@@ -1,5 +1,7 @@
-"""Print the ArviZ summary of a run's posterior (RUN_DIR/posterior.nc, written by fit sgpmc or bsgp) and write
-RUN_DIR/trace.png and RUN_DIR/rank.png beside it."""
+"""Print the ArviZ summary of a run's posterior and write trace and rank plots beside it.
+
+Reads RUN_DIR/posterior.nc (written by fit sgpmc or bsgp) and writes RUN_DIR/trace.png and RUN_DIR/rank.png.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""selective: probabilistic selection of inducing points (Uhrenholt et al. 2021) by
+"""selective: probabilistic selection of the inducing points among K candidates (Uhrenholt et al. 2021).
+
 :func:`ppl_sparsegp.recipes.selective.fit_selective`: pre-train a sparse GP on K candidates drawn from the training
 inputs, learn their inclusion probabilities under p(S) ∝ exp(-alpha |S|^2), draw one subset, prune, post-train.
-
 Writes params.npz (the pruned model), selection.npz (inclusion probabilities, mask, candidates, selected indices),
 fit.png (the phases' losses, the inclusion probabilities, the predictive picture) and results.json; each phase
 checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes.
@@ -83,44 +83,18 @@ def _check(opts: dict[str, Any]) -> None:
 
 
 def _figure(fit: Any, candidates: np.ndarray, d: shared.Data, mean: np.ndarray, var: np.ndarray, curve: Any) -> Any:
-    """The phases' loss traces, the inclusion probabilities λ (against the candidates' location for 1-D inputs,
-    sorted otherwise) and plot_fit's predictive picture."""
+    """The phases' loss traces, the inclusion probabilities (against the candidates' location for 1-D inputs) and
+    plot_fit's predictive picture."""
     figure = d.plot(np.zeros(0), mean, var, curve)
     ax_loss, ax_fit = figure.axes
     figure.set_size_inches(16.5, 4.2)
     grid = figure.add_gridspec(1, 3)
     ax_loss.set_subplotspec(grid[0])
     ax_fit.set_subplotspec(grid[2])
-    ax_loss.clear()
-    start, every = 0, []
-    for phase in PHASES:
-        trace = np.asarray(fit.losses.get(phase, np.zeros(0)))
-        if len(trace):
-            ax_loss.plot(start + np.arange(1, len(trace) + 1), trace, lw=0.8, label=f"{phase} ({len(trace)} steps)")
-            if start:
-                ax_loss.axvline(start + 0.5, color="k", ls=":", lw=0.8)
-            every.append(trace)
-        start += len(trace)
-    if every and np.all(np.concatenate(every) > 0):
-        ax_loss.set_yscale("log")
-    ax_loss.set(xlabel="step", ylabel="loss (negative bound, standardised units)", title="training loss by phase")
-    ax_loss.legend(loc="best", fontsize=8)
-    ax = figure.add_subplot(grid[1])
-    probs, kept = fit.inclusion_probs, fit.mask.astype(bool)
-    if candidates.shape[1] == 1:
-        x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0]
-        ax.plot(x[kept], probs[kept], "o", ms=5, label="kept")
-        ax.plot(x[~kept], probs[~kept], "o", ms=5, mfc="none", label="pruned")
-        ax.set_xlabel("candidate location x")
-    else:
-        order = np.argsort(-probs, kind="stable")
-        rank, on = np.arange(1, len(probs) + 1), kept[order]
-        ax.bar(rank[on], probs[order][on], width=1.0, label="kept")
-        ax.bar(rank[~on], probs[order][~on], width=1.0, alpha=0.5, label="pruned")
-        ax.set_xlabel("candidate, sorted by inclusion probability")
-    title = f"kept {fit.selected_count} of {len(probs)} (E|S| = {fit.expected_count:.1f})"
-    ax.set(ylim=(-0.02, 1.02), ylabel="inclusion probability λ", title=title)
-    ax.legend(loc="best", fontsize=8)
+    results.plot_phases(ax_loss, {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES})
+    x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0] if candidates.shape[1] == 1 else None
+    title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
+    results.plot_inclusion(figure.add_subplot(grid[1]), fit.inclusion_probs, fit.mask.astype(bool), x, title)
     figure.tight_layout()
     return figure
 

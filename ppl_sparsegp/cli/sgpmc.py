@@ -1,10 +1,10 @@
-"""sgpmc: the thesis recipe (:func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`): an SVGP fit with priors on the
-hyperparameters (MAP), then MCMC on the SGPMC target with Z fixed.
+"""sgpmc: an SVGP fit with priors on the hyperparameters (MAP), then MCMC on the SGPMC target with Z fixed.
 
-Writes posterior.nc (ArviZ InferenceData in standardised units), fit.png (the SVI loss trace and the predictive
-picture of the mixture) and results.json (test metrics of the mixture predictive in original units, sampler
-statistics, R-hat and ESS of the hyperparameters). The chains are checkpointed to OUT/mcmc.ckpt after the warmup and
-every --chunk draws; re-running the same command repeats the (deterministic) SVI fit and resumes the chains.
+The thesis recipe, :func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`. Writes posterior.nc (ArviZ InferenceData in
+standardised units), fit.png (the SVI loss trace and the predictive picture of the mixture) and results.json (test
+metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the hyperparameters). The
+chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws; re-running the same command
+repeats the (deterministic) SVI fit and resumes the chains.
 """
 
 from __future__ import annotations
@@ -47,27 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared.add_inducing_arguments(parser, DEFAULTS.inducing)
     shared.add_svi_arguments(parser, c.svi_steps, c.learning_rate, None)
     shared.add_batch_argument(parser, c.batch_size, " of the SVI fit and the sghmc/sgld engines")
-    group = parser.add_argument_group("MCMC")
-    group.add_argument("--engine", choices=ENGINES, default=c.engine, help=f"sampler (default: {c.engine})")
-    group.add_argument("--warmup", type=int, default=c.num_warmup, help=f"adaptation steps (default: {c.num_warmup})")
-    group.add_argument(
-        "--samples", type=int, default=c.num_samples, help=f"post-warmup steps per chain (default: {c.num_samples})"
-    )
-    group.add_argument("--chains", type=int, default=c.num_chains, help=f"chains, vectorised (default: {c.num_chains})")
-    group.add_argument(
-        "--thinning",
-        type=int,
-        default=c.thinning,
-        help=f"keep every k-th draw; divides --samples (default: {c.thinning})",
-    )
-    group.add_argument(
-        "--step-size", type=float, metavar="EPS", help="sghmc and sgld: step size (default: sghmc's; needed for sgld)"
-    )
-    group.add_argument(
-        "--prior", choices=("gamma", "lognormal"), default=PRIOR,
-        help=f"prior on every hyperparameter: Gamma(1.1, 1) as the thesis, or LogNormal(0, 1) (default: {PRIOR})",
-    )  # fmt: skip
-    group.add_argument("--chunk", type=int, default=c.chunk_size, help="post-warmup steps between checkpoints")
+    group, add = parser.add_argument_group("MCMC"), shared.add
+    add(group, "engine", c.engine, "sampler", choices=ENGINES)
+    add(group, "warmup", c.num_warmup, "adaptation steps", type=int)
+    add(group, "samples", c.num_samples, "post-warmup steps per chain", type=int)
+    add(group, "chains", c.num_chains, "chains, vectorised", type=int)
+    add(group, "thinning", c.thinning, "keep every k-th draw; divides --samples", type=int)
+    add(group, "step_size", None, "sghmc and sgld: step size", "sghmc's; needed for sgld", type=float, metavar="EPS")
+    add(group, "prior", PRIOR, "prior of every hyperparameter: Gamma(1.1, 1) as the thesis, or LogNormal(0, 1)",
+        choices=("gamma", "lognormal"))  # fmt: skip
+    add(group, "chunk", c.chunk_size, "post-warmup steps between checkpoints", "all at once", type=int)
 
 
 def _check(opts: dict[str, Any]) -> None:

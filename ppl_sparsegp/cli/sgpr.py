@@ -1,4 +1,4 @@
-"""sgpr: sparse GP regression on Titsias' collapsed bound (Gaussian likelihood, full batch), fitted by SVI with Adam.
+"""sgpr: sparse GP regression on Titsias' collapsed bound (Gaussian likelihood, full batch), fitted by SVI.
 
 Outputs, checkpoint and resumption as svgp (:func:`ppl_sparsegp.cli.svgp.fit_by_svi`).
 """

@@ -1,4 +1,4 @@
-"""svgp: a sparse variational GP (any likelihood, minibatches) fitted by SVI with Adam.
+"""svgp: a sparse variational GP (any likelihood, minibatches), fitted by SVI with Adam.
 
 Writes params.npz (fitted parameters in standardised units and the standardisation), fit.png and results.json;
 the SVI state is checkpointed to OUT/checkpoint.npz, from which the same command (``--steps`` may be raised)

@@ -239,41 +239,40 @@ def fit_bsgp(
             likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
     """
     c = configure(BSGPConfig, config, overrides)
-    num_layers, num_inducing, z_prior, likelihood_term, noise, engine = (
-        c.num_layers, c.num_inducing, c.z_prior, c.likelihood_term, c.noise, c.engine
-    )  # fmt: skip
-    step_size, mdecay, target_accept_prob, batch_size, num_chains = (
-        c.step_size, c.mdecay, c.target_accept_prob, c.batch_size, c.num_chains
-    )  # fmt: skip
     X, y = np.asarray(X), np.asarray(y)
     validation.check_inputs(X, y)
     likelihood = Gaussian(variance=c.noise_variance) if likelihood is None else likelihood
     has_noise = bool(likelihood.parameters())
-    if engine == "nuts" and has_noise and noise == "point":
+    if c.engine == "nuts" and has_noise and c.noise == "point":
         raise ValueError("noise: NUTS samples every site; use noise='sampled' (or engine='sghmc' for 'point')")
     N, D = X.shape
-    Z = kmeans(X, num_inducing) if Z is None else np.asarray(Z, dtype=X.dtype)
-    check_z_prior(z_prior, Z.shape[0], D)
+    Z = kmeans(X, c.num_inducing) if Z is None else np.asarray(Z, dtype=X.dtype)
+    check_z_prior(c.z_prior, Z.shape[0], D)
     P = 1 if y.ndim == 1 else y.shape[1]
-    batch = None if engine == "nuts" else min(batch_size, N)
-    noise_priors = {f"likelihood.{k}": noise_prior() for k in likelihood.parameters()} if noise == "sampled" else {}
+    batch = None if c.engine == "nuts" else min(c.batch_size, N)
+    noise_priors = {f"likelihood.{k}": noise_prior() for k in likelihood.parameters()} if c.noise == "sampled" else {}
     common = dict(
-        z_prior=z_prior, z_prior_options=dict(z_prior_options or {}), likelihood_term=likelihood_term, batch_size=batch
+        z_prior=c.z_prior,
+        z_prior_options=dict(z_prior_options or {}),
+        likelihood_term=c.likelihood_term,
+        batch_size=batch,
     )
-    if num_layers == 1:
+    if c.num_layers == 1:
         kernel = bsgp_kernel(D)
         priors = {**bsgp_priors(kernel), **noise_priors}
         model: BSGP | DeepBSGP = BSGP(kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors=priors, **common)
     else:
-        model = deep_bsgp(X, P, likelihood, num_layers=num_layers, Z=Z, likelihood_priors=noise_priors, **common)
+        model = deep_bsgp(X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, **common)
     initial = model.initial_values()
     initial.update(
         {site: jnp.asarray(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise_priors}
     )
     init_strategy = init_to_value(values=initial)
 
-    if engine == "nuts":
-        kernel = NUTS(model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=target_accept_prob)
+    if c.engine == "nuts":
+        kernel = NUTS(
+            model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=c.target_accept_prob
+        )
         warmup, samples, thin = c.nuts_warmup, c.nuts_samples, c.nuts_thinning
         chain_method = "vectorized"
     else:
@@ -281,30 +280,30 @@ def fit_bsgp(
         sites = model.point_estimate_sites()
         kernel = AdaptiveSGHMC(
             model.model,
-            step_size=step_size,
-            mdecay=mdecay,
+            step_size=c.step_size,
+            mdecay=c.mdecay,
             num_data=N,
             init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )
         warmup, samples, thin = schedule.num_warmup, schedule.num_samples, schedule.thinning
         # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
-        chain_method = "sequential" if sites and num_chains > 1 else "vectorized"
+        chain_method = "sequential" if sites and c.num_chains > 1 else "vectorized"
     warmup = warmup if c.num_warmup is None else c.num_warmup
     samples = samples if c.num_samples is None else c.num_samples
     thin = thin if c.thinning is None else c.thinning
     own = {
-        "bsgp.num_layers": num_layers,
+        "bsgp.num_layers": c.num_layers,
         "bsgp.Z_sha256": tree_sha256(Z),
-        "bsgp.z_prior": z_prior,
+        "bsgp.z_prior": c.z_prior,
         "bsgp.z_prior_options": dict(z_prior_options or {}),
-        "bsgp.likelihood_term": likelihood_term,
-        "bsgp.noise": noise,
+        "bsgp.likelihood_term": c.likelihood_term,
+        "bsgp.noise": c.noise,
         "bsgp.likelihood": part_fingerprint(likelihood),
-        "bsgp.engine": engine,
-        "bsgp.step_size": step_size,
-        "bsgp.mdecay": mdecay,
-        "bsgp.target_accept_prob": target_accept_prob,
+        "bsgp.engine": c.engine,
+        "bsgp.step_size": c.step_size,
+        "bsgp.mdecay": c.mdecay,
+        "bsgp.target_accept_prob": c.target_accept_prob,
         "bsgp.batch_size": batch,
     }
     mcmc = run_mcmc(
@@ -315,7 +314,7 @@ def fit_bsgp(
         num_samples=samples,
         thinning=thin,
         key=key,
-        num_chains=num_chains,
+        num_chains=c.num_chains,
         chain_method=chain_method,
         warmup_chunk_size=c.warmup_chunk_size,
         chunk_size=c.chunk_size,

@@ -3,15 +3,17 @@
 :func:`run_phases` is that sequence (Uhrenholt et al. 2021, App. C.2): an ordinary model on all candidates is
 pre-trained, the selective model learns the inclusion probabilities λ from there by the score-function estimator
 (the GP frozen or trained jointly), one subset is drawn from q_λ, the selective model prunes the unselected
-candidates and the pruned model is post-trained. :func:`models <ppl_sparsegp.recipes.selective.fit_selective>`
-of one layer and of several share it; the GP-LVM recipe, which trains jointly without phases, uses the pieces.
+candidates and the pruned model is post-trained. ``fit_selective`` and ``fit_selective_deep``
+(:mod:`ppl_sparsegp.recipes.selective`) share it; the GP-LVM recipe, which trains jointly without phases, uses
+its pieces.
 
 Checkpoints: with a folder each phase keeps its SVI state in ``<folder>/selective_<phase>.npz``
 (:func:`ppl_sparsegp.infer.svi.fit_svi` checkpoints). Calling again with the same arguments resumes: finished
 phases are read back, not re-run, and the subset is drawn with the same key from the same λ. A phase that runs any
 step deletes the later phases' checkpoints, which no longer follow from it.
 
-Also the checks of the recipes' configs (:func:`check_count`, :func:`check_rate`), which name the setting.
+Also what every recipe's config uses: :func:`configure` (a config with keyword overrides) and the checks
+(:func:`check_count`, :func:`check_rate`, :func:`check_choice`), which name the setting.
 """
 
 from __future__ import annotations
@@ -181,7 +183,7 @@ def post_train(
     *,
     steps: int,
     key: Array,
-    learning_rate: float = 0.01,
+    learning_rate: float,
     progress: bool = False,
     **checkpointing: Any,
 ) -> tuple[dict[str, Array], np.ndarray]:

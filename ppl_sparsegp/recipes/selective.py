@@ -430,8 +430,59 @@ def fit_selective_deep(
 # The GP-LVM
 
 
+@dataclass(frozen=True)
+class SelectiveGPLVMConfig:
+    """The settings of :func:`fit_selective_gplvm`, each default written here only.
+
+    latent_dim: Q; grid_size: candidates per latent dimension (K = grid_size^Q); extent: the grid's [Q, 2] bounds
+    (None: the PCA latents' range, padded 10 %). alpha: prior strength α (paper: 3); initial_inclusion: λ₀.
+    noise_variance: fixed Gaussian noise variance (released code: 0.01 on standardised Y); None learns it.
+    latent_scale: initial standard deviation of q(x_n). steps: Adam steps of the joint phase (full batch: one per
+    epoch; the paper runs 300); pre_steps: Adam steps of the GP-LVM on all K grid points before those (0, the
+    paper: none; the released demo pre-fits). num_particles: S draws of the subset (and of the latents) per step;
+    baseline_decay: β of the score-function baseline (0.95 as the released code). learning_rate: Adam for latents,
+    kernel, likelihood and q(u); selection_learning_rate: Adam for λ. batch_size: rows per step (None: all N; the
+    collapsed bound needs None). bound: ``"uncollapsed"`` (the paper's) or ``"collapsed"``. record_every: steps
+    between records of λ and the latent means. prune: draw one subset from the final q_λ and return the ordinary
+    GP-LVM on it. checkpoint_every: steps between checkpoint writes (rounded up to whole records).
+    """
+
+    latent_dim: int = 2
+    grid_size: int = 15
+    extent: Array | None = None
+    alpha: float = 3.0
+    initial_inclusion: float = 0.5
+    noise_variance: float | None = 0.01
+    latent_scale: float = 0.1
+    steps: int = 300
+    pre_steps: int = 0
+    num_particles: int = 4
+    baseline_decay: float = 0.95
+    learning_rate: float = 0.01
+    selection_learning_rate: float = 0.2
+    batch_size: int | None = None
+    bound: str = "uncollapsed"
+    record_every: int = 10
+    prune: bool = False
+    checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
+            check_count(name, getattr(self, name), least)
+        check_count("num_particles", self.num_particles, 1)
+        check_rate("learning_rate", self.learning_rate)
+        check_rate("selection_learning_rate", self.selection_learning_rate)
+        check_choice("bound", self.bound, BOUNDS)
+        if not isinstance(self.prune, bool):
+            raise ValueError(f"prune: expected True or False, got {self.prune!r}")
+
+
 def latent_grid(
-    size: int = 15, *, extent: Array | None = None, latents: Array | None = None, margin: float = GRID_MARGIN
+    size: int = SelectiveGPLVMConfig.grid_size,
+    *,
+    extent: Array | None = None,
+    latents: Array | None = None,
+    margin: float = GRID_MARGIN,
 ) -> np.ndarray:
     """A regular grid of ``size`` points per latent dimension -> candidates [size^Q, Q].
 
@@ -505,11 +556,11 @@ def gplvm_on_grid(
     Y: Array,
     grid: Array,
     *,
-    latent_dim: int = 2,
-    noise_variance: float | None = 0.01,
-    latent_scale: float = 0.1,
-    batch_size: int | None = None,
-    bound: Literal["collapsed", "uncollapsed"] = "uncollapsed",
+    latent_dim: int = SelectiveGPLVMConfig.latent_dim,
+    noise_variance: float | None = SelectiveGPLVMConfig.noise_variance,
+    latent_scale: float = SelectiveGPLVMConfig.latent_scale,
+    batch_size: int | None = SelectiveGPLVMConfig.batch_size,
+    bound: Literal["collapsed", "uncollapsed"] = SelectiveGPLVMConfig.bound,
     **selection: Any,
 ) -> BayesianGPLVM | CollapsedGPLVM:
     """The GP-LVM that :func:`fit_selective_gplvm` trains, with the grid's points as fixed inducing inputs.
@@ -545,53 +596,6 @@ def gplvm_on_grid(
     return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
 
 
-@dataclass(frozen=True)
-class SelectiveGPLVMConfig:
-    """The settings of :func:`fit_selective_gplvm`, each default written here only.
-
-    latent_dim: Q; grid_size: candidates per latent dimension (K = grid_size^Q); extent: the grid's [Q, 2] bounds
-    (None: the PCA latents' range, padded 10 %). alpha: prior strength α (paper: 3); initial_inclusion: λ₀.
-    noise_variance: fixed Gaussian noise variance (released code: 0.01 on standardised Y); None learns it.
-    latent_scale: initial standard deviation of q(x_n). steps: Adam steps of the joint phase (full batch: one per
-    epoch; the paper runs 300); pre_steps: Adam steps of the GP-LVM on all K grid points before those (0, the
-    paper: none; the released demo pre-fits). num_particles: S draws of the subset (and of the latents) per step;
-    baseline_decay: β of the score-function baseline (0.95 as the released code). learning_rate: Adam for latents,
-    kernel, likelihood and q(u); selection_learning_rate: Adam for λ. batch_size: rows per step (None: all N; the
-    collapsed bound needs None). bound: ``"uncollapsed"`` (the paper's) or ``"collapsed"``. record_every: steps
-    between records of λ and the latent means. prune: draw one subset from the final q_λ and return the ordinary
-    GP-LVM on it. checkpoint_every: steps between checkpoint writes (rounded up to whole records).
-    """
-
-    latent_dim: int = 2
-    grid_size: int = 15
-    extent: Array | None = None
-    alpha: float = 3.0
-    initial_inclusion: float = 0.5
-    noise_variance: float | None = 0.01
-    latent_scale: float = 0.1
-    steps: int = 300
-    pre_steps: int = 0
-    num_particles: int = 4
-    baseline_decay: float = 0.95
-    learning_rate: float = 0.01
-    selection_learning_rate: float = 0.2
-    batch_size: int | None = None
-    bound: str = "uncollapsed"
-    record_every: int = 10
-    prune: bool = False
-    checkpoint_every: int = 100
-
-    def __post_init__(self) -> None:
-        for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
-            check_count(name, getattr(self, name), least)
-        check_count("num_particles", self.num_particles, 1)
-        check_rate("learning_rate", self.learning_rate)
-        check_rate("selection_learning_rate", self.selection_learning_rate)
-        check_choice("bound", self.bound, BOUNDS)
-        if not isinstance(self.prune, bool):
-            raise ValueError(f"prune: expected True or False, got {self.prune!r}")
-
-
 def fit_selective_gplvm(
     Y: Array,
     config: SelectiveGPLVMConfig | None = None,
@@ -618,37 +622,22 @@ def fit_selective_gplvm(
         A :class:`SelectiveGPLVMFit`.
     """
     c = configure(SelectiveGPLVMConfig, config, overrides)
-    latent_dim, grid_size, extent, alpha, initial_inclusion = (
-        c.latent_dim, c.grid_size, c.extent, c.alpha, c.initial_inclusion
-    )  # fmt: skip
-    noise_variance, latent_scale, steps, pre_steps, num_particles = (
-        c.noise_variance, c.latent_scale, c.steps, c.pre_steps, c.num_particles
-    )  # fmt: skip
-    baseline_decay, learning_rate, selection_learning_rate, batch_size, bound = (
-        c.baseline_decay, c.learning_rate, c.selection_learning_rate, c.batch_size, c.bound
-    )  # fmt: skip
-    record_every, prune, checkpoint_every = c.record_every, c.prune, c.checkpoint_every
     Y = np.asarray(Y)
     validation.check_inputs(Y, x_name="Y")
     if not isinstance(key, int | np.integer | jax.Array) or isinstance(key, bool):
         raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")
-    checkpoints = PhaseCheckpoints(checkpoint_dir, checkpoint_every)
-    loss = ScoreFunctionELBO(num_particles, baseline_decay=baseline_decay, pathwise=True)
-    X_init = pca_latents(Y, latent_dim)
-    grid = latent_grid(grid_size, extent=extent, latents=X_init)
-    if grid.shape[1] != latent_dim:
-        raise ValueError(f"extent: expected {latent_dim} (lower, upper) rows, one per latent dimension, got {extent!r}")
-    model = gplvm_on_grid(
-        Y,
-        grid,
-        latent_dim=latent_dim,
-        noise_variance=noise_variance,
-        latent_scale=latent_scale,
-        batch_size=batch_size,
-        bound=bound,
-        alpha=alpha,
-        initial_inclusion=initial_inclusion,
-    )
+    checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
+    loss = ScoreFunctionELBO(c.num_particles, baseline_decay=c.baseline_decay, pathwise=True)
+    X_init = pca_latents(Y, c.latent_dim)
+    grid = latent_grid(c.grid_size, extent=c.extent, latents=X_init)
+    if grid.shape[1] != c.latent_dim:
+        raise ValueError(
+            f"extent: expected {c.latent_dim} (lower, upper) rows, one per latent dimension, got {c.extent!r}"
+        )
+    on_grid = {
+        name: getattr(c, name) for name in ("latent_dim", "noise_variance", "latent_scale", "batch_size", "bound")
+    }
+    model = gplvm_on_grid(Y, grid, **on_grid, alpha=c.alpha, initial_inclusion=c.initial_inclusion)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     fit_key, prune_key = jax.random.split(key)
 
@@ -656,13 +645,10 @@ def fit_selective_gplvm(
     checkpoints.create()
     pre_losses = np.zeros(0)
     t0 = time.perf_counter()
-    if pre_steps:
-        everything = gplvm_on_grid(
-            Y, grid, latent_dim=latent_dim, noise_variance=noise_variance, latent_scale=latent_scale,
-            batch_size=batch_size, bound=bound,
-        )  # fmt: skip
+    if c.pre_steps:
+        everything = gplvm_on_grid(Y, grid, **on_grid)
         pre = fit_svi(
-            everything.model, everything.guide, Y, optimizer=optax.adam(learning_rate), num_steps=pre_steps,
+            everything.model, everything.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.pre_steps,
             key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
             validate=everything.check_data, **checkpoints.options("pre"),
         )  # fmt: skip
@@ -674,7 +660,7 @@ def fit_selective_gplvm(
         with np.load(trace_path, allow_pickle=False) as stored:
             trace_steps, inclusion, latents = (list(stored[name]) for name in ("steps", "inclusion", "latents"))
     else:
-        start = model.latent_means(init_params) if pre_steps else X_init
+        start = model.latent_means(init_params) if c.pre_steps else X_init
         trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
     def write_trace() -> None:
@@ -693,22 +679,22 @@ def fit_selective_gplvm(
         for trace, value in zip((trace_steps, inclusion, latents), now, strict=True):
             trace.append(value)
         unwritten[0] += len(chunk_losses)
-        if unwritten[0] >= checkpoints.every or step >= steps:  # fit_svi's checkpoint follows at this step
+        if unwritten[0] >= checkpoints.every or step >= c.steps:  # fit_svi's checkpoint follows at this step
             write_trace()
             unwritten[0] = 0
 
-    optimizer = selection_optimizer(optax.adam(learning_rate), selection_learning_rate)
+    optimizer = selection_optimizer(optax.adam(c.learning_rate), c.selection_learning_rate)
     try:
         result = fit_svi(
             model.model,
             model.guide,
             Y,
             optimizer=optimizer,
-            num_steps=steps,
+            num_steps=c.steps,
             key=fit_key,
             loss=loss,
             init_params=init_params,
-            steps_per_dispatch=record_every,
+            steps_per_dispatch=c.record_every,
             callback=record,
             progress=progress,
             **checkpoints.options("selection"),
@@ -729,7 +715,7 @@ def fit_selective_gplvm(
         seconds,
         pre_losses,
     )
-    if prune:
+    if c.prune:
         fit.mask = sample_subset(fit.inclusion_probs, prune_key)
         fit.pruned, fit.pruned_params = model.prune(result.params, fit.mask)
     return fit

@@ -141,22 +141,19 @@ def fit_sgpmc(
     c = configure(SGPMCConfig, config, overrides)
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
     X, y = jnp.asarray(X), jnp.asarray(y)
-    svi_steps, fixed_z_steps, learning_rate, batch_size, engine = (
-        c.svi_steps, c.fixed_z_steps, c.learning_rate, c.batch_size, c.engine
-    )  # fmt: skip
-    common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=batch_size)
-    svgp = SVGP(Z=Z, learn_Z=fixed_z_steps == 0, **common)
+    common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=c.batch_size)
+    svgp = SVGP(Z=Z, learn_Z=c.fixed_z_steps == 0, **common)
     fixed = [site for site in svgp.hyperparameter_sites() if site not in priors]
     model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
     model.check_data(X, y)
     svi_key, init_key, mcmc_key = jax.random.split(key, 3)
     own = {
-        "sgpmc.svi_steps": int(svi_steps),
-        "sgpmc.fixed_z_steps": fixed_z_steps,
-        "sgpmc.learning_rate": learning_rate,
-        "sgpmc.batch_size": batch_size,
+        "sgpmc.svi_steps": int(c.svi_steps),
+        "sgpmc.fixed_z_steps": c.fixed_z_steps,
+        "sgpmc.learning_rate": c.learning_rate,
+        "sgpmc.batch_size": c.batch_size,
         "sgpmc.num_latent": num_latent,
-        "sgpmc.engine": engine,
+        "sgpmc.engine": c.engine,
         "sgpmc.engine_options": dict(engine_options or {}),
         "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
         "sgpmc.kernel": part_fingerprint(kernel),
@@ -166,7 +163,7 @@ def fit_sgpmc(
     }
     params: dict[str, Array] = {}
     svi = None
-    for phase, (learn_Z, steps) in enumerate(((False, fixed_z_steps), (True, svi_steps - fixed_z_steps))):
+    for phase, (learn_Z, steps) in enumerate(((False, c.fixed_z_steps), (True, c.svi_steps - c.fixed_z_steps))):
         if steps == 0:
             continue
         svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
@@ -175,7 +172,7 @@ def fit_sgpmc(
             svgp.guide,
             X,
             y,
-            optimizer=optax.adam(learning_rate),
+            optimizer=optax.adam(c.learning_rate),
             num_steps=steps,
             key=jax.random.fold_in(svi_key, phase),
             init_params={k: v for k, v in params.items() if k != "Z"} or None,
@@ -191,11 +188,13 @@ def fit_sgpmc(
         fixed=fixed,
         Z=params.get("Z", Z),
         num_latent=num_latent,
-        batch_size=batch_size if engine in ("sghmc", "sgld") else None,
+        batch_size=c.batch_size if c.engine in ("sghmc", "sgld") else None,
     )
     init = init_from_svi(model.model, svgp.guide, params, X, y, key=init_key, num_chains=c.num_chains)
-    options = {"max_tree_depth": 8} if engine == "nuts" else {"num_data": int(X.shape[0])} if engine == "sghmc" else {}
-    mcmc_kernel = kernel_from_name(engine, model.model, **{**options, **(engine_options or {})})
+    options = (
+        {"max_tree_depth": 8} if c.engine == "nuts" else {"num_data": int(X.shape[0])} if c.engine == "sghmc" else {}
+    )
+    mcmc_kernel = kernel_from_name(c.engine, model.model, **{**options, **(engine_options or {})})
     mcmc = run_mcmc(
         mcmc_kernel,
         X,

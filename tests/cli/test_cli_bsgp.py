@@ -115,24 +115,9 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
 
 
 BSGP_ERRORS = [
-    (("svgp", "--layers", "2"), "error: unrecognized arguments: --layers"),
-    (("sgpmc", "--z-prior", "dpp"), "error: unrecognized arguments: --z-prior"),
-    (("sgpr", "--kept", "8"), "error: unrecognized arguments: --kept"),
-    (("gpr", "--noise", "sampled"), "error: unrecognized arguments: --noise"),
-    (("svgp", "--iterations", "10"), "error: unrecognized arguments: --iterations"),
-    (("svgp", "--data-term", "expected_log"), "error: unrecognized arguments: --data-term"),
     (("bsgp", "--engine", "nuts", "--layers", "2"), "error: --engine nuts needs --layers 1, got --layers 2"),
     (("bsgp", "--engine", "nuts", "--noise", "point"), "error: --noise point needs --engine sghmc"),
     (("bsgp", "--engine", "hmc"), "error: --engine hmc: bsgp samples with sghmc or nuts"),
-    (("bsgp", "--steps", "100"), "error: unrecognized arguments: --steps"),
-    (("bsgp", "--lr", "0.1"), "error: unrecognized arguments: --lr"),
-    (("bsgp", "--checkpoint-every", "10"), "error: unrecognized arguments: --checkpoint-every"),
-    (("bsgp", "--kernel", "matern52"), "error: unrecognized arguments: --kernel"),
-    (("bsgp", "--kernel-variance", "2"), "error: unrecognized arguments: --kernel-variance"),
-    (("bsgp", "--lengthscale", "2"), "error: unrecognized arguments: --lengthscale"),
-    (("bsgp", "--prior", "gamma"), "error: unrecognized arguments: --prior"),
-    (("bsgp", "--chunk", "64"), "error: unrecognized arguments: --chunk"),
-    (("bsgp", "--q-diag"), "error: unrecognized arguments: --q-diag"),
     (("bsgp", "--warmup", "10"), "error: --warmup applies to bsgp with --engine nuts, not sghmc"),
     (("bsgp", "--engine", "nuts", "--kept", "10"), "error: --kept applies to bsgp with --engine sghmc, not nuts"),
     (("bsgp", "--engine", "nuts", "--step-size", "0.1"), "error: --step-size applies to bsgp with --engine sghmc"),
@@ -167,6 +152,35 @@ def test_bad_bsgp_options_are_refused_before_compilation(tmp_path, capsys, args,
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err.startswith(message) and captured.err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+OTHER_METHODS = [
+    (("svgp", "--layers", "2"), "--layers"),
+    (("sgpmc", "--z-prior", "dpp"), "--z-prior"),
+    (("sgpr", "--kept", "8"), "--kept"),
+    (("gpr", "--noise", "sampled"), "--noise"),
+    (("svgp", "--iterations", "10"), "--iterations"),
+    (("svgp", "--data-term", "expected_log"), "--data-term"),
+    (("bsgp", "--steps", "100"), "--steps"),
+    (("bsgp", "--lr", "0.1"), "--lr"),
+    (("bsgp", "--checkpoint-every", "10"), "--checkpoint-every"),
+    (("bsgp", "--kernel", "matern52"), "--kernel"),
+    (("bsgp", "--kernel-variance", "2"), "--kernel-variance"),
+    (("bsgp", "--lengthscale", "2"), "--lengthscale"),
+    (("bsgp", "--prior", "gamma"), "--prior"),
+    (("bsgp", "--chunk", "64"), "--chunk"),
+    (("bsgp", "--q-diag"), "--q-diag"),
+]
+"""Options of other methods: each sub-command takes only its own, so argparse refuses these."""
+
+
+@pytest.mark.parametrize("args, flag", OTHER_METHODS, ids=[" ".join(a) for a, _ in OTHER_METHODS])
+def test_options_of_other_methods_are_unrecognized(tmp_path, capsys, args, flag, no_compilation):
+    code = main(["fit", *args, "--out", str(tmp_path / "out"), "--no-progress", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert f"unrecognized arguments: {flag}" in captured.err and "usage: ppl-sparsegp" in captured.err
     assert not (tmp_path / "out").exists()
 
 

@@ -101,26 +101,7 @@ def test_selective_on_diabetes_end_to_end(tmp_path, capsys):
 
 
 SELECTIVE_ERRORS = [
-    (("svgp", "--candidates", "10"), "error: unrecognized arguments: --candidates"),
-    (("sgpr", "--alpha", "0.5"), "error: unrecognized arguments: --alpha"),
-    (("gpr", "--particles", "2"), "error: unrecognized arguments: --particles"),
-    (("sgpmc", "--pre-steps", "10"), "error: unrecognized arguments: --pre-steps"),
-    (("bsgp", "--bound", "uncollapsed"), "error: unrecognized arguments: --bound"),
-    (("svgp", "--selection", "joint"), "error: unrecognized arguments: --selection"),
-    (("svgp", "--selection-steps", "10"), "error: unrecognized arguments: --selection-steps"),
-    (("svgp", "--post-steps", "0"), "error: unrecognized arguments: --post-steps"),
-    (("svgp", "--initial-inclusion", "0.3"), "error: unrecognized arguments: --initial-inclusion"),
-    (("svgp", "--selection-lr", "0.1"), "error: unrecognized arguments: --selection-lr"),
-    (("selective", "--whiten"), "error: unrecognized arguments: --whiten"),
-    (("selective", "--no-whiten"), "error: unrecognized arguments: --no-whiten"),
-    (("selective", "--q-diag"), "error: unrecognized arguments: --q-diag"),
-    (("selective", "--steps", "100"), "error: unrecognized arguments: --steps"),
-    (("selective", "--inducing", "10"), "error: unrecognized arguments: --inducing"),
     (("selective", "--checkpoint-every", "0"), "error: --checkpoint-every must be a positive integer, got 0"),
-    (("selective", "--prior", "gamma"), "error: unrecognized arguments: --prior"),
-    (("selective", "--engine", "nuts"), "error: unrecognized arguments: --engine"),
-    (("selective", "--layers", "2"), "error: unrecognized arguments: --layers"),
-    (("selective", "--z-prior", "dpp"), "error: unrecognized arguments: --z-prior"),
     (("selective", "--candidates", "0"), "error: --candidates must be a positive integer, got 0"),
     (("selective", "--alpha", "-1"), "error: --alpha must be finite and >= 0, got -1.0"),
     (("selective", "--alpha", "nan"), "error: --alpha must be finite and >= 0, got nan"),
@@ -153,6 +134,39 @@ def test_bad_selective_options_are_refused_before_loading(tmp_path, capsys, args
     captured = capsys.readouterr()
     assert code == 2 and captured.out == ""
     assert captured.err.startswith(message) and captured.err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+OTHER_METHODS = [
+    (("svgp", "--candidates", "10"), "--candidates"),
+    (("sgpr", "--alpha", "0.5"), "--alpha"),
+    (("gpr", "--particles", "2"), "--particles"),
+    (("sgpmc", "--pre-steps", "10"), "--pre-steps"),
+    (("bsgp", "--bound", "uncollapsed"), "--bound"),
+    (("svgp", "--selection", "joint"), "--selection"),
+    (("svgp", "--selection-steps", "10"), "--selection-steps"),
+    (("svgp", "--post-steps", "0"), "--post-steps"),
+    (("svgp", "--initial-inclusion", "0.3"), "--initial-inclusion"),
+    (("svgp", "--selection-lr", "0.1"), "--selection-lr"),
+    (("selective", "--whiten"), "--whiten"),
+    (("selective", "--no-whiten"), "--no-whiten"),
+    (("selective", "--q-diag"), "--q-diag"),
+    (("selective", "--steps", "100"), "--steps"),
+    (("selective", "--inducing", "10"), "--inducing"),
+    (("selective", "--prior", "gamma"), "--prior"),
+    (("selective", "--engine", "nuts"), "--engine"),
+    (("selective", "--layers", "2"), "--layers"),
+    (("selective", "--z-prior", "dpp"), "--z-prior"),
+]
+"""Options of other methods: each sub-command takes only its own, so argparse refuses these."""
+
+
+@pytest.mark.parametrize("args, flag", OTHER_METHODS, ids=[" ".join(a) for a, _ in OTHER_METHODS])
+def test_options_of_other_methods_are_unrecognized(tmp_path, capsys, args, flag, no_loading):
+    code = main(["fit", *args, "--out", str(tmp_path / "out"), "--no-progress", "--quiet"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert f"unrecognized arguments: {flag}" in captured.err and "usage: ppl-sparsegp" in captured.err
     assert not (tmp_path / "out").exists()
 
 
