@@ -29,8 +29,8 @@ SCRIPT = textwrap.dedent(
     from ppl_sparsegp.posterior.predict import posterior_predictive
     from ppl_sparsegp.infer.svi import fit_svi
     from ppl_sparsegp.models.gpr import GPR
-    from ppl_sparsegp.models.selective_fit import fit_selective
-    from ppl_sparsegp.models.sgpmc import fit_sgpmc
+    from ppl_sparsegp.recipes.selective import fit_selective
+    from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
     from ppl_sparsegp.models.sgpr import SGPR
     from ppl_sparsegp.models.svgp import SVGP
 
