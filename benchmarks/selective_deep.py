@@ -15,7 +15,7 @@ Protocol (paper App. C.4, scaled to a shared 2-core CPU; our choices are marked)
 
 * data: :func:`ppl_sparsegp.data.load_bsgp_uci` -- random 80/20 split seeded by the split index (6553 / 1639
   points), X standardised, y standardised with training statistics; metrics in original units.
-* model: :class:`models.deep_svgp.DeepSVGP`, 2 layers, RBF-ARD kernels, zero inner mean with the observed input
+* model: :class:`models.numpyro.deep_svgp.DeepSVGP`, 2 layers, RBF-ARD kernels, zero inner mean with the observed input
   added to the second layer's input (layer 1 maps R^8 -> R^8), unwhitened q(u), Gaussian likelihood (initial
   noise variance 1), one propagated sample per step; inner kernel variance 0.1 and inner q(u) scale 1e-3 at the
   start (the released code's layer-wise start; we do not pre-train layer-wise).
@@ -74,7 +74,7 @@ from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 from ppl_sparsegp import data, likelihoods, metrics  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP, deep_svgp  # noqa: E402
 from ppl_sparsegp.recipes.selective import fit_selective_deep  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent

@@ -66,7 +66,7 @@ from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
 
 from ppl_sparsegp.data import load_oilflow  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.gplvm import pca_latents  # noqa: E402
+from ppl_sparsegp.models.numpyro.gplvm import pca_latents  # noqa: E402
 from ppl_sparsegp.recipes.selective import (  # noqa: E402
     BOUNDS,
     SelectiveGPLVMFit,

@@ -52,8 +52,8 @@ from svgp_uci import _loadavg, add_cell, has_cell, locked_json  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.gpr import GPR  # noqa: E402
-from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
+from ppl_sparsegp.models.numpyro.gpr import GPR  # noqa: E402
+from ppl_sparsegp.models.numpyro.sgpr import SGPR  # noqa: E402
 from ppl_sparsegp.recipes.selective import fit_selective  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent

@@ -66,7 +66,7 @@ from ppl_sparsegp import data  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import random_subset  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.sgpr import SGPR  # noqa: E402
+from ppl_sparsegp.models.numpyro.sgpr import SGPR  # noqa: E402
 from ppl_sparsegp.recipes.selective import fit_selective  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent

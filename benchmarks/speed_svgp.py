@@ -386,7 +386,7 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
 
     from ppl_sparsegp.core import kernels, likelihoods
     from ppl_sparsegp.infer.svi import fit_svi
-    from ppl_sparsegp.models.svgp import SVGP
+    from ppl_sparsegp.models.numpyro.svgp import SVGP
 
     npdt = {"float32": np.float32, "float64": np.float64}[cfg["dtype"]]
     N, B, steps, W = cfg["N"], cfg["batch_size"], cfg["steps"], cfg["warmup_steps"]

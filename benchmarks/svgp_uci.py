@@ -74,7 +74,7 @@ from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-from ppl_sparsegp.models.svgp import SVGP  # noqa: E402
+from ppl_sparsegp.models.numpyro.svgp import SVGP  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "svgp_uci.json"

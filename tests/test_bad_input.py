@@ -27,14 +27,14 @@ from ppl_sparsegp.cli import gpr as cli_gpr
 from ppl_sparsegp.core import kernels, likelihoods, ops
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.bsgp import BSGP
-from ppl_sparsegp.models.deep_bsgp import DeepBSGP
-from ppl_sparsegp.models.deep_svgp import DeepSVGP
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.selective import SelectiveSVGP
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.bsgp import BSGP
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
+from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.selective import SelectiveSVGP
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from scipy import stats
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
-from ppl_sparsegp.models.bsgp import BSGP, bsgp_kernel, bsgp_priors
-from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp, linear_mean_weights
+from ppl_sparsegp.models.numpyro.bsgp import BSGP, bsgp_kernel, bsgp_priors
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP, deep_bsgp, linear_mean_weights
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.bsgp import fit_bsgp
 

@@ -12,8 +12,8 @@ from ppl_sparsegp.core import kl
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian, StudentT
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP, deep_svgp
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 KEY = jax.random.PRNGKey(3)
 

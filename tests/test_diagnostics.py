@@ -17,9 +17,9 @@ from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics, predict
 
 

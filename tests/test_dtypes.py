@@ -28,11 +28,11 @@ SCRIPT = textwrap.dedent(
     from ppl_sparsegp.core import kernels, likelihoods
     from ppl_sparsegp.posterior.predict import posterior_predictive
     from ppl_sparsegp.infer.svi import fit_svi
-    from ppl_sparsegp.models.gpr import GPR
+    from ppl_sparsegp.models.numpyro.gpr import GPR
     from ppl_sparsegp.recipes.selective import fit_selective
     from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
-    from ppl_sparsegp.models.sgpr import SGPR
-    from ppl_sparsegp.models.svgp import SVGP
+    from ppl_sparsegp.models.numpyro.sgpr import SGPR
+    from ppl_sparsegp.models.numpyro.svgp import SVGP
 
     dtype = np.dtype(sys.argv[2])
     rng = np.random.default_rng(0)

@@ -8,7 +8,7 @@ from ppl_sparsegp import data, metrics
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
 # 2000 SVI steps and their compilation (about 17 s): `make test-slow`. The default run trains SVGP in tests/test_svi.py

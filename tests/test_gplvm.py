@@ -10,9 +10,9 @@ from numpyro.infer import TraceMeanField_ELBO
 from ppl_sparsegp.core import bounds
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 N, D, Q, M = 30, 3, 2, 5
 

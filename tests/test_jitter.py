@@ -14,16 +14,16 @@ from numpyro import handlers
 from ppl_sparsegp.core import conditionals, ops
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
-from ppl_sparsegp.models.bsgp import BSGP
-from ppl_sparsegp.models.deep_bsgp import DeepBSGP
-from ppl_sparsegp.models.deep_svgp import DeepSVGP
-from ppl_sparsegp.models.gplvm import BayesianGPLVM
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
-from ppl_sparsegp.models.selective_deep import SelectiveDeepSVGP
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.bsgp import BSGP
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM
+from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.numpyro.selective_deep import SelectiveDeepSVGP
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 Z = np.linspace(-1.0, 1.0, 5)[:, None]
 X = np.linspace(-1.5, 1.5, 7)[:, None]

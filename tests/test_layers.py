@@ -59,6 +59,6 @@ def test_recipes_and_models_do_not_import_the_layers_above_them():
     broken = []
     layers = [(PACKAGE / layer, names) for layer, names in FORBIDDEN.items()]
     for folder, names in [*layers, (MODELS, ("ppl_sparsegp.recipes", "ppl_sparsegp.cli"))]:
-        for path in folder.glob("*.py"):
+        for path in folder.rglob("*.py"):
             broken += [f"{path.name} imports {name}" for name in _imports(path) if name.startswith(names)]
     assert not broken, "\n".join(broken)

@@ -19,8 +19,8 @@ from ppl_sparsegp.core.masking import (
     masked_scale,
     masked_sgpr_elbo,
 )
-from ppl_sparsegp.models.selective import SelectiveSGPR, SelectiveSVGP
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 K = 9
 MASKS = [

@@ -6,15 +6,15 @@ import pkgutil
 
 import pytest
 
-import ppl_sparsegp.models
-from ppl_sparsegp.models._base import GPModel
+import ppl_sparsegp.models.numpyro
+from ppl_sparsegp.models.numpyro._base import GPModel
 
 
 def _classes() -> dict[str, type]:
-    """Every class defined in a module of ppl_sparsegp.models, by qualified name."""
+    """Every class defined in a module of ppl_sparsegp.models.numpyro, by qualified name."""
     found = {}
-    for info in pkgutil.iter_modules(ppl_sparsegp.models.__path__):
-        module = importlib.import_module(f"ppl_sparsegp.models.{info.name}")
+    for info in pkgutil.iter_modules(ppl_sparsegp.models.numpyro.__path__):
+        module = importlib.import_module(f"ppl_sparsegp.models.numpyro.{info.name}")
         for name, cls in vars(module).items():
             if inspect.isclass(cls) and cls.__module__ == module.__name__:
                 found[f"{info.name}.{name}"] = cls

@@ -10,9 +10,9 @@ from numpyro.infer import Trace_ELBO, TraceMeanField_ELBO
 from numpyro.infer.util import log_density
 
 from ppl_sparsegp.core import conditionals, kernels, likelihoods, ops
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
 def _data(rng, N=40, D=2, P=1):

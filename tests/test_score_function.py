@@ -14,8 +14,8 @@ from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.score_function import BASELINE_SITE, ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.selective import SelectiveSGPR
-from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess, no_signal_inclusion_probability
 
 K = 8

@@ -10,8 +10,8 @@ from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.score_function import BASELINE_SITE, ScoreFunctionELBO
-from ppl_sparsegp.models.deep_svgp import DeepSVGP
-from ppl_sparsegp.models.selective_deep import SelectiveDeepSVGP
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
+from ppl_sparsegp.models.numpyro.selective_deep import SelectiveDeepSVGP
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion
 from ppl_sparsegp.recipes.phases import sample_joint_subset
 from ppl_sparsegp.recipes.selective import fit_selective_deep

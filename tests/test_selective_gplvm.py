@@ -11,10 +11,10 @@ from numpyro.infer import TraceMeanField_ELBO
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
-from ppl_sparsegp.models.selective import INCLUSION_PARAM
-from ppl_sparsegp.models.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
-from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.numpyro.selective import INCLUSION_PARAM
+from ppl_sparsegp.models.numpyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.recipes import selective as selective_gplvm
 from ppl_sparsegp.recipes.selective import TRACE_FILE, fit_selective_gplvm, gplvm_on_grid, latent_grid
 from ppl_sparsegp.results import write_npz

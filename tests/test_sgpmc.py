@@ -11,8 +11,8 @@ from numpyro.infer import NUTS
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 from ppl_sparsegp.infer.mcmc import run_mcmc
-from ppl_sparsegp.models.gpr import GPR
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
 

@@ -12,7 +12,7 @@ import pytest
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.svi import EarlyStopping, NonFiniteLossError, fit_svi
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
 def _normal_model(y):

@@ -24,7 +24,7 @@ from ppl_sparsegp import data, results
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, flag
 from ppl_sparsegp.infer.checkpoint import prepare
-from ppl_sparsegp.models.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
+from ppl_sparsegp.models.numpyro.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, BSGPFit, fit_bsgp

@@ -11,7 +11,7 @@ from typing import Any
 
 from ppl_sparsegp.cli import svgp
 from ppl_sparsegp.cli.run import Data
-from ppl_sparsegp.models.gpr import GPR
+from ppl_sparsegp.models.numpyro.gpr import GPR
 
 CHECKPOINT = svgp.CHECKPOINT
 NOISE_VARIANCE = svgp.NOISE_VARIANCE

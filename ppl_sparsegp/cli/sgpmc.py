@@ -24,7 +24,7 @@ from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS
 from ppl_sparsegp.infer.checkpoint import prepare
 from ppl_sparsegp.infer.mcmc import ENGINES
-from ppl_sparsegp.models.sgpmc import default_priors
+from ppl_sparsegp.models.numpyro.sgpmc import default_priors
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import log_predictive_density, posterior_predictive
 from ppl_sparsegp.recipes.sgpmc import SGPMCConfig, fit_sgpmc

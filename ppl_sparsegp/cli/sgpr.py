@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ppl_sparsegp.cli import svgp
-from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
 CHECKPOINT = svgp.CHECKPOINT
 NOISE_VARIANCE = svgp.NOISE_VARIANCE

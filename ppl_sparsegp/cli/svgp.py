@@ -19,7 +19,7 @@ from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, Data
 from ppl_sparsegp.infer.checkpoint import prepare
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 CHECKPOINT = "checkpoint.npz"
 NOISE_VARIANCE = DEFAULTS.noise_variance

@@ -1,6 +1,7 @@
 """BSGP's recipe in one call: k-means Z, the shallow or deep model, and the released sampler schedule (spec 001 §2).
 
-:func:`fit_bsgp` builds :class:`models.bsgp.BSGP` (one layer) or :class:`models.deep_bsgp.DeepBSGP`, then runs
+:func:`fit_bsgp` builds :class:`models.numpyro.bsgp.BSGP` (one layer) or :class:`models.numpyro.deep_bsgp.DeepBSGP`,
+then runs
 
 * ``engine="sghmc"`` (default): :class:`ppl_sparsegp.infer.sghmc.AdaptiveSGHMC` with the released settings of
   :func:`bsgp_schedule` (ε = 0.01, momentum decay 0.05, 21 updates per iteration of
@@ -32,8 +33,8 @@ from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates
-from ppl_sparsegp.models._base import part_fingerprint
-from ppl_sparsegp.models.bsgp import (
+from ppl_sparsegp.models.numpyro._base import part_fingerprint
+from ppl_sparsegp.models.numpyro.bsgp import (
     BSGP,
     LIKELIHOOD_TERMS,
     bsgp_kernel,
@@ -41,7 +42,7 @@ from ppl_sparsegp.models.bsgp import (
     check_z_prior,
     noise_prior,
 )
-from ppl_sparsegp.models.deep_bsgp import DeepBSGP, deep_bsgp
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP, deep_bsgp
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive

@@ -2,8 +2,8 @@
 
 * :func:`fit_selective` (App. C.2): the three phases of :func:`.phases.run_phases` for a sparse GP: pre-train an
   ordinary sparse GP on all K candidates (SGPR for ``bound="collapsed"``, an unwhitened SVGP for
-  ``"uncollapsed"``), learn the inclusion probabilities λ of the selective model (:mod:`models.selective`) by the
-  score-function estimator (``selection="frozen"`` keeps every GP parameter fixed, as the released code does;
+  ``"uncollapsed"``), learn the inclusion probabilities λ of the selective model (:mod:`models.numpyro.selective`) by
+  the score-function estimator (``selection="frozen"`` keeps every GP parameter fixed, as the released code does;
   ``"joint"`` trains them too), sample one subset, prune and post-train the pruned model, an ordinary
   :class:`SGPR` / :class:`SVGP` usable by every predict, ArviZ and CLI path. Defaults follow the paper (App. C.1,
   C.3.2): Adam 0.01 for the GP, 0.2 for λ, S = 4 draws, λ₀ = 0.5, the UCI schedule 2500 / 1500 / 1000 steps.
@@ -40,20 +40,20 @@ from ppl_sparsegp.inducing.initialise import kmeans, random_subset
 from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models._base import base_fields, part_fingerprint
-from ppl_sparsegp.models.deep_svgp import DeepSVGP, deep_svgp
-from ppl_sparsegp.models.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
-from ppl_sparsegp.models.selective import (
+from ppl_sparsegp.models.numpyro._base import base_fields, part_fingerprint
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP, deep_svgp
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
+from ppl_sparsegp.models.numpyro.selective import (
     INCLUSION_PARAM,
     SelectiveSGPR,
     SelectiveSVGP,
     check_alpha,
     check_initial_inclusion,
 )
-from ppl_sparsegp.models.selective_deep import SelectiveDeepSVGP
-from ppl_sparsegp.models.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.selective_deep import SelectiveDeepSVGP
+from ppl_sparsegp.models.numpyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.results import write_npz
 
 from .phases import (
@@ -277,8 +277,8 @@ class SelectiveDeepConfig:
 
     candidates: K per layer (random rows of X, as the paper, or k-means centres with ``init="kmeans"``) or a list
     of L arrays [K_ℓ, D] in the space of X. num_layers: L; alpha: α (one, or one per layer); alpha_per_output:
-    α_ℓ × D_{ℓ+1}. add_input, inner_mean: the architecture (:func:`models.deep_svgp.deep_svgp`; the paper's kin8nm
-    model is ``add_input=True, inner_mean="zero"``). noise_variance: of the default Gaussian likelihood (paper
+    α_ℓ × D_{ℓ+1}. add_input, inner_mean: the architecture (:func:`models.numpyro.deep_svgp.deep_svgp`; the paper's
+    kin8nm model is ``add_input=True, inner_mean="zero"``). noise_variance: of the default Gaussian likelihood (paper
     App. C.1). num_samples: propagated samples of the data term per evaluation. batch_size: minibatch of the pre-
     and post-training bound; selection_batch_size: of the selection bound (None: full batch). The rest as
     :class:`SelectiveConfig` (paper: Adam 0.01 and 0.2, S = 4).

@@ -1,9 +1,9 @@
 """SGPMC's recipe (thesis §5.5): a Gaussian fit (SVGP, MAP for θ), then MCMC on the free-form q*(v, θ), Z fixed.
 
-:func:`fit_sgpmc` fits :class:`models.svgp.SVGP` with the same priors by Adam (Z held at its initial value for the
-first steps, then free), fixes Z, starts θ at its point estimate and v at a draw of q(v), and runs NUTS (or another
-engine of :func:`ppl_sparsegp.infer.mcmc.kernel_from_name`) on :class:`models.sgpmc.SGPMC`. Its settings and their
-defaults are :class:`SGPMCConfig`.
+:func:`fit_sgpmc` fits :class:`models.numpyro.svgp.SVGP` with the same priors by Adam (Z held at its initial value for
+the first steps, then free), fixes Z, starts θ at its point estimate and v at a draw of q(v), and runs NUTS (or another
+engine of :func:`ppl_sparsegp.infer.mcmc.kernel_from_name`) on :class:`models.numpyro.sgpmc.SGPMC`. Its settings and
+their defaults are :class:`SGPMCConfig`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.mcmc import ENGINES, MCMCResult, init_from_svi, kernel_from_name, run_mcmc
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
-from ppl_sparsegp.models._base import part_fingerprint
-from ppl_sparsegp.models.sgpmc import SGPMC, default_priors
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro._base import part_fingerprint
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 from .phases import check_choice, check_count, check_rate, configure
 

@@ -8,7 +8,7 @@ import dataclasses
 from ppl_sparsegp.cli import bsgp, selective, sgpmc, svgp
 from ppl_sparsegp.cli.__main__ import build_parser
 from ppl_sparsegp.cli.run import DEFAULTS
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.recipes.bsgp import BSGPConfig
 from ppl_sparsegp.recipes.selective import SelectiveConfig
 from ppl_sparsegp.recipes.sgpmc import SGPMCConfig

@@ -6,8 +6,8 @@ import pytest
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli
-from ppl_sparsegp.models.sgpr import SGPR
-from ppl_sparsegp.models.svgp import SVGP
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.phases import sample_subset
 from ppl_sparsegp.recipes.selective import fit_selective

@@ -28,7 +28,7 @@ import pytest
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.sgpr import SGPR
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.recipes.selective import SelectiveFit, fit_selective
 
 pytestmark = pytest.mark.slow

@@ -1,20 +1,20 @@
 """Probabilistic selection of inducing points for the Bayesian GP-LVM (Uhrenholt et al. 2021, §5.3, App. C.5).
 
-Sites: those of the GP-LVM (:mod:`models.gplvm`: latent ``"X"`` [B, Q] in the plate ``"data"``, guide params
+Sites: those of the GP-LVM (:mod:`models.numpyro.gplvm`: latent ``"X"`` [B, Q] in the plate ``"data"``, guide params
 ``"X_loc"``, ``"X_scale"`` [N, Q], hyperparameters, ``"Z"`` [K, Q]; :class:`SelectiveGPLVM` also ``"u"`` [D, K],
 factor ``"y"``, ``"u_loc"`` [D, K], ``"u_scale_tril"`` [D, K, K]; :class:`SelectiveCollapsedGPLVM` the factor
-``"collapsed_bound"``) and of the selection (:mod:`models.selective`: latent ``"inclusion"`` [K], guide param
+``"collapsed_bound"``) and of the selection (:mod:`models.numpyro.selective`: latent ``"inclusion"`` [K], guide param
 ``"inclusion_probs"`` [K], the guide's mutable ``"score_function_baseline"``).
 
 The inducing inputs of a :class:`BayesianGPLVM` are a random subset S of a **fixed** grid Z* [K, Q] of candidates
 in latent space (:func:`ppl_sparsegp.recipes.selective.latent_grid`; the paper: 15 × 15 = 225 points, α = 3),
 with the point-process prior and
-guide of :mod:`models.selective` (spec §2, paper Eq. 2)::
+guide of :mod:`models.numpyro.selective` (spec §2, paper Eq. 2)::
 
     s ~ p_α(s) ∝ exp(−α |s|²),   q_λ(s) = Π_k Bernoulli(s_k | λ_k)
     ELBO = E_{q_λ(s)}[L(s)] − KL[q_λ ‖ p_α],
 
-where L(s) is a GP-LVM bound of :mod:`models.gplvm` with the candidates in s, at reparameterised latent draws:
+where L(s) is a GP-LVM bound of :mod:`models.numpyro.gplvm` with the candidates in s, at reparameterised latent draws:
 
 * :class:`SelectiveGPLVM` (the paper's): the uncollapsed bound (closed-form KLs of q(u) and q(X)), evaluated by
   :func:`~ppl_sparsegp.core.masking.masked_conditional` on one unwhitened q(u) over all K candidates;
@@ -24,8 +24,8 @@ where L(s) is a GP-LVM bound of :mod:`models.gplvm` with the candidates in s, at
   converges in far fewer steps.
 
 Each writes its ``model`` and ``guide`` in full with the site helpers and holds the ordinary GP-LVM over all K
-candidates (``ordinary``: its checks, its :class:`~models.gplvm.LatentInputs`, its start values) and a
-:class:`~models.selective.SubsetSelection` (λ, the selection's KL, pruning).
+candidates (``ordinary``: its checks, its :class:`~models.numpyro.gplvm.LatentInputs`, its start values) and a
+:class:`~models.numpyro.selective.SubsetSelection` (λ, the selection's KL, pruning).
 
 The recipe :func:`ppl_sparsegp.recipes.selective.fit_selective_gplvm` trains everything **jointly, without
 phases** (paper §5.3): λ by the score-function
@@ -68,7 +68,7 @@ class SelectiveGPLVM(GPModel):
     """Bayesian GP-LVM over a random subset of the K candidate inducing inputs ``Z`` [K, Q] (q(u) unwhitened).
 
     Args (beyond :class:`GPModel`'s): those of :class:`BayesianGPLVM`; keyword-only ``alpha`` and
-    ``initial_inclusion`` as :class:`models.selective.SubsetSelection`.
+    ``initial_inclusion`` as :class:`models.numpyro.selective.SubsetSelection`.
     """
 
     Z: Array = None
@@ -181,7 +181,7 @@ class SelectiveCollapsedGPLVM(GPModel):
     bound with the selected candidates at the latent draw.
 
     Args (beyond :class:`GPModel`'s): those of :class:`CollapsedGPLVM`; keyword-only ``alpha`` and
-    ``initial_inclusion`` as :class:`models.selective.SubsetSelection`.
+    ``initial_inclusion`` as :class:`models.numpyro.selective.SubsetSelection`.
     """
 
     Z: Array = None

@@ -11,8 +11,8 @@ Layer ℓ = 0..L-1 maps its input H^ℓ [B, D_ℓ] (H^0 = X) to F^{ℓ+1} [B, D_
     H^{ℓ+1} = F^{ℓ+1} (+ X with ``add_input``: "the observed input added to the second layer", paper C.4)
     y_n | F^L_n ~ p(y_n | F^L_n)                     any likelihood of ppl_sparsegp.core.likelihoods
 
-W^ℓ is a fixed linear mean on inner layers (:func:`models.deep_bsgp.linear_mean_weights`, or None: zero mean); the
-last layer has zero mean. Guide: q(u^{ℓ,d}) = N(m^{ℓ,d}, S^{ℓ,d}) over u itself (default; a subset of it is the
+W^ℓ is a fixed linear mean on inner layers (:func:`models.numpyro.deep_bsgp.linear_mean_weights`, or None: zero mean);
+the last layer has zero mean. Guide: q(u^{ℓ,d}) = N(m^{ℓ,d}, S^{ℓ,d}) over u itself (default; a subset of it is the
 marginal of the selected points) or, with ``whiten=True``, over v = L⁻¹u.
 
 Bound (paper Eq. 6)::
@@ -30,7 +30,7 @@ scaled by N/B, KLs counted once; :func:`ppl_sparsegp.numpyro.sites.data_plate`).
 Masks: :meth:`DeepSVGP.layers` and :meth:`DeepSVGP.elbo` take one 0/1 mask [M_ℓ] per layer (or None) and evaluate
 the bound of the deep GP on the selected inducing inputs at fixed shapes (:class:`Layer` with a mask;
 :func:`ppl_sparsegp.core.masking.masked_conditional`; unwhitened only), as
-:class:`models.selective_deep.SelectiveDeepSVGP` needs; the model and guide here have none.
+:class:`models.numpyro.selective_deep.SelectiveDeepSVGP` needs; the model and guide here have none.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class DeepSVGP:
         num_data: the full N when the caller passes minibatches itself.
         inner_scale: initial q(u) square root of inner layers, as a multiple of the prior's (the last layer's is
             the prior's), so that inner layers start close to their mean path.
-        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models._base`).
+        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models.numpyro._base`).
     """
 
     Z: Sequence[Array]
@@ -376,7 +376,7 @@ def deep_svgp(
     1 on the last layer and ``inner_kernel_variance`` on inner ones, as the released code's layer-wise start).
 
     Args:
-        X: training inputs [N, D] (for the linear mean, :func:`models.deep_bsgp.linear_mean_weights`).
+        X: training inputs [N, D] (for the linear mean, :func:`models.numpyro.deep_bsgp.linear_mean_weights`).
         num_outputs: P.
         likelihood: the likelihood of y.
         Z: inducing inputs in the space of X: one array [M, D] for every layer, or one [M_ℓ, D] per layer. Layer

@@ -3,7 +3,7 @@
 The bound ``log N(y | 0, σ²I + Q_XX) - Tr(K_XX - Q_XX)/(2σ²)`` enters the model as a ``factor``; q(u) is
 collapsed (optimal, eqs 5.10-5.13) and recovered for prediction. Inducing inputs Z are variational parameters.
 
-Site names: hyperparameter sites of :mod:`models._base`, the param ``"Z"`` [M, D] (a constant when
+Site names: hyperparameter sites of :mod:`models.numpyro._base`, the param ``"Z"`` [M, D] (a constant when
 ``learn_Z=False``), and the factor ``"collapsed_bound"``. Cost O(N M² + M³) per evaluation.
 """
 

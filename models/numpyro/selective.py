@@ -1,6 +1,6 @@
 """Probabilistic selection of inducing points (Uhrenholt, Charvet & Jensen, UAI 2021; spec 000).
 
-Sites of both models: the hyperparameter sites of :mod:`models._base`; param ``"Z"`` [K, D] (the candidates; a
+Sites of both models: the hyperparameter sites of :mod:`models.numpyro._base`; param ``"Z"`` [K, D] (the candidates; a
 constant when ``learn_Z=False``); latent ``"inclusion"`` [K] (the mask s); guide param ``"inclusion_probs"`` [K]
 (λ, constrained to (0, 1), i.e. learned as logits) and the guide's mutable ``"score_function_baseline"``.
 :class:`SelectiveSGPR` adds the factor ``"collapsed_bound"``; :class:`SelectiveSVGP` the latent ``"u"`` [P, K], the

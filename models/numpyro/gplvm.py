@@ -1,7 +1,8 @@
 """Bayesian GP-LVM: a sparse variational GP whose inputs are latent (Titsias & Lawrence 2010; spec 000 §4.2).
 
 Sites: the latent ``"X"`` [B, Q] inside the plate ``"data"`` and the guide params ``"X_loc"`` [N, Q] and
-``"X_scale"`` [N, Q] (positive); the hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, Q] (a constant
+``"X_scale"`` [N, Q] (positive); the hyperparameter sites of :mod:`models.numpyro._base`; param ``"Z"`` [M, Q] (a
+constant
 when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"`` [D, M], the factor ``"y"`` [B] and the guide
 params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M] (``"u_scale"`` [D, M] when ``q_diag``);
 :class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.

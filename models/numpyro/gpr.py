@@ -4,7 +4,7 @@ Generative model::
 
     f ~ GP(0, k_θ),   y_n | f ~ N(f(x_n), σ²)      =>   y ~ N(0, K_XX + σ² I)
 
-Site names: the hyperparameter sites of :mod:`models._base` (``kernel.*``, ``likelihood.variance``) and the
+Site names: the hyperparameter sites of :mod:`models.numpyro._base` (``kernel.*``, ``likelihood.variance``) and the
 observed site ``"y"``. The guide holds only MAP point masses for hyperparameters with priors, so SVI on
 (model, guide) is type-II maximum likelihood (or MAP). Cost O(N³).
 """

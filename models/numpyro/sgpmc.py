@@ -11,7 +11,7 @@ p(f_n | u, θ) = N(a_n^T v, k_nn - a_n^T a_n), closed form or Gauss-Hermite per 
 density are draws of the KL-optimal free-form q*(u, θ); predictions mix p(f_* | u_s, θ_s) over draws s
 (:mod:`ppl_sparsegp.posterior.predict`). Z is fixed (from a Gaussian fit, §5.5).
 
-Its density equals that of :class:`models.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and
+Its density equals that of :class:`models.numpyro.svgp.SVGP` with ``data_term="sampled"``, ``whiten=True`` and
 ``learn_Z=False``, with the same site names (the sampled ``"u"`` holds v), so an SVGP fit initialises it. Every
 hyperparameter is either sampled (named in ``priors``) or held fixed (named in ``fixed``): an MCMC engine would
 otherwise keep a ``param`` at its initial value silently.
@@ -46,7 +46,7 @@ Array = Any
 class SGPMC(GPModel):
     """The SGPMC target as a NumPyro model; Z [M, D] fixed, v sampled at site ``"u"`` [P, M].
 
-    Args (beyond :class:`models._base.GPModel`'s kernel, likelihood, priors, fixed; ``priors`` and ``fixed``
+    Args (beyond :class:`models.numpyro._base.GPModel`'s kernel, likelihood, priors, fixed; ``priors`` and ``fixed``
     together must cover every hyperparameter site):
         Z: the fixed inducing inputs [M, D].
         num_latent: P, latent functions sharing Z and the kernel (one per output column of y).

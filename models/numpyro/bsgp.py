@@ -120,7 +120,7 @@ def check_z_prior(prior: str | dist.Distribution, num_inducing: int, input_dim: 
 class BSGP(GPModel):
     """Shallow BSGP: v, Z and θ sampled; see the module docstring for the model and its sites.
 
-    Args (beyond :class:`models._base.GPModel`'s kernel, likelihood, priors, fixed):
+    Args (beyond :class:`models.numpyro._base.GPModel`'s kernel, likelihood, priors, fixed):
         Z: the initial inducing inputs [M, D] (k-means on X in the paper); their prior is ``z_prior``.
         num_latent: P, outputs sharing Z and θ (one column of y each).
         batch_size: points per evaluation through the ``"data"`` plate (default 1000; None: all).

@@ -1,6 +1,6 @@
 """SVGP: the uncollapsed sparse variational GP for any likelihood (thesis §3.3, Ch 4 eqs 4.22-4.26).
 
-Site names: hyperparameter sites of :mod:`models._base`; param ``"Z"`` [M, D]; latent ``"u"`` [P, M];
+Site names: hyperparameter sites of :mod:`models.numpyro._base`; param ``"Z"`` [M, D]; latent ``"u"`` [P, M];
 plate ``"data"``; factor ``"y"`` [B]; guide params ``"u_loc"`` [P, M] and ``"u_scale_tril"`` [P, M, M]
 (or ``"u_scale"`` [P, M] when ``q_diag``).
 
@@ -133,7 +133,7 @@ class SVGP(GPModel):
 
     def _q(self, params: Mapping[str, Array]) -> tuple[Array, Array | None]:
         """q(u) from fitted guide parameters, or a point mass at a posterior draw ``params["u"]`` [P, M]: their
-        shapes as :func:`models._base.q_parameter` reads them (single output: [M], [M, M] accepted)."""
+        shapes as :func:`models.numpyro._base.q_parameter` reads them (single output: [M], [M, M] accepted)."""
         P, M = self.num_latent, self.num_inducing
         if "u" in params:
             return q_parameter(params, "u", (P, M)), None

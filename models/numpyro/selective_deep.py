@@ -1,11 +1,11 @@
 """Probabilistic selection of inducing points in a deep GP (Uhrenholt et al. 2021 §5.2, App. A; spec 000 §4.1).
 
-Sites: those of :class:`models.deep_svgp.DeepSVGP` (``"layer<ℓ>.kernel.<name>"``, ``"likelihood.<name>"``,
+Sites: those of :class:`models.numpyro.deep_svgp.DeepSVGP` (``"layer<ℓ>.kernel.<name>"``, ``"likelihood.<name>"``,
 ``"layer<ℓ>.Z"`` [K_ℓ, D_ℓ], ``"layer<ℓ>.u"`` [D_{ℓ+1}, K_ℓ], ``"layer<ℓ>.u_loc"``, ``"layer<ℓ>.u_scale_tril"``,
 plate ``"data"``, factor ``"y"``), the latent ``"layer<ℓ>.inclusion"`` [K_ℓ], the guide param
 ``"layer<ℓ>.inclusion_probs"`` [K_ℓ] (λ^ℓ in (0, 1)) and the guide's mutable ``"score_function_baseline"``.
 
-Every layer ℓ of a :class:`models.deep_svgp.DeepSVGP` gets its own candidate set Z*^ℓ [K_ℓ, D_ℓ], an inclusion
+Every layer ℓ of a :class:`models.numpyro.deep_svgp.DeepSVGP` gets its own candidate set Z*^ℓ [K_ℓ, D_ℓ], an inclusion
 mask s^ℓ ∈ {0,1}^{K_ℓ} under its own prior and its own guide::
 
     s^ℓ ~ p_{α_ℓ}(s^ℓ) ∝ exp(−α_ℓ |s^ℓ|²)            SubsetPointProcess(K_ℓ, α_ℓ), one per layer
@@ -26,7 +26,7 @@ post-train.
 :class:`SelectiveDeepSVGP` writes its ``model`` and ``guide`` in full with the site helpers (``inclusion`` /
 ``inclusion_posterior`` per layer) and holds, by composition, the ordinary :class:`DeepSVGP` over all candidates
 (``ordinary``: its checks, per-layer q(u) parameters and propagation) and one
-:class:`~models.selective.SubsetSelection` per layer (λ^ℓ, the KLs, pruning).
+:class:`~models.numpyro.selective.SubsetSelection` per layer (λ^ℓ, the KLs, pruning).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ vectors of X, or zero padding, as Salimbeni & Deisenroth 2017) and zero mean on 
 (BSGP Eq. 15) is estimated without bias by the doubly-stochastic scheme of Eq. 16: one draw of each inner
 layer's F^{ℓ+1} per evaluation (``F = m + √s ε``, ε from the model's PRNG key, so the potential is stochastic
 and suits SG-MCMC, not NUTS), then the last layer's data term ℓ_n in closed form or by quadrature (the
-``likelihood_term`` of :mod:`models.bsgp`), on a minibatch of ``batch_size`` points scaled by N/B.
+``likelihood_term`` of :mod:`models.numpyro.bsgp`), on a minibatch of ``batch_size`` points scaled by N/B.
 
 Site names: ``"layer<ℓ>.kernel.lengthscale"`` [D_ℓ], ``"layer<ℓ>.kernel.variance"``, ``"layer<ℓ>.Z"`` [M, D_ℓ],
 ``"layer<ℓ>.u"`` [D_{ℓ+1}, M], ``"likelihood.variance"`` (a param optimised by the sampler unless given a
@@ -65,11 +65,11 @@ class DeepBSGP:
         widths: output widths D_1..D_L; D_L = P, the number of outputs of y.
         likelihood: e.g. ``Gaussian(variance=1.0)``.
         mean_weights: W^ℓ [D_ℓ, D_{ℓ+1}] for the inner layers (``linear_mean_weights``), L − 1 of them.
-        kernels: one per layer (default :func:`models.bsgp.bsgp_kernel` of the layer's input width).
-        priors: per-layer site suffix -> prior (default :func:`models.bsgp.bsgp_priors`).
+        kernels: one per layer (default :func:`models.numpyro.bsgp.bsgp_kernel` of the layer's input width).
+        priors: per-layer site suffix -> prior (default :func:`models.numpyro.bsgp.bsgp_priors`).
         likelihood_priors: likelihood site -> prior (default none: the noise is a point estimate).
-        z_prior, z_prior_options, likelihood_term, batch_size: as :class:`models.bsgp.BSGP`.
-        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models._base`).
+        z_prior, z_prior_options, likelihood_term, batch_size: as :class:`models.numpyro.bsgp.BSGP`.
+        jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models.numpyro._base`).
     """
 
     Z: Sequence[Array]
