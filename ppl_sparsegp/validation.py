@@ -183,10 +183,14 @@ def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
     return int(M)
 
 
-def check_count(name: str, value: Any, minimum: int = 0) -> int:
-    """Check a count (steps, draws, points, dimensions): an integer >= ``minimum``. Returns it as a Python ``int``."""
+def check_count(name: str, value: Any, minimum: int = 0, optional: bool = False) -> int | None:
+    """Check a count (steps, draws, points, dimensions): an integer >= ``minimum`` (or None when ``optional``).
+    Returns it as a Python ``int`` (or None)."""
+    if optional and value is None:
+        return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+        what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
+        raise ValueError(f"{name}: expected {what}, got {value!r}")
     return int(value)
 
 

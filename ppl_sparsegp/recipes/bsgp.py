@@ -46,8 +46,9 @@ from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP, deep_bsgp
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
+from ppl_sparsegp.validation import check_count, check_positive_float
 
-from .phases import check_choice, check_count, check_rate, configure
+from .phases import check_choice, configure
 
 Array = Any
 
@@ -204,8 +205,8 @@ class BSGPConfig:
         check_count("num_warmup", self.num_warmup, 0, optional=True)
         for name in ("num_samples", "thinning", "warmup_chunk_size", "chunk_size"):
             check_count(name, getattr(self, name), 1, optional=True)
-        check_rate("step_size", self.step_size)
-        check_rate("mdecay", self.mdecay)
+        check_positive_float("step_size", self.step_size)
+        check_positive_float("mdecay", self.mdecay)
         if self.engine == "nuts" and self.num_layers > 1:
             raise ValueError("engine: NUTS needs a deterministic potential; deep BSGP's is stochastic, use 'sghmc'")
 

@@ -13,13 +13,13 @@ phases are read back, not re-run, and the subset is drawn with the same key from
 step deletes the later phases' checkpoints, which no longer follow from it.
 
 Also what every recipe's config uses: :func:`configure` (a config with keyword overrides) and the checks
-(:func:`check_count`, :func:`check_rate`, :func:`check_choice`), which name the setting.
+(:func:`check_choice` here; :func:`ppl_sparsegp.validation.check_count` and
+:func:`~ppl_sparsegp.validation.check_positive_float`), which name the setting.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +33,7 @@ import optax
 
 from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion
+from ppl_sparsegp.validation import check_count
 
 Array = Any
 Config = TypeVar("Config")
@@ -46,21 +47,6 @@ INCLUSION_SUFFIX = "inclusion_probs"
 def configure(config_type: type[Config], config: Config | None, overrides: Mapping[str, Any]) -> Config:
     """``config`` (default: ``config_type()``) with ``overrides`` of its fields; building it checks every field."""
     return dataclasses.replace(config_type() if config is None else config, **overrides)
-
-
-def check_count(name: str, value: Any, minimum: int, optional: bool = False) -> None:
-    """``value`` must be an integer >= ``minimum`` (or None when ``optional``); the error names ``name``."""
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        what = {0: "a non-negative integer", 1: "a positive integer"}.get(minimum, f"an integer >= {minimum}")
-        raise ValueError(f"{name}: expected {what}, got {value!r}")
-
-
-def check_rate(name: str, value: Any) -> None:
-    """``value`` must be a finite number > 0 (a learning rate or step size); the error names ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value < np.inf):
-        raise ValueError(f"{name}: expected a finite number > 0, got {value!r}")
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -55,13 +55,12 @@ from ppl_sparsegp.models.numpyro.selective_gplvm import SelectiveCollapsedGPLVM,
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.results import write_npz
+from ppl_sparsegp.validation import check_count, check_positive_float
 
 from .phases import (
     InclusionCounts,
     PhaseCheckpoints,
     check_choice,
-    check_count,
-    check_rate,
     configure,
     phase_checkpoint,
     run_phases,
@@ -91,8 +90,8 @@ def _check_schedule(config: Any) -> None:
     check_count("num_particles", config.num_particles, 1)
     check_count("checkpoint_every", config.checkpoint_every, 1)
     check_count("batch_size", config.batch_size, 1, optional=True)
-    check_rate("learning_rate", config.learning_rate)
-    check_rate("selection_learning_rate", config.selection_learning_rate)
+    check_positive_float("learning_rate", config.learning_rate)
+    check_positive_float("selection_learning_rate", config.selection_learning_rate)
     check_initial_inclusion(config.initial_inclusion)
 
 
@@ -470,8 +469,8 @@ class SelectiveGPLVMConfig:
         for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
             check_count(name, getattr(self, name), least)
         check_count("num_particles", self.num_particles, 1)
-        check_rate("learning_rate", self.learning_rate)
-        check_rate("selection_learning_rate", self.selection_learning_rate)
+        check_positive_float("learning_rate", self.learning_rate)
+        check_positive_float("selection_learning_rate", self.selection_learning_rate)
         check_choice("bound", self.bound, BOUNDS)
         if not isinstance(self.prune, bool):
             raise ValueError(f"prune: expected True or False, got {self.prune!r}")

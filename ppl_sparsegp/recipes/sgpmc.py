@@ -26,8 +26,9 @@ from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.models.numpyro._base import part_fingerprint
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.numpyro.svgp import SVGP
+from ppl_sparsegp.validation import check_count, check_positive_float
 
-from .phases import check_choice, check_count, check_rate, configure
+from .phases import check_choice, configure
 
 Array = Any
 
@@ -61,7 +62,7 @@ class SGPMCConfig:
             raise ValueError(
                 f"fixed_z_steps: expected an integer in [0, svi_steps={self.svi_steps}], got {self.fixed_z_steps!r}"
             )
-        check_rate("learning_rate", self.learning_rate)
+        check_positive_float("learning_rate", self.learning_rate)
         check_count("batch_size", self.batch_size, 1, optional=True)
         check_choice("engine", self.engine, ENGINES)
         check_count("num_warmup", self.num_warmup, 0)
