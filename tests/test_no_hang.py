@@ -95,7 +95,7 @@ def test_selective_deep_readme_fit_finishes_unpinned():
     output = _run_unpinned(
         """
         from ppl_sparsegp.data import load_dataset, standardize
-        from ppl_sparsegp.models.numpyro.selective_deep import fit_selective_deep
+        from ppl_sparsegp.recipes.selective import fit_selective_deep
 
         ds, _ = standardize(load_dataset("diabetes"))
         fit = fit_selective_deep(ds.X_train, ds.y_train, candidates=150, alpha=0.05, alpha_per_output=True,
@@ -113,7 +113,7 @@ def test_selective_gplvm_readme_fit_finishes_unpinned():
     output = _run_unpinned(
         """
         from ppl_sparsegp.data import load_dataset
-        from ppl_sparsegp.models.numpyro.selective_gplvm import fit_selective_gplvm
+        from ppl_sparsegp.recipes.selective import fit_selective_gplvm
 
         Y = load_dataset("oilflow").X_train
         Y_std = (Y - Y.mean(0)) / Y.std(0)
