@@ -23,9 +23,12 @@ unchanged or the new set complete. The file writers for it are :func:`json_file`
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
 import math
 import os
+import platform
 import secrets
 import shutil
 import tempfile
@@ -48,6 +51,7 @@ __all__ = [
     "plot_fit",
     "plot_inclusion",
     "plot_phases",
+    "provenance",
     "read_npz",
     "to_jsonable",
     "write_figure",
@@ -284,6 +288,19 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 # --------------------------------------------------------------------------------------------------------
 # What a fit's outputs hold: metrics in original units and the picture of the fit
+
+
+def provenance() -> dict[str, Any]:
+    """What a run record says of where and when it ran: the JAX backend, the versions that matter, the date."""
+    import jax
+    import numpyro
+    import optax
+
+    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
+    versions.update(optax=optax.__version__, numpy=np.__version__)
+    versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return {"backend": jax.default_backend(), "versions": versions, "date": date}
 
 
 def evaluate(

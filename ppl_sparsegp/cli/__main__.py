@@ -1,8 +1,7 @@
 """``ppl-sparsegp`` (also ``python -m ppl_sparsegp.cli``): the top-level parser, ``fit`` with one sub-command per
 method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
 
-A method's options are added to its sub-command when that sub-command is used (or its help shown), so a flag exists
-only where it belongs; argparse refuses it elsewhere ("unrecognized arguments").
+Each method's options belong to its sub-command only; argparse refuses them elsewhere ("unrecognized arguments").
 ``fit --help`` shows every method's options.
 
 Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -31,28 +30,13 @@ METHODS: dict[str, ModuleType] = {
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose arguments are added by ``populate(parser)`` when it is first used; ``sections``
-    are parsers whose help follows its own."""
+    """An argument parser (no abbreviated flags) whose help is followed by that of its ``sections``."""
 
-    def __init__(self, *args, populate: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.populate, self.sections = populate, []
-
-    def _populated(self) -> None:
-        if self.populate is not None:
-            populate, self.populate = self.populate, None
-            populate(self)
-
-    def parse_known_args(self, args=None, namespace=None):  # noqa: D102  (argparse's)
-        self._populated()
-        return super().parse_known_args(args, namespace)
-
-    def format_usage(self) -> str:
-        self._populated()
-        return super().format_usage()
+        self.sections: list[argparse.ArgumentParser] = []
 
     def format_help(self) -> str:
-        self._populated()
         return "\n".join([super().format_help(), *(section.format_help() for section in self.sections)])
 
 
@@ -81,13 +65,12 @@ def build_parser() -> Parser:
         f"--inducing {_by_value('inducing')}; --init {_by_value('init')}.",
     )
     methods = fit.add_subparsers(dest="method", required=True)
-    for name, module in METHODS.items():
+    for name, module in [*METHODS.items(), ("diagnose", diagnose)]:
         summary = module.__doc__.splitlines()[0].removeprefix(f"{name}: ")
-        fit.sections.append(
-            methods.add_parser(name, help=summary, description=module.__doc__, populate=module.add_arguments)
-        )
-    summary = diagnose.__doc__.splitlines()[0]
-    commands.add_parser("diagnose", help=summary, description=diagnose.__doc__, populate=diagnose.add_arguments)
+        sub = (commands if module is diagnose else methods).add_parser(name, help=summary, description=module.__doc__)
+        module.add_arguments(sub)
+        if module is not diagnose:
+            fit.sections.append(sub)
     return parser
 
 

@@ -14,7 +14,6 @@ from ppl_sparsegp.cli.run import Data
 from ppl_sparsegp.models.numpyro.gpr import GPR
 
 CHECKPOINT = svgp.CHECKPOINT
-NOISE_VARIANCE = svgp.NOISE_VARIANCE
 METHOD_DEFAULTS = {"noise_variance": svgp.NOISE_VARIANCE}
 MAX_N = 5000
 """Largest training set gpr accepts: its cost is O(N^3) time and O(N^2) memory per step."""
@@ -22,7 +21,7 @@ MAX_N = 5000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """gpr's options."""
-    svgp.add_svi_method_arguments(parser, "gpr", inducing=False)
+    svgp.add_arguments(parser, "gpr")
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:

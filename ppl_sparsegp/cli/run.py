@@ -6,9 +6,6 @@ written with the other outputs as one set (:func:`write_outputs`). Checks raise 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
-import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,12 +14,11 @@ from typing import Any
 import jax
 import matplotlib
 import numpy as np
-import numpyro
-import optax
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.checkpoint import prepare
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
@@ -223,11 +219,6 @@ def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) 
     return kernel.with_parameters(values)
 
 
-def inducing_inputs(opts: Mapping[str, Any], X: np.ndarray, kernel: kernels.Kernel) -> np.ndarray:
-    """Initial Z [M, D] by ``--init`` from the training inputs X [N, D]."""
-    return initialise.by_name(opts["init"], X, opts["inducing"], kernel, seed=opts["seed"])
-
-
 def batch(opts: Mapping[str, Any], N: int) -> int | None:
     """``--batch-size``, or None for the full batch."""
     return opts["batch_size"] if opts.get("batch_size") is not None and opts["batch_size"] < N else None
@@ -238,11 +229,13 @@ def progress(opts: Mapping[str, Any]) -> bool:
     return not (opts["no_progress"] or opts["quiet"])
 
 
-def fingerprint_settings(opts: Mapping[str, Any], resumable: Iterable[str] = ()) -> dict[str, Any]:
-    """The options a checkpoint's fingerprint records, keyed by flag (the method as ``method``): every option but
-    those of :data:`NOT_IN_FINGERPRINT` and ``resumable`` (step counts that a resumed run may raise)."""
+def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (), also=()):
+    """The fingerprint settings (every option but those of :data:`NOT_IN_FINGERPRINT` and ``resumable``, step
+    counts a resumed run may raise; keyed by flag, the method as ``method``) and what
+    :func:`ppl_sparsegp.infer.checkpoint.prepare` found of the run's checkpoints ``paths`` in ``--out``."""
     skip = {*NOT_IN_FINGERPRINT, *resumable}
-    return {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
+    settings = {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
+    return settings, prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
 
 
 def compiled_predictor(gp: Any) -> Callable[..., tuple[Any, Any, Any]]:
@@ -278,28 +271,29 @@ def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
     return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
 
 
-def write_outputs(
-    opts: Mapping[str, Any],
-    d: Data,
-    argv: Sequence[str],
-    record: Mapping[str, Any],
-    files: Mapping[str, Any],
-    figure: Any,
-) -> dict[str, Any]:
+def scores(m: Mapping[str, float], task: str, names: Sequence[str], sep: str = "  ") -> str:
+    """The metrics ``names`` as printed (RMSE 0.1234 ...; regression to 4 significant digits, binary to 4 places)."""
+    fmt = ".4g" if task == "regression" else ".4f"
+    return sep.join(f"{n if n == 'accuracy' else n.upper()} {m[n]:{fmt}}" for n in names)
+
+
+def size(opts: Mapping[str, Any], d: Data) -> str:
+    """``N = 442, D = 10, M = 128`` (M where the method has inducing points)."""
+    return f"N = {d.X.shape[0]}, D = {d.X.shape[1]}" + (f", M = {opts['inducing']}" if opts.get("inducing") else "")
+
+
+def finish(opts: Mapping[str, Any], d: Data, argv: Sequence[str], record: Mapping[str, Any],
+           files: Mapping[str, Any], figure: Any, summary: Sequence[str]) -> dict[str, Any]:  # fmt: skip
     """Write ``files`` (name -> :mod:`ppl_sparsegp.results` writer), ``figure`` (fit.png) and results.json to
-    ``--out`` as one set; returns results.json: what every run records, then the method's ``record``, then the
-    options (every shared option, None where the method takes none), versions and date."""
-    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
-    versions.update(optax=optax.__version__, numpy=np.__version__)
-    versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    ``--out`` as one set, then print ``summary`` and the files written (unless ``--quiet``); returns results.json:
+    what every run records, then the method's ``record``, then the options (every shared option, None where the
+    method takes none), versions and date."""
     ds = d.ds
     full = {
         "method": opts["method"], "data": ds.name, "split": opts["split"], "task": ds.task,
         "n_train": int(d.X.shape[0]), "n_eval": int(d.X_eval.shape[0]), "input_dim": int(d.X.shape[1]),
         "num_outputs": ds.num_outputs, "evaluated_on": d.evaluated_on, **record,
-        "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv),
-        "backend": jax.default_backend(), "versions": versions,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv), **results.provenance(),
     }  # fmt: skip
     if ds.y_test is None:
         full["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
@@ -308,4 +302,6 @@ def write_outputs(
         results.write_output_set(opts["out"], outputs)
     finally:
         plt.close(figure)
+    if not opts["quiet"]:
+        print("\n".join([*summary, f"  wrote {', '.join([str(opts['out'] / 'results.json'), *files, 'fit.png'])}"]))
     return full

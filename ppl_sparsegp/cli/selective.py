@@ -19,7 +19,6 @@ import numpy as np
 
 from ppl_sparsegp import results, validation
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.infer.checkpoint import prepare
 from ppl_sparsegp.recipes.phases import PHASES, phase_checkpoint
 from ppl_sparsegp.recipes.selective import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveConfig, fit_selective
 
@@ -108,9 +107,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     d = shared.load_data(opts, opts["data"], why)
     validation.check_inducing_count(opts["candidates"], d.X.shape[0], name="--candidates")
     likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
-    out = opts["out"]
-    settings = shared.fingerprint_settings(opts, resumable=("pre_steps", "selection_steps", "post_steps"))
-    prepare([phase_checkpoint(out, phase) for phase in PHASES], settings, d.X, d.y, restart=opts["restart"])
+    out, resumable = opts["out"], ("pre_steps", "selection_steps", "post_steps")
+    settings, _ = shared.checkpoints(opts, d, [phase_checkpoint(out, phase) for phase in PHASES], resumable)
     config = SelectiveConfig(
         **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
@@ -124,45 +122,33 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     fit_seconds = time.perf_counter() - start
     start = time.perf_counter()
     predict = shared.compiled_predictor(fit.model)
-    scores, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
+    m, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
     predict_seconds = time.perf_counter() - start
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
     selection["selected"] = np.flatnonzero(fit.mask)
     steps = {phase: int(len(fit.losses.get(phase, ()))) for phase in PHASES}
+    seconds = {p: float(fit.seconds.get(p, 0.0)) for p in PHASES}
     record = {
-        "bound": opts["bound"], "selection": opts["selection"], "likelihood": opts["likelihood"], "metrics": scores,
+        "bound": opts["bound"], "selection": opts["selection"], "likelihood": opts["likelihood"], "metrics": m,
         "candidates": int(len(fit.mask)), "selected_count": fit.selected_count, "expected_count": fit.expected_count,
         "count_variance": fit.count_variance, "steps": steps,
         "final_loss": {p: float(fit.losses[p][-1]) if steps[p] else None for p in PHASES},
-        "seconds": {p: float(fit.seconds.get(p, 0.0)) for p in PHASES},
-        "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
+        "seconds": seconds, "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "files": {"params": "params.npz", "selection": "selection.npz", "figure": "fit.png",
                   "checkpoints": [phase_checkpoint(out, p).name for p in PHASES]},
     }  # fmt: skip
     figure = _figure(fit, candidates, d, mean, var, shared.curve_1d(predict, fit.params, d))
-    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
-    record = shared.write_outputs(opts, d, argv, record, files, figure)
-    if not opts["quiet"]:
-        print(summary(record))
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """What ``fit selective`` prints on success."""
-    m, steps, seconds, o = record["metrics"], record["steps"], record["seconds"], record["options"]
-    where = record["evaluated_on"]
-    if record["task"] == "regression":
-        scores = f"{where} RMSE {m['rmse']:.4g}, MAE {m['mae']:.4g}, NLPD {m['nlpd']:.4g} (original units)"
-    else:
-        scores = f"{where} accuracy {m['accuracy']:.4f}, NLL {m['nll']:.4f}, ECE {m['ece']:.4f}, AUC {m['auc']:.4f}"
-    return "\n".join(
-        [
-            f"selective on {record['data']} split {record['split']}: kept {record['selected_count']} of "
-            f"{record['candidates']} candidates (E|S| = {record['expected_count']:.1f}), {scores}",
-            f"  {record['bound']} bound, {record['selection']} selection, alpha = {o['alpha']:g}; "
-            f"N = {record['n_train']}, D = {record['input_dim']}; pre + selection + post steps "
-            f"{' + '.join(str(steps[p]) for p in PHASES)} in {' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
-            f"  wrote {o['out'] / 'results.json'}, params.npz, selection.npz, fit.png",
-        ]
+    regression = d.ds.task == "regression"
+    scored = shared.scores(
+        m, d.ds.task, ("rmse", "mae", "nlpd") if regression else ("accuracy", "nll", "ece", "auc"), ", "
     )
+    summary = [
+        f"selective on {d.ds.name} split {opts['split']}: kept {fit.selected_count} of {len(fit.mask)} candidates "
+        f"(E|S| = {fit.expected_count:.1f}), {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+        f"  {opts['bound']} bound, {opts['selection']} selection, alpha = {opts['alpha']:g}; {shared.size(opts, d)}; "
+        f"pre + selection + post steps {' + '.join(str(steps[p]) for p in PHASES)} in "
+        f"{' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
+    ]
+    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
+    return shared.finish(opts, d, argv, record, files, figure, summary)

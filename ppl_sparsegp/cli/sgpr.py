@@ -12,14 +12,12 @@ from typing import Any
 from ppl_sparsegp.cli import svgp
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
-CHECKPOINT = svgp.CHECKPOINT
-NOISE_VARIANCE = svgp.NOISE_VARIANCE
-METHOD_DEFAULTS = svgp.METHOD_DEFAULTS
+CHECKPOINT, METHOD_DEFAULTS = svgp.CHECKPOINT, svgp.METHOD_DEFAULTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """sgpr's options."""
-    svgp.add_svi_method_arguments(parser, "sgpr", inducing=True)
+    svgp.add_arguments(parser, "sgpr")
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
