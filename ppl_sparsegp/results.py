@@ -51,6 +51,7 @@ __all__ = [
     "plot_fit",
     "plot_inclusion",
     "plot_phases",
+    "plot_selection",
     "provenance",
     "read_npz",
     "to_jsonable",
@@ -432,3 +433,17 @@ def plot_inclusion(ax: Any, probs: np.ndarray, kept: np.ndarray, x: np.ndarray |
         ax.set_xlabel("candidate, sorted by inclusion probability")
     ax.set(ylim=(-0.02, 1.02), ylabel="inclusion probability λ", title=title)
     ax.legend(loc="best", fontsize=8)
+
+
+def plot_selection(figure: Any, losses: Mapping[str, np.ndarray], probs: np.ndarray, kept: np.ndarray,
+                   x: np.ndarray | None, title: str) -> None:  # fmt: skip
+    """Turn :func:`plot_fit`'s ``figure`` into three panels: the phases' loss traces (:func:`plot_phases`), the
+    inclusion probabilities (:func:`plot_inclusion`) and the predictive picture."""
+    ax_loss, ax_fit = figure.axes
+    figure.set_size_inches(16.5, 4.2)
+    grid = figure.add_gridspec(1, 3)
+    ax_loss.set_subplotspec(grid[0])
+    ax_fit.set_subplotspec(grid[2])
+    plot_phases(ax_loss, losses)
+    plot_inclusion(figure.add_subplot(grid[1]), probs, kept, x, title)
+    figure.tight_layout()

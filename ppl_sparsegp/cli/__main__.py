@@ -1,7 +1,7 @@
 """``ppl-sparsegp`` (also ``python -m ppl_sparsegp.cli``): the top-level parser, ``fit`` with one sub-command per
 method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
 
-Each method's options belong to its sub-command only; argparse refuses them elsewhere ("unrecognized arguments").
+A method's options belong to its sub-command only; argparse refuses them elsewhere ("unrecognized arguments").
 ``fit --help`` shows every method's options.
 
 Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
@@ -51,8 +51,10 @@ def _by_value(option: str) -> str:
     return "; ".join(f"{names}: {value}" for value, names in joined.items())
 
 
-def build_parser() -> Parser:
-    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``."""
+def build_parser(argv: Sequence[str] = ()) -> Parser:
+    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``; for ``argv`` that name a
+    method, only that method's options are added (a run reads no other method's module)."""
+    only = argv[1] if len(argv) > 1 and argv[0] == "fit" and argv[1] in METHODS else None
     parser = Parser(prog="ppl-sparsegp", description="Sparse Gaussian processes as NumPyro programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit = commands.add_parser(
@@ -65,12 +67,15 @@ def build_parser() -> Parser:
         f"--inducing {_by_value('inducing')}; --init {_by_value('init')}.",
     )
     methods = fit.add_subparsers(dest="method", required=True)
-    for name, module in [*METHODS.items(), ("diagnose", diagnose)]:
+    for name, module in METHODS.items():
         summary = module.__doc__.splitlines()[0].removeprefix(f"{name}: ")
-        sub = (commands if module is diagnose else methods).add_parser(name, help=summary, description=module.__doc__)
-        module.add_arguments(sub)
-        if module is not diagnose:
-            fit.sections.append(sub)
+        fit.sections.append(methods.add_parser(name, help=summary, description=module.__doc__))
+        if only in (None, name):
+            module.add_arguments(fit.sections[-1])
+    summary = diagnose.__doc__.splitlines()[0]
+    diagnose_parser = commands.add_parser("diagnose", help=summary, description=diagnose.__doc__)
+    if only is None:
+        diagnose.add_arguments(diagnose_parser)
     return parser
 
 
@@ -78,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``ppl-sparsegp`` with ``argv`` (default: the process's); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     module = diagnose if args.command == "diagnose" else METHODS[args.method]
@@ -86,14 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = Path("runs") / f"{args.method}-{args.data.replace('/', '_')}-{args.split}"
     try:
         module.run(args, argv)
-    except ValueError as err:
+    except (ValueError, OSError, FloatingPointError, DataIntegrityError) as err:
         if isinstance(err, CheckpointError):
             err.hint = RESTART_HINT
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    except (OSError, FloatingPointError, DataIntegrityError) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, ValueError) else 1
     except KeyboardInterrupt:
         print(f"interrupted; run the same command again to resume from {args.out / module.CHECKPOINT}", file=sys.stderr)
         return 130

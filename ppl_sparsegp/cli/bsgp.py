@@ -46,7 +46,6 @@ ENGINE_OPTIONS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """bsgp's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "bsgp")
     shared.add_noise_arguments(parser, NOISE_VARIANCE)
@@ -96,8 +95,6 @@ def _check(opts: dict[str, Any]) -> None:
         )
     if engine == "nuts" and opts["noise"] == "point":
         raise ValueError("--noise point needs --engine sghmc: NUTS samples every site (use --noise sampled)")
-    if engine == "nuts" and opts["samples"] % opts["thinning"]:
-        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     if engine == "sghmc" and not (math.isfinite(opts["step_size"]) and opts["step_size"] > 0):
         raise ValueError(f"--step-size must be finite and > 0, got {opts['step_size']}")
 
@@ -126,11 +123,7 @@ def dataset_name(name: str) -> str:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Sample bsgp as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    d = shared.load_data(opts, dataset_name(opts["data"]))
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
+    opts, d = shared.start(args, _check, NOISE_VARIANCE, dataset_name(args.data))
     sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
     if d.ds.task == "regression":
         opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
@@ -156,7 +149,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         fit = fit_bsgp(
-            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=likelihood, Z=Z,
+            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
             checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), callback=bar, fingerprint=settings,
         )  # fmt: skip
     finally:

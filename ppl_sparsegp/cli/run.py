@@ -1,6 +1,6 @@
 """What every ``fit`` method shares: the options several methods take (each added by one helper here), their
 checks, the dataset, the checkpoint fingerprint, prediction, and the run record (results.json), built here once and
-written with the other outputs as one set (:func:`write_outputs`). Checks raise a ``ValueError`` naming the flag.
+written with the other outputs as one set (:func:`finish`). Checks raise a ``ValueError`` naming the flag.
 """
 
 from __future__ import annotations
@@ -129,6 +129,8 @@ def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negati
         if opts.get(name) is not None and opts[name] < least:
             what = "a positive" if least else "a non-negative"
             raise ValueError(f"{flag(name)} must be {what} integer, got {opts[name]}")
+    if opts.get("samples") and opts.get("thinning") and opts["samples"] % opts["thinning"]:
+        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     for name in ("lr", "kernel_variance", "lengthscale", "noise_variance"):
         if opts.get(name) is not None:
             validation.check_positive(flag(name), opts[name])
@@ -148,7 +150,7 @@ def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negati
 class Data:
     """The dataset in original units (``ds``) and standardised (``scaler``); training ``X`` [N, D], ``y`` [N] or
     [N, P] and evaluation ``X_eval``, ``y_eval_std`` standardised (``--dtype``), ``y_eval`` in original units: the
-    test set, or the training set (``evaluated_on``) when there are no test targets."""
+    test set, or the training set (``evaluated_on``) when there are no test targets; the initial ``likelihood``."""
 
     ds: data.Dataset
     scaler: data.Standardizer
@@ -158,6 +160,7 @@ class Data:
     y_eval: np.ndarray
     y_eval_std: np.ndarray
     evaluated_on: str
+    likelihood: likelihoods.Likelihood
 
     def evaluate(self, predicted: tuple[Any, Any, Any]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         """:func:`ppl_sparsegp.results.evaluate` of (mean, var, log density) at ``X_eval`` (standardised units)."""
@@ -168,8 +171,14 @@ class Data:
         return results.plot_fit(losses, self.ds.task, self.evaluated_on, self.y_eval, mean, var, curve)
 
 
-def load_data(opts: dict[str, Any], name: str, regression_only: str | None = None) -> Data:
-    """Load dataset ``name`` and check it against ``opts``; ``regression_only``: why the method needs regression."""
+def start(args: argparse.Namespace, check: Callable[[dict], None], noise: float, name: str | None = None,
+          regression_only: str | None = None) -> tuple[dict[str, Any], Data]:  # fmt: skip
+    """The options of ``args`` checked by ``check`` and the dataset (``name``, default ``--data``) loaded and checked
+    against them (``regression_only``: why the method needs regression), with the dataset-dependent ``likelihood``
+    and ``noise_variance`` (default ``noise``) filled in."""
+    opts = dict(vars(args))
+    check(opts)
+    name = name or opts["data"]
     try:
         ds = data.load_dataset(name, opts["split"])
     except ValueError as err:
@@ -189,22 +198,17 @@ def load_data(opts: dict[str, Any], name: str, regression_only: str | None = Non
             raise ValueError(f"{flag(name)}: the Bernoulli likelihood of {ds.task} data ({ds.name}) has no noise")
     if opts.get("inducing") is not None:
         validation.check_inducing_count(opts["inducing"], ds.X_train.shape[0], name="--inducing")
-    std, scaler = data.standardize(ds)
-    dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
-    X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
-    return Data(
-        ds, scaler, std.X_train.astype(dtype), std.y_train.astype(dtype), X_eval.astype(dtype),
-        ds.y_test if has_test else ds.y_train, y_eval_std.astype(dtype), "test" if has_test else "train",
-    )  # fmt: skip
-
-
-def settle_likelihood(opts: dict[str, Any], task: str, noise: float) -> likelihoods.Likelihood:
-    """Fill in the dataset-dependent ``likelihood`` and ``noise_variance`` (default ``noise``); the initial
-    likelihood they give."""
-    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if task == "regression" else "probit")
-    if task == "regression" and opts.get("noise_variance") is None:
+    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if ds.task == "regression" else "probit")
+    if ds.task == "regression" and opts.get("noise_variance") is None:
         opts["noise_variance"] = noise
-    return likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], np.dtype(opts["dtype"]))
+    dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
+    likelihood = likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype)
+    std, scaler = data.standardize(ds)
+    X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
+    return opts, Data(
+        ds, scaler, std.X_train.astype(dtype), std.y_train.astype(dtype), X_eval.astype(dtype),
+        ds.y_test if has_test else ds.y_train, y_eval_std.astype(dtype), "test" if has_test else "train", likelihood,
+    )  # fmt: skip
 
 
 def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) -> kernels.Kernel:
@@ -238,31 +242,29 @@ def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumab
     return settings, prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
 
 
-def compiled_predictor(gp: Any) -> Callable[..., tuple[Any, Any, Any]]:
-    """One compiled ``predict(params, X, y, X_new, y_new) -> (mean, var, log density)`` of y at X_new [S, D]
-    (standardised units, each [S] or [S, P]); gpr and sgpr predict from the training data X, y."""
+def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, float], Any, Any, dict | None]:
+    """Metrics, mean and variance (original units) of ``gp`` with ``params`` at ``X_eval``, and the grid predictions
+    of the 1-D regression picture (None where it does not apply), by one compiled predictor (gpr and sgpr predict
+    from the training data)."""
 
+    @jax.jit
     def predict(params, X, y, X_new, y_new):
         mean, var = gp.predict_y(params, X_new, X=X, y=y)
         return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
 
-    return jax.jit(predict)
-
-
-def curve_1d(predict: Callable[..., Any], params: Mapping[str, Any], d: Data) -> dict[str, np.ndarray] | None:
-    """Grid predictions (original units) for the 1-D regression picture, or None when it does not apply."""
+    m, mean, var = d.evaluate(predict(params, d.X, d.y, d.X_eval, d.y_eval_std))
     ds, scaler = d.ds, d.scaler
     if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
-        return None
+        return m, mean, var, None
     lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
     x = np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 400)
     X_grid, y_grid = scaler.transform_x(x[:, None]).astype(d.X.dtype), np.zeros(len(x), dtype=d.X.dtype)
-    mean, var, _ = predict(params, d.X, d.y, X_grid, y_grid)
-    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(mean)), "var": scaler.inverse_var(np.asarray(var))}
+    grid = predict(params, d.X, d.y, X_grid, y_grid)
+    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(grid[0])), "var": scaler.inverse_var(np.asarray(grid[1]))}
     curve.update(X=ds.X_train[:, 0], y=ds.y_train)
     if "Z" in params:
         curve["Z"] = np.asarray(params["Z"])[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
-    return curve
+    return m, mean, var, curve
 
 
 def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:

@@ -42,7 +42,6 @@ OPTIONS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """selective's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "selective")
     shared.add_kernel_arguments(parser)
@@ -81,32 +80,10 @@ def _check(opts: dict[str, Any]) -> None:
         raise ValueError("--batch-size needs --bound uncollapsed (the collapsed bound uses the full batch)")
 
 
-def _figure(fit: Any, candidates: np.ndarray, d: shared.Data, mean: np.ndarray, var: np.ndarray, curve: Any) -> Any:
-    """The phases' loss traces, the inclusion probabilities (against the candidates' location for 1-D inputs) and
-    plot_fit's predictive picture."""
-    figure = d.plot(np.zeros(0), mean, var, curve)
-    ax_loss, ax_fit = figure.axes
-    figure.set_size_inches(16.5, 4.2)
-    grid = figure.add_gridspec(1, 3)
-    ax_loss.set_subplotspec(grid[0])
-    ax_fit.set_subplotspec(grid[2])
-    results.plot_phases(ax_loss, {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES})
-    x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0] if candidates.shape[1] == 1 else None
-    title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
-    results.plot_inclusion(figure.add_subplot(grid[1]), fit.inclusion_probs, fit.mask.astype(bool), x, title)
-    figure.tight_layout()
-    return figure
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit selective as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    collapsed = opts["bound"] == "collapsed"
-    why = "selective --bound collapsed needs regression data (use --bound uncollapsed)" if collapsed else None
-    d = shared.load_data(opts, opts["data"], why)
+    why = "selective --bound collapsed needs regression data (use --bound uncollapsed)"
+    opts, d = shared.start(args, _check, NOISE_VARIANCE, None, why if args.bound == "collapsed" else None)
     validation.check_inducing_count(opts["candidates"], d.X.shape[0], name="--candidates")
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
     out, resumable = opts["out"], ("pre_steps", "selection_steps", "post_steps")
     settings, _ = shared.checkpoints(opts, d, [phase_checkpoint(out, phase) for phase in PHASES], resumable)
     config = SelectiveConfig(
@@ -114,15 +91,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
     )  # fmt: skip
     start = time.perf_counter()
+    kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
     fit = fit_selective(
-        d.X, d.y, config, likelihood=likelihood, kernel=shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"]),
-        key=opts["seed"], progress=shared.progress(opts), checkpoint_dir=out, fingerprint=settings,
-        checkpoint_every=opts["checkpoint_every"],
+        d.X, d.y, config, likelihood=d.likelihood, kernel=kernel, key=opts["seed"], progress=shared.progress(opts),
+        checkpoint_dir=out, fingerprint=settings, checkpoint_every=opts["checkpoint_every"],
     )  # fmt: skip
     fit_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    predict = shared.compiled_predictor(fit.model)
-    m, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
+    m, mean, var, curve = shared.predict_gp(fit.model, fit.params, d)
     predict_seconds = time.perf_counter() - start
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
@@ -138,7 +114,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "files": {"params": "params.npz", "selection": "selection.npz", "figure": "fit.png",
                   "checkpoints": [phase_checkpoint(out, p).name for p in PHASES]},
     }  # fmt: skip
-    figure = _figure(fit, candidates, d, mean, var, shared.curve_1d(predict, fit.params, d))
+    figure = d.plot(np.zeros(0), mean, var, curve)
+    x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0] if candidates.shape[1] == 1 else None
+    title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
+    losses = {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES}
+    results.plot_selection(figure, losses, fit.inclusion_probs, fit.mask.astype(bool), x, title)
     regression = d.ds.task == "regression"
     scored = shared.scores(
         m, d.ds.task, ("rmse", "mae", "nlpd") if regression else ("accuracy", "nll", "ece", "auc"), ", "

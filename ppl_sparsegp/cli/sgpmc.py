@@ -39,7 +39,6 @@ SG_ENGINES = ("sghmc", "sgld")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """sgpmc's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "sgpmc")
     shared.add_kernel_arguments(parser, None)  # sqrt(D): from 1.0 the Gamma prior can pull a high-dimensional
@@ -63,8 +62,6 @@ def _check(opts: dict[str, Any]) -> None:
     """The MCMC options against each other."""
     shared.check_options(opts, positive=("samples", "chains", "thinning", "chunk"), non_negative=("warmup",))
     sg = opts["engine"] in SG_ENGINES
-    if opts["samples"] % opts["thinning"]:
-        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     if opts["step_size"] is not None and not sg:
         raise ValueError(f"--step-size applies to the sghmc and sgld engines, not {opts['engine']}")
     if opts["engine"] == "sgld" and opts["step_size"] is None:
@@ -78,11 +75,7 @@ def _check(opts: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit sgpmc as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    d = shared.load_data(opts, opts["data"])
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
+    opts, d = shared.start(args, _check, NOISE_VARIANCE)
     settings, _ = shared.checkpoints(opts, d, [opts["out"] / CHECKPOINT])
     kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"] or math.sqrt(d.X.shape[1]))
     config = SGPMCConfig(
@@ -93,9 +86,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     )  # fmt: skip
     start = time.perf_counter()
     fit = fit_sgpmc(
-        d.X, d.y, config, kernel=kernel, likelihood=likelihood, key=jax.random.PRNGKey(opts["seed"]),
+        d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
         Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
-        priors=default_priors(kernel, likelihood, opts["prior"]), num_latent=d.ds.num_outputs,
+        priors=default_priors(kernel, d.likelihood, opts["prior"]), num_latent=d.ds.num_outputs,
         engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
         checkpoint=opts["out"] / CHECKPOINT, progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip

@@ -48,8 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit svgp as ``args`` say; write the outputs; return results.json."""
-
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> SVGP:
         batch = shared.batch(opts, d.X.shape[0])
         return SVGP(
@@ -62,10 +60,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..., Any], regression_only=None) -> dict:
     """Check, load, ``build(opts, data, parts)`` the GP from its initial ``kernel``, ``likelihood`` (and ``Z``),
     fit it by SVI with Adam (checkpointed, resumable), evaluate, write the outputs and print the summary."""
-    opts = dict(vars(args))
-    shared.check_options(opts)
-    d = shared.load_data(opts, opts["data"], regression_only)
-    parts = {"likelihood": shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)}
+    opts, d = shared.start(args, shared.check_options, NOISE_VARIANCE, None, regression_only)
+    parts = {"likelihood": d.likelihood}
     checkpoint = opts["out"] / CHECKPOINT
     settings, found = shared.checkpoints(opts, d, [checkpoint], resumable=("steps",))
     resumed_from = found[checkpoint].counters["step"] if checkpoint in found else 0
@@ -80,9 +76,8 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
         key=opts["seed"], fingerprint=settings, validate=gp.check_data,
     )  # fmt: skip
     train_seconds = time.perf_counter() - t0
-    predict = shared.compiled_predictor(gp)
-    m, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
-    figure = d.plot(fit.losses, mean, var, shared.curve_1d(predict, fit.params, d))
+    m, mean, var, curve = shared.predict_gp(gp, fit.params, d)
+    figure = d.plot(fit.losses, mean, var, curve)
     steps = int(len(fit.losses))
     record = {
         "metrics": m, "steps": steps, "steps_this_run": steps - resumed_from, "resumed_from_step": resumed_from,
