@@ -23,9 +23,12 @@ unchanged or the new set complete. The file writers for it are :func:`json_file`
 
 from __future__ import annotations
 
+import datetime
+import importlib.metadata
 import json
 import math
 import os
+import platform
 import secrets
 import shutil
 import tempfile
@@ -48,6 +51,8 @@ __all__ = [
     "plot_fit",
     "plot_inclusion",
     "plot_phases",
+    "plot_selection",
+    "provenance",
     "read_npz",
     "to_jsonable",
     "write_figure",
@@ -286,6 +291,19 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 # What a fit's outputs hold: metrics in original units and the picture of the fit
 
 
+def provenance() -> dict[str, Any]:
+    """What a run record says of where and when it ran: the JAX backend, the versions that matter, the date."""
+    import jax
+    import numpyro
+    import optax
+
+    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
+    versions.update(optax=optax.__version__, numpy=np.__version__)
+    versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    return {"backend": jax.default_backend(), "versions": versions, "date": date}
+
+
 def evaluate(
     predicted: tuple[Any, Any, Any], y_eval: np.ndarray, scaler: Standardizer, task: str
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
@@ -415,3 +433,17 @@ def plot_inclusion(ax: Any, probs: np.ndarray, kept: np.ndarray, x: np.ndarray |
         ax.set_xlabel("candidate, sorted by inclusion probability")
     ax.set(ylim=(-0.02, 1.02), ylabel="inclusion probability λ", title=title)
     ax.legend(loc="best", fontsize=8)
+
+
+def plot_selection(figure: Any, losses: Mapping[str, np.ndarray], probs: np.ndarray, kept: np.ndarray,
+                   x: np.ndarray | None, title: str) -> None:  # fmt: skip
+    """Turn :func:`plot_fit`'s ``figure`` into three panels: the phases' loss traces (:func:`plot_phases`), the
+    inclusion probabilities (:func:`plot_inclusion`) and the predictive picture."""
+    ax_loss, ax_fit = figure.axes
+    figure.set_size_inches(16.5, 4.2)
+    grid = figure.add_gridspec(1, 3)
+    ax_loss.set_subplotspec(grid[0])
+    ax_fit.set_subplotspec(grid[2])
+    plot_phases(ax_loss, losses)
+    plot_inclusion(figure.add_subplot(grid[1]), probs, kept, x, title)
+    figure.tight_layout()

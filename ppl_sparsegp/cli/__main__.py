@@ -1,8 +1,7 @@
 """``ppl-sparsegp`` (also ``python -m ppl_sparsegp.cli``): the top-level parser, ``fit`` with one sub-command per
 method (each a module with ``add_arguments`` and ``run``) and ``diagnose``, and the exit codes.
 
-A method's options are added to its sub-command when that sub-command is used (or its help shown), so a flag exists
-only where it belongs; argparse refuses it elsewhere ("unrecognized arguments").
+A method's options belong to its sub-command only; argparse refuses them elsewhere ("unrecognized arguments").
 ``fit --help`` shows every method's options.
 
 Exit codes: 0 success; 2 bad options or data (argparse's own errors included), or a checkpoint in ``--out`` that
@@ -15,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -31,28 +30,13 @@ METHODS: dict[str, ModuleType] = {
 
 
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose arguments are added by ``populate(parser)`` when it is first used; ``sections``
-    are parsers whose help follows its own."""
+    """An argument parser (no abbreviated flags) whose help is followed by that of its ``sections``."""
 
-    def __init__(self, *args, populate: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, allow_abbrev=False, **kwargs)
-        self.populate, self.sections = populate, []
-
-    def _populated(self) -> None:
-        if self.populate is not None:
-            populate, self.populate = self.populate, None
-            populate(self)
-
-    def parse_known_args(self, args=None, namespace=None):  # noqa: D102  (argparse's)
-        self._populated()
-        return super().parse_known_args(args, namespace)
-
-    def format_usage(self) -> str:
-        self._populated()
-        return super().format_usage()
+        self.sections: list[argparse.ArgumentParser] = []
 
     def format_help(self) -> str:
-        self._populated()
         return "\n".join([super().format_help(), *(section.format_help() for section in self.sections)])
 
 
@@ -67,8 +51,10 @@ def _by_value(option: str) -> str:
     return "; ".join(f"{names}: {value}" for value, names in joined.items())
 
 
-def build_parser() -> Parser:
-    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``."""
+def build_parser(argv: Sequence[str] = ()) -> Parser:
+    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``; for ``argv`` that name a
+    method, only that method's options are added (a run reads no other method's module)."""
+    only = argv[1] if len(argv) > 1 and argv[0] == "fit" and argv[1] in METHODS else None
     parser = Parser(prog="ppl-sparsegp", description="Sparse Gaussian processes as NumPyro programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit = commands.add_parser(
@@ -83,11 +69,13 @@ def build_parser() -> Parser:
     methods = fit.add_subparsers(dest="method", required=True)
     for name, module in METHODS.items():
         summary = module.__doc__.splitlines()[0].removeprefix(f"{name}: ")
-        fit.sections.append(
-            methods.add_parser(name, help=summary, description=module.__doc__, populate=module.add_arguments)
-        )
+        fit.sections.append(methods.add_parser(name, help=summary, description=module.__doc__))
+        if only in (None, name):
+            module.add_arguments(fit.sections[-1])
     summary = diagnose.__doc__.splitlines()[0]
-    commands.add_parser("diagnose", help=summary, description=diagnose.__doc__, populate=diagnose.add_arguments)
+    diagnose_parser = commands.add_parser("diagnose", help=summary, description=diagnose.__doc__)
+    if only is None:
+        diagnose.add_arguments(diagnose_parser)
     return parser
 
 
@@ -95,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``ppl-sparsegp`` with ``argv`` (default: the process's); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
     module = diagnose if args.command == "diagnose" else METHODS[args.method]
@@ -103,14 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = Path("runs") / f"{args.method}-{args.data.replace('/', '_')}-{args.split}"
     try:
         module.run(args, argv)
-    except ValueError as err:
+    except (ValueError, OSError, FloatingPointError, DataIntegrityError) as err:
         if isinstance(err, CheckpointError):
             err.hint = RESTART_HINT
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    except (OSError, FloatingPointError, DataIntegrityError) as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, ValueError) else 1
     except KeyboardInterrupt:
         print(f"interrupted; run the same command again to resume from {args.out / module.CHECKPOINT}", file=sys.stderr)
         return 130

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp import data, results
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, flag
-from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.models.numpyro.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
@@ -46,7 +46,6 @@ ENGINE_OPTIONS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """bsgp's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "bsgp")
     shared.add_noise_arguments(parser, NOISE_VARIANCE)
@@ -96,8 +95,6 @@ def _check(opts: dict[str, Any]) -> None:
         )
     if engine == "nuts" and opts["noise"] == "point":
         raise ValueError("--noise point needs --engine sghmc: NUTS samples every site (use --noise sampled)")
-    if engine == "nuts" and opts["samples"] % opts["thinning"]:
-        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     if engine == "sghmc" and not (math.isfinite(opts["step_size"]) and opts["step_size"] > 0):
         raise ValueError(f"--step-size must be finite and > 0, got {opts['step_size']}")
 
@@ -126,19 +123,14 @@ def dataset_name(name: str) -> str:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Sample bsgp as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    d = shared.load_data(opts, dataset_name(opts["data"]))
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
+    opts, d = shared.start(args, _check, NOISE_VARIANCE, dataset_name(args.data))
+    sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
     if d.ds.task == "regression":
-        opts["noise"] = opts["noise"] or ("sampled" if opts["engine"] == "nuts" else "point")
-    out, settings = opts["out"], shared.fingerprint_settings(opts)
-    found = prepare([out / CHECKPOINT], settings, d.X, d.y, restart=opts["restart"], also=[out / SETTINGS_FILE])
+        opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
+    settings, found = shared.checkpoints(opts, d, [out / CHECKPOINT], also=[out / SETTINGS_FILE])
     counters = found[out / CHECKPOINT].counters if out / CHECKPOINT in found else None
     resumed = None if counters is None else {k: counters[k] for k in ("warmup_done", "draws_done")}
-    Z = shared.inducing_inputs(opts, d.X, bsgp_kernel(d.X.shape[1]))
-    sghmc = opts["engine"] == "sghmc"
+    Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
     if sghmc:
         plan = schedule(opts["iterations"], opts["kept"])
         engine = {"num_iterations": opts["iterations"], "num_kept": opts["kept"], "step_size": opts["step_size"]}
@@ -157,7 +149,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         fit = fit_bsgp(
-            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=likelihood, Z=Z,
+            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
             checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), callback=bar, fingerprint=settings,
         )  # fmt: skip
     finally:
@@ -170,14 +162,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     logp = fit.log_predictive_density(d.X_eval, d.y_eval_std, key=key)
     pred = fit.predict(d.X_eval, key=key)
     predict_seconds = time.perf_counter() - start
-    scores, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
-    if d.ds.task == "regression":
-        scores = {"mnll": scores["nlpd"], **scores}
+    m, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
+    regression = d.ds.task == "regression"
+    m = {"mnll": m["nlpd"], **m} if regression else m
     idata, groups = fit.inference_data(d.X, d.y)
-    mcmc, N = fit.mcmc, int(d.X.shape[0])
+    mcmc = fit.mcmc
+    divergences = int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None
+    speed = num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None
     record = {
         "engine": opts["engine"], "layers": opts["layers"], "z_prior": opts["z_prior"], "data_term": opts["data_term"],
-        "noise": opts["noise"], "likelihood": opts["likelihood"], "metrics": scores,
+        "noise": opts["noise"], "likelihood": opts["likelihood"], "metrics": m,
         "sampler": {
             "kernel": mcmc.kernel_name, "chains": mcmc.num_chains, "draws_per_chain": mcmc.num_draws,
             "warmup_updates": num_warmup, "sample_updates": num_samples, "thinning": mcmc.thinning,
@@ -187,9 +181,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "likelihood_parameters_standardised": {
             k: np.mean(v, axis=0) for k, v in mcmc.flat_samples().items() if k.startswith("likelihood.")
         },
-        "divergences": int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None,
-        "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds, "sample_seconds": mcmc.sample_seconds,
-        "updates_per_second": num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None,
+        "divergences": divergences, "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds,
+        "sample_seconds": mcmc.sample_seconds, "updates_per_second": speed,
         "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
                   "checkpoint": CHECKPOINT, "checkpoint_settings": SETTINGS_FILE},
@@ -197,31 +190,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     figure = d.plot(np.zeros(0), mean, var)
     results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), mcmc.kernel_name != "NUTS")
     figure.tight_layout()
-    record = shared.write_outputs(opts, d, argv, record, {"posterior.nc": diagnostics.netcdf_file(idata)}, figure)
-    if not opts["quiet"]:
-        print(summary(record))
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """What ``fit bsgp`` prints on success."""
-    m, s, o = record["metrics"], record["sampler"], record["options"]
-    if record["task"] == "regression":
-        scores = f"MNLL {m['mnll']:.4g}  RMSE {m['rmse']:.4g} (original units)"
-    else:
-        scores = f"accuracy {m['accuracy']:.4f}  NLL {m['nll']:.4f}"
-    layers = f"{record['layers']} layer{'s' if record['layers'] > 1 else ''}"
-    speed = "" if record["updates_per_second"] is None else f", {record['updates_per_second']:.0f} updates/s"
-    resumed = record["resumed_from"]
+    layers = f"{opts['layers']} layer{'s' if opts['layers'] > 1 else ''}"
+    speed = "" if speed is None else f", {speed:.0f} updates/s"
     resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
-    divergences = "" if record["divergences"] is None else f", {record['divergences']} divergences"
-    return "\n".join(
-        [
-            f"bsgp ({record['engine']}, {layers}, {record['z_prior']} Z prior) on {record['data']} "
-            f"(split {record['split']}; N = {record['n_train']}, D = {record['input_dim']}, M = {o['inducing']})",
-            f"  {s['warmup_updates']} warmup updates in {record['warmup_seconds']:.1f} s{speed}{resumed}; "
-            f"{s['chains']} chain(s) x {s['draws_per_chain']} draws in {record['sample_seconds']:.1f} s{divergences}",
-            f"  {record['evaluated_on']} {scores}",
-            f"  wrote {o['out'] / 'results.json'}, posterior.nc, fit.png",
-        ]
-    )
+    divergences = "" if divergences is None else f", {divergences} divergences"
+    scored = shared.scores(m, d.ds.task, ("mnll", "rmse") if regression else ("accuracy", "nll"))
+    summary = [
+        f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} (split {opts['split']}; "
+        f"{shared.size(opts, d)})",
+        f"  {num_warmup} warmup updates in {mcmc.warmup_seconds:.1f} s{speed}{resumed}; {mcmc.num_chains} chain(s) x "
+        f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{divergences}",
+        f"  {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+    ]
+    files = {"posterior.nc": diagnostics.netcdf_file(idata)}
+    return shared.finish(opts, d, argv, record, files, figure, summary)

@@ -18,7 +18,6 @@ from ppl_sparsegp.posterior import diagnostics
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """diagnose's arguments."""
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="output folder of a fit sgpmc run")
     parser.add_argument(
         "--all", action="store_true", help="summarise every variable, inducing outputs u included (default: not u)"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from ppl_sparsegp.cli import svgp
@@ -14,20 +15,13 @@ from ppl_sparsegp.cli.run import Data
 from ppl_sparsegp.models.numpyro.gpr import GPR
 
 CHECKPOINT = svgp.CHECKPOINT
-NOISE_VARIANCE = svgp.NOISE_VARIANCE
 METHOD_DEFAULTS = {"noise_variance": svgp.NOISE_VARIANCE}
 MAX_N = 5000
 """Largest training set gpr accepts: its cost is O(N^3) time and O(N^2) memory per step."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """gpr's options."""
-    svgp.add_svi_method_arguments(parser, "gpr", inducing=False)
+add_arguments = partial(svgp.add_arguments, method="gpr")
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit gpr as ``args`` say; write the outputs; return results.json."""
-
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> GPR:
         if d.X.shape[0] > MAX_N:
             raise ValueError(

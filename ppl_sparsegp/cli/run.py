@@ -1,14 +1,11 @@
 """What every ``fit`` method shares: the options several methods take (each added by one helper here), their
 checks, the dataset, the checkpoint fingerprint, prediction, and the run record (results.json), built here once and
-written with the other outputs as one set (:func:`write_outputs`). Checks raise a ``ValueError`` naming the flag.
+written with the other outputs as one set (:func:`finish`). Checks raise a ``ValueError`` naming the flag.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
-import platform
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,12 +14,11 @@ from typing import Any
 import jax
 import matplotlib
 import numpy as np
-import numpyro
-import optax
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.checkpoint import prepare
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
@@ -133,6 +129,8 @@ def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negati
         if opts.get(name) is not None and opts[name] < least:
             what = "a positive" if least else "a non-negative"
             raise ValueError(f"{flag(name)} must be {what} integer, got {opts[name]}")
+    if opts.get("samples") and opts.get("thinning") and opts["samples"] % opts["thinning"]:
+        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     for name in ("lr", "kernel_variance", "lengthscale", "noise_variance"):
         if opts.get(name) is not None:
             validation.check_positive(flag(name), opts[name])
@@ -152,7 +150,7 @@ def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negati
 class Data:
     """The dataset in original units (``ds``) and standardised (``scaler``); training ``X`` [N, D], ``y`` [N] or
     [N, P] and evaluation ``X_eval``, ``y_eval_std`` standardised (``--dtype``), ``y_eval`` in original units: the
-    test set, or the training set (``evaluated_on``) when there are no test targets."""
+    test set, or the training set (``evaluated_on``) when there are no test targets; the initial ``likelihood``."""
 
     ds: data.Dataset
     scaler: data.Standardizer
@@ -162,6 +160,7 @@ class Data:
     y_eval: np.ndarray
     y_eval_std: np.ndarray
     evaluated_on: str
+    likelihood: likelihoods.Likelihood
 
     def evaluate(self, predicted: tuple[Any, Any, Any]) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
         """:func:`ppl_sparsegp.results.evaluate` of (mean, var, log density) at ``X_eval`` (standardised units)."""
@@ -172,8 +171,14 @@ class Data:
         return results.plot_fit(losses, self.ds.task, self.evaluated_on, self.y_eval, mean, var, curve)
 
 
-def load_data(opts: dict[str, Any], name: str, regression_only: str | None = None) -> Data:
-    """Load dataset ``name`` and check it against ``opts``; ``regression_only``: why the method needs regression."""
+def start(args: argparse.Namespace, check: Callable[[dict], None], noise: float, name: str | None = None,
+          regression_only: str | None = None) -> tuple[dict[str, Any], Data]:  # fmt: skip
+    """The options of ``args`` checked by ``check`` and the dataset (``name``, default ``--data``) loaded and checked
+    against them (``regression_only``: why the method needs regression), with the dataset-dependent ``likelihood``
+    and ``noise_variance`` (default ``noise``) filled in."""
+    opts = dict(vars(args))
+    check(opts)
+    name = name or opts["data"]
     try:
         ds = data.load_dataset(name, opts["split"])
     except ValueError as err:
@@ -193,22 +198,17 @@ def load_data(opts: dict[str, Any], name: str, regression_only: str | None = Non
             raise ValueError(f"{flag(name)}: the Bernoulli likelihood of {ds.task} data ({ds.name}) has no noise")
     if opts.get("inducing") is not None:
         validation.check_inducing_count(opts["inducing"], ds.X_train.shape[0], name="--inducing")
-    std, scaler = data.standardize(ds)
-    dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
-    X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
-    return Data(
-        ds, scaler, std.X_train.astype(dtype), std.y_train.astype(dtype), X_eval.astype(dtype),
-        ds.y_test if has_test else ds.y_train, y_eval_std.astype(dtype), "test" if has_test else "train",
-    )  # fmt: skip
-
-
-def settle_likelihood(opts: dict[str, Any], task: str, noise: float) -> likelihoods.Likelihood:
-    """Fill in the dataset-dependent ``likelihood`` and ``noise_variance`` (default ``noise``); the initial
-    likelihood they give."""
-    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if task == "regression" else "probit")
-    if task == "regression" and opts.get("noise_variance") is None:
+    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if ds.task == "regression" else "probit")
+    if ds.task == "regression" and opts.get("noise_variance") is None:
         opts["noise_variance"] = noise
-    return likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], np.dtype(opts["dtype"]))
+    dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
+    likelihood = likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype)
+    std, scaler = data.standardize(ds)
+    X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
+    return opts, Data(
+        ds, scaler, std.X_train.astype(dtype), std.y_train.astype(dtype), X_eval.astype(dtype),
+        ds.y_test if has_test else ds.y_train, y_eval_std.astype(dtype), "test" if has_test else "train", likelihood,
+    )  # fmt: skip
 
 
 def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) -> kernels.Kernel:
@@ -223,11 +223,6 @@ def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) 
     return kernel.with_parameters(values)
 
 
-def inducing_inputs(opts: Mapping[str, Any], X: np.ndarray, kernel: kernels.Kernel) -> np.ndarray:
-    """Initial Z [M, D] by ``--init`` from the training inputs X [N, D]."""
-    return initialise.by_name(opts["init"], X, opts["inducing"], kernel, seed=opts["seed"])
-
-
 def batch(opts: Mapping[str, Any], N: int) -> int | None:
     """``--batch-size``, or None for the full batch."""
     return opts["batch_size"] if opts.get("batch_size") is not None and opts["batch_size"] < N else None
@@ -238,38 +233,38 @@ def progress(opts: Mapping[str, Any]) -> bool:
     return not (opts["no_progress"] or opts["quiet"])
 
 
-def fingerprint_settings(opts: Mapping[str, Any], resumable: Iterable[str] = ()) -> dict[str, Any]:
-    """The options a checkpoint's fingerprint records, keyed by flag (the method as ``method``): every option but
-    those of :data:`NOT_IN_FINGERPRINT` and ``resumable`` (step counts that a resumed run may raise)."""
+def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (), also=()):
+    """The fingerprint settings (every option but those of :data:`NOT_IN_FINGERPRINT` and ``resumable``, step
+    counts a resumed run may raise; keyed by flag, the method as ``method``) and what
+    :func:`ppl_sparsegp.infer.checkpoint.prepare` found of the run's checkpoints ``paths`` in ``--out``."""
     skip = {*NOT_IN_FINGERPRINT, *resumable}
-    return {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
+    settings = {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
+    return settings, prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
 
 
-def compiled_predictor(gp: Any) -> Callable[..., tuple[Any, Any, Any]]:
-    """One compiled ``predict(params, X, y, X_new, y_new) -> (mean, var, log density)`` of y at X_new [S, D]
-    (standardised units, each [S] or [S, P]); gpr and sgpr predict from the training data X, y."""
+def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, float], Any, Any, dict | None]:
+    """Metrics, mean and variance (original units) of ``gp`` with ``params`` at ``X_eval``, and the grid predictions
+    of the 1-D regression picture (None where it does not apply), by one compiled predictor (gpr and sgpr predict
+    from the training data)."""
 
+    @jax.jit
     def predict(params, X, y, X_new, y_new):
         mean, var = gp.predict_y(params, X_new, X=X, y=y)
         return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
 
-    return jax.jit(predict)
-
-
-def curve_1d(predict: Callable[..., Any], params: Mapping[str, Any], d: Data) -> dict[str, np.ndarray] | None:
-    """Grid predictions (original units) for the 1-D regression picture, or None when it does not apply."""
+    m, mean, var = d.evaluate(predict(params, d.X, d.y, d.X_eval, d.y_eval_std))
     ds, scaler = d.ds, d.scaler
     if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
-        return None
+        return m, mean, var, None
     lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
     x = np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 400)
     X_grid, y_grid = scaler.transform_x(x[:, None]).astype(d.X.dtype), np.zeros(len(x), dtype=d.X.dtype)
-    mean, var, _ = predict(params, d.X, d.y, X_grid, y_grid)
-    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(mean)), "var": scaler.inverse_var(np.asarray(var))}
+    grid = predict(params, d.X, d.y, X_grid, y_grid)
+    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(grid[0])), "var": scaler.inverse_var(np.asarray(grid[1]))}
     curve.update(X=ds.X_train[:, 0], y=ds.y_train)
     if "Z" in params:
         curve["Z"] = np.asarray(params["Z"])[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
-    return curve
+    return m, mean, var, curve
 
 
 def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
@@ -278,28 +273,29 @@ def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
     return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
 
 
-def write_outputs(
-    opts: Mapping[str, Any],
-    d: Data,
-    argv: Sequence[str],
-    record: Mapping[str, Any],
-    files: Mapping[str, Any],
-    figure: Any,
-) -> dict[str, Any]:
+def scores(m: Mapping[str, float], task: str, names: Sequence[str], sep: str = "  ") -> str:
+    """The metrics ``names`` as printed (RMSE 0.1234 ...; regression to 4 significant digits, binary to 4 places)."""
+    fmt = ".4g" if task == "regression" else ".4f"
+    return sep.join(f"{n if n == 'accuracy' else n.upper()} {m[n]:{fmt}}" for n in names)
+
+
+def size(opts: Mapping[str, Any], d: Data) -> str:
+    """``N = 442, D = 10, M = 128`` (M where the method has inducing points)."""
+    return f"N = {d.X.shape[0]}, D = {d.X.shape[1]}" + (f", M = {opts['inducing']}" if opts.get("inducing") else "")
+
+
+def finish(opts: Mapping[str, Any], d: Data, argv: Sequence[str], record: Mapping[str, Any],
+           files: Mapping[str, Any], figure: Any, summary: Sequence[str]) -> dict[str, Any]:  # fmt: skip
     """Write ``files`` (name -> :mod:`ppl_sparsegp.results` writer), ``figure`` (fit.png) and results.json to
-    ``--out`` as one set; returns results.json: what every run records, then the method's ``record``, then the
-    options (every shared option, None where the method takes none), versions and date."""
-    versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
-    versions.update(optax=optax.__version__, numpy=np.__version__)
-    versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    ``--out`` as one set, then print ``summary`` and the files written (unless ``--quiet``); returns results.json:
+    what every run records, then the method's ``record``, then the options (every shared option, None where the
+    method takes none), versions and date."""
     ds = d.ds
     full = {
         "method": opts["method"], "data": ds.name, "split": opts["split"], "task": ds.task,
         "n_train": int(d.X.shape[0]), "n_eval": int(d.X_eval.shape[0]), "input_dim": int(d.X.shape[1]),
         "num_outputs": ds.num_outputs, "evaluated_on": d.evaluated_on, **record,
-        "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv),
-        "backend": jax.default_backend(), "versions": versions,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv), **results.provenance(),
     }  # fmt: skip
     if ds.y_test is None:
         full["note"] = f"{ds.name} has no test targets; the metrics are on the training data"
@@ -308,4 +304,6 @@ def write_outputs(
         results.write_output_set(opts["out"], outputs)
     finally:
         plt.close(figure)
+    if not opts["quiet"]:
+        print("\n".join([*summary, f"  wrote {', '.join([str(opts['out'] / 'results.json'), *files, 'fit.png'])}"]))
     return full

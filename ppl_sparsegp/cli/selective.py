@@ -19,7 +19,6 @@ import numpy as np
 
 from ppl_sparsegp import results, validation
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.infer.checkpoint import prepare
 from ppl_sparsegp.recipes.phases import PHASES, phase_checkpoint
 from ppl_sparsegp.recipes.selective import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveConfig, fit_selective
 
@@ -43,7 +42,6 @@ OPTIONS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """selective's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "selective")
     shared.add_kernel_arguments(parser)
@@ -82,87 +80,55 @@ def _check(opts: dict[str, Any]) -> None:
         raise ValueError("--batch-size needs --bound uncollapsed (the collapsed bound uses the full batch)")
 
 
-def _figure(fit: Any, candidates: np.ndarray, d: shared.Data, mean: np.ndarray, var: np.ndarray, curve: Any) -> Any:
-    """The phases' loss traces, the inclusion probabilities (against the candidates' location for 1-D inputs) and
-    plot_fit's predictive picture."""
-    figure = d.plot(np.zeros(0), mean, var, curve)
-    ax_loss, ax_fit = figure.axes
-    figure.set_size_inches(16.5, 4.2)
-    grid = figure.add_gridspec(1, 3)
-    ax_loss.set_subplotspec(grid[0])
-    ax_fit.set_subplotspec(grid[2])
-    results.plot_phases(ax_loss, {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES})
-    x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0] if candidates.shape[1] == 1 else None
-    title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
-    results.plot_inclusion(figure.add_subplot(grid[1]), fit.inclusion_probs, fit.mask.astype(bool), x, title)
-    figure.tight_layout()
-    return figure
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit selective as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    collapsed = opts["bound"] == "collapsed"
-    why = "selective --bound collapsed needs regression data (use --bound uncollapsed)" if collapsed else None
-    d = shared.load_data(opts, opts["data"], why)
+    why = "selective --bound collapsed needs regression data (use --bound uncollapsed)"
+    opts, d = shared.start(args, _check, NOISE_VARIANCE, None, why if args.bound == "collapsed" else None)
     validation.check_inducing_count(opts["candidates"], d.X.shape[0], name="--candidates")
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
-    out = opts["out"]
-    settings = shared.fingerprint_settings(opts, resumable=("pre_steps", "selection_steps", "post_steps"))
-    prepare([phase_checkpoint(out, phase) for phase in PHASES], settings, d.X, d.y, restart=opts["restart"])
+    out, resumable = opts["out"], ("pre_steps", "selection_steps", "post_steps")
+    settings, _ = shared.checkpoints(opts, d, [phase_checkpoint(out, phase) for phase in PHASES], resumable)
     config = SelectiveConfig(
         **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
     )  # fmt: skip
     start = time.perf_counter()
+    kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
     fit = fit_selective(
-        d.X, d.y, config, likelihood=likelihood, kernel=shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"]),
-        key=opts["seed"], progress=shared.progress(opts), checkpoint_dir=out, fingerprint=settings,
-        checkpoint_every=opts["checkpoint_every"],
+        d.X, d.y, config, likelihood=d.likelihood, kernel=kernel, key=opts["seed"], progress=shared.progress(opts),
+        checkpoint_dir=out, fingerprint=settings, checkpoint_every=opts["checkpoint_every"],
     )  # fmt: skip
     fit_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    predict = shared.compiled_predictor(fit.model)
-    scores, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
+    m, mean, var, curve = shared.predict_gp(fit.model, fit.params, d)
     predict_seconds = time.perf_counter() - start
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
     selection["selected"] = np.flatnonzero(fit.mask)
     steps = {phase: int(len(fit.losses.get(phase, ()))) for phase in PHASES}
+    seconds = {p: float(fit.seconds.get(p, 0.0)) for p in PHASES}
     record = {
-        "bound": opts["bound"], "selection": opts["selection"], "likelihood": opts["likelihood"], "metrics": scores,
+        "bound": opts["bound"], "selection": opts["selection"], "likelihood": opts["likelihood"], "metrics": m,
         "candidates": int(len(fit.mask)), "selected_count": fit.selected_count, "expected_count": fit.expected_count,
         "count_variance": fit.count_variance, "steps": steps,
         "final_loss": {p: float(fit.losses[p][-1]) if steps[p] else None for p in PHASES},
-        "seconds": {p: float(fit.seconds.get(p, 0.0)) for p in PHASES},
-        "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
+        "seconds": seconds, "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "files": {"params": "params.npz", "selection": "selection.npz", "figure": "fit.png",
                   "checkpoints": [phase_checkpoint(out, p).name for p in PHASES]},
     }  # fmt: skip
-    figure = _figure(fit, candidates, d, mean, var, shared.curve_1d(predict, fit.params, d))
-    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
-    record = shared.write_outputs(opts, d, argv, record, files, figure)
-    if not opts["quiet"]:
-        print(summary(record))
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """What ``fit selective`` prints on success."""
-    m, steps, seconds, o = record["metrics"], record["steps"], record["seconds"], record["options"]
-    where = record["evaluated_on"]
-    if record["task"] == "regression":
-        scores = f"{where} RMSE {m['rmse']:.4g}, MAE {m['mae']:.4g}, NLPD {m['nlpd']:.4g} (original units)"
-    else:
-        scores = f"{where} accuracy {m['accuracy']:.4f}, NLL {m['nll']:.4f}, ECE {m['ece']:.4f}, AUC {m['auc']:.4f}"
-    return "\n".join(
-        [
-            f"selective on {record['data']} split {record['split']}: kept {record['selected_count']} of "
-            f"{record['candidates']} candidates (E|S| = {record['expected_count']:.1f}), {scores}",
-            f"  {record['bound']} bound, {record['selection']} selection, alpha = {o['alpha']:g}; "
-            f"N = {record['n_train']}, D = {record['input_dim']}; pre + selection + post steps "
-            f"{' + '.join(str(steps[p]) for p in PHASES)} in {' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
-            f"  wrote {o['out'] / 'results.json'}, params.npz, selection.npz, fit.png",
-        ]
+    figure = d.plot(np.zeros(0), mean, var, curve)
+    x = candidates[:, 0] * d.scaler.x_scale[0] + d.scaler.x_mean[0] if candidates.shape[1] == 1 else None
+    title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
+    losses = {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES}
+    results.plot_selection(figure, losses, fit.inclusion_probs, fit.mask.astype(bool), x, title)
+    regression = d.ds.task == "regression"
+    scored = shared.scores(
+        m, d.ds.task, ("rmse", "mae", "nlpd") if regression else ("accuracy", "nll", "ece", "auc"), ", "
     )
+    summary = [
+        f"selective on {d.ds.name} split {opts['split']}: kept {fit.selected_count} of {len(fit.mask)} candidates "
+        f"(E|S| = {fit.expected_count:.1f}), {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+        f"  {opts['bound']} bound, {opts['selection']} selection, alpha = {opts['alpha']:g}; {shared.size(opts, d)}; "
+        f"pre + selection + post steps {' + '.join(str(steps[p]) for p in PHASES)} in "
+        f"{' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
+    ]
+    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
+    return shared.finish(opts, d, argv, record, files, figure, summary)

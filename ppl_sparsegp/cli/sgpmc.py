@@ -22,7 +22,7 @@ import numpy as np
 
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS
-from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.mcmc import ENGINES
 from ppl_sparsegp.models.numpyro.sgpmc import default_priors
 from ppl_sparsegp.posterior import diagnostics
@@ -39,7 +39,6 @@ SG_ENGINES = ("sghmc", "sgld")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """sgpmc's options."""
     c = CONFIG
     shared.add_common_arguments(parser, "sgpmc")
     shared.add_kernel_arguments(parser, None)  # sqrt(D): from 1.0 the Gamma prior can pull a high-dimensional
@@ -63,8 +62,6 @@ def _check(opts: dict[str, Any]) -> None:
     """The MCMC options against each other."""
     shared.check_options(opts, positive=("samples", "chains", "thinning", "chunk"), non_negative=("warmup",))
     sg = opts["engine"] in SG_ENGINES
-    if opts["samples"] % opts["thinning"]:
-        raise ValueError(f"--samples ({opts['samples']}) must be a multiple of --thinning ({opts['thinning']})")
     if opts["step_size"] is not None and not sg:
         raise ValueError(f"--step-size applies to the sghmc and sgld engines, not {opts['engine']}")
     if opts["engine"] == "sgld" and opts["step_size"] is None:
@@ -78,13 +75,8 @@ def _check(opts: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit sgpmc as ``args`` say; write the outputs; return results.json."""
-    opts = dict(vars(args))
-    _check(opts)
-    d = shared.load_data(opts, opts["data"])
-    likelihood = shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)
-    settings = shared.fingerprint_settings(opts)
-    prepare([opts["out"] / CHECKPOINT], settings, d.X, d.y, restart=opts["restart"])
+    opts, d = shared.start(args, _check, NOISE_VARIANCE)
+    settings, _ = shared.checkpoints(opts, d, [opts["out"] / CHECKPOINT])
     kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"] or math.sqrt(d.X.shape[1]))
     config = SGPMCConfig(
         svi_steps=opts["steps"], fixed_z_steps=min(CONFIG.fixed_z_steps, opts["steps"] // 10),
@@ -94,54 +86,40 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     )  # fmt: skip
     start = time.perf_counter()
     fit = fit_sgpmc(
-        d.X, d.y, config, kernel=kernel, likelihood=likelihood, Z=shared.inducing_inputs(opts, d.X, kernel),
-        key=jax.random.PRNGKey(opts["seed"]), priors=default_priors(kernel, likelihood, opts["prior"]),
-        num_latent=d.ds.num_outputs, engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
+        d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
+        Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
+        priors=default_priors(kernel, d.likelihood, opts["prior"]), num_latent=d.ds.num_outputs,
+        engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
         checkpoint=opts["out"] / CHECKPOINT, progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     seconds = time.perf_counter() - start
     idata = diagnostics.from_mcmc(fit.mcmc, fit.model, d.X, d.y)
-    draws = fit.mcmc.flat_samples()
+    draws, mcmc = fit.mcmc.flat_samples(), fit.mcmc
     pred = posterior_predictive(fit.model, draws, d.X_eval)
-    logp = log_predictive_density(fit.model, draws, d.X_eval, d.y_eval_std)
-    scores, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
+    m, mean, var = d.evaluate(
+        (pred.y_mean, pred.y_var, log_predictive_density(fit.model, draws, d.X_eval, d.y_eval_std))
+    )
     hyper = [v for v in idata.posterior.data_vars if v != "u"]
-    stats = fit.mcmc.extra_fields
+    divergences = int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None
     record = {
-        "engine": opts["engine"], "metrics": scores, "draws_per_chain": fit.mcmc.num_draws,
-        "chains": fit.mcmc.num_chains,
-        "divergences": int(np.sum(stats["diverging"])) if "diverging" in stats else None,
+        "engine": opts["engine"], "metrics": m, "draws_per_chain": mcmc.num_draws, "chains": mcmc.num_chains,
+        "divergences": divergences,
         "max_rhat": float(max(float(az.rhat(idata, var_names=hyper)[v].max()) for v in hyper)),
         "min_ess_bulk": float(min(float(az.ess(idata, var_names=hyper)[v].min()) for v in hyper)),
-        "svi_final_loss": float(fit.svi.losses[-1]), "warmup_seconds": fit.mcmc.warmup_seconds,
-        "sample_seconds": fit.mcmc.sample_seconds, "total_seconds": seconds,
+        "svi_final_loss": float(fit.svi.losses[-1]), "warmup_seconds": mcmc.warmup_seconds,
+        "sample_seconds": mcmc.sample_seconds, "total_seconds": seconds,
         "files": {"posterior": "posterior.nc", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    figure = d.plot(fit.svi.losses, mean, var)
-    record = shared.write_outputs(opts, d, argv, record, {"posterior.nc": diagnostics.netcdf_file(idata)}, figure)
-    if not opts["quiet"]:
-        print(summary(record))
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """What ``fit sgpmc`` prints on success."""
-    m, o = record["metrics"], record["options"]
-    if record["task"] == "regression":
-        scores = f"RMSE {m['rmse']:.4g}  NLPD {m['nlpd']:.4g} (original units)"
-    else:
-        scores = f"accuracy {m['accuracy']:.4f}  NLL {m['nll']:.4f}"
-    divergences = "" if record["divergences"] is None else f", {record['divergences']} divergences"
-    return "\n".join(
-        [
-            f"sgpmc ({record['engine']}) on {record['data']} (split {record['split']}; N = {record['n_train']}, "
-            f"D = {record['input_dim']}, M = {o['inducing']})",
-            f"  {record['chains']} chains x {record['draws_per_chain']} draws in {record['sample_seconds']:.1f} s "
-            f"(+ {record['warmup_seconds']:.1f} s warmup){divergences}; hyperparameters: max R-hat "
-            f"{record['max_rhat']:.3f}, min bulk ESS {record['min_ess_bulk']:.0f}",
-            f"  {record['evaluated_on']} {scores}",
-            f"  wrote {o['out'] / 'results.json'}, posterior.nc, fit.png",
-        ]
-    )
+    regression = d.ds.task == "regression"
+    scored = shared.scores(m, d.ds.task, ("rmse", "nlpd") if regression else ("accuracy", "nll"))
+    summary = [
+        f"sgpmc ({opts['engine']}) on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
+        f"  {mcmc.num_chains} chains x {mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s (+ "
+        f"{mcmc.warmup_seconds:.1f} s warmup){'' if divergences is None else f', {divergences} divergences'}; "
+        f"hyperparameters: max R-hat {record['max_rhat']:.3f}, min bulk ESS {record['min_ess_bulk']:.0f}",
+        f"  {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+    ]
+    files = {"posterior.nc": diagnostics.netcdf_file(idata)}
+    return shared.finish(opts, d, argv, record, files, d.plot(fit.svi.losses, mean, var), summary)

@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from ppl_sparsegp.cli import svgp
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
-CHECKPOINT = svgp.CHECKPOINT
-NOISE_VARIANCE = svgp.NOISE_VARIANCE
-METHOD_DEFAULTS = svgp.METHOD_DEFAULTS
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """sgpr's options."""
-    svgp.add_svi_method_arguments(parser, "sgpr", inducing=True)
+CHECKPOINT, METHOD_DEFAULTS = svgp.CHECKPOINT, svgp.METHOD_DEFAULTS
+add_arguments = partial(svgp.add_arguments, method="sgpr")
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit sgpr as ``args`` say; write the outputs; return results.json."""
     return svgp.fit_by_svi(args, argv, lambda opts, d, parts: SGPR(**parts), "sgpr needs regression data (use svgp)")

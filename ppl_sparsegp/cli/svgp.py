@@ -17,7 +17,7 @@ import optax
 
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, Data
-from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
@@ -29,34 +29,25 @@ MODEL = {f.name: f.default for f in fields(SVGP)}
 """SVGP's own defaults (``whiten``, ``q_diag``)."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """svgp's options."""
-    add_svi_method_arguments(parser, "svgp", inducing=True, likelihood=True)
-    parser.add_argument(
-        "--whiten", action=argparse.BooleanOptionalAction, default=MODEL["whiten"],
-        help="parameterise q(u) in whitened coordinates v = L^-1 u (default: --whiten)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) q(u) (default: full)"
-    )
-    shared.add_batch_argument(parser, None)
-
-
-def add_svi_method_arguments(
-    parser: argparse.ArgumentParser, method: str, inducing: bool, likelihood: bool = False
-) -> None:
-    """The options of every SVI method (with ``inducing``, of the sparse ones; ``likelihood``: not only Gaussian)."""
+def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None:
+    """The options of every SVI method: svgp's (likelihood, q(u), minibatches) and, for gpr and sgpr, fewer."""
     shared.add_common_arguments(parser, method)
     shared.add_kernel_arguments(parser)
-    shared.add_noise_arguments(parser, NOISE_VARIANCE, likelihood)
-    if inducing:
+    shared.add_noise_arguments(parser, NOISE_VARIANCE, method == "svgp")
+    if method != "gpr":
         shared.add_inducing_arguments(parser, DEFAULTS.inducing)
     shared.add_svi_arguments(parser, DEFAULTS.steps, DEFAULTS.lr, DEFAULTS.checkpoint_every)
+    if method == "svgp":
+        parser.add_argument(
+            "--whiten", action=argparse.BooleanOptionalAction, default=MODEL["whiten"],
+            help="parameterise q(u) in whitened coordinates v = L^-1 u (default: --whiten)",
+        )  # fmt: skip
+        parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
+                            "q(u) (default: full)")  # fmt: skip
+        shared.add_batch_argument(parser, None)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
-    """Fit svgp as ``args`` say; write the outputs; return results.json."""
-
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> SVGP:
         batch = shared.batch(opts, d.X.shape[0])
         return SVGP(
@@ -66,25 +57,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     return fit_by_svi(args, argv, build)
 
 
-def fit_by_svi(
-    args: argparse.Namespace,
-    argv: Sequence[str],
-    build: Callable[[dict[str, Any], Data, dict[str, Any]], Any],
-    regression_only: str | None = None,
-) -> dict[str, Any]:
+def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..., Any], regression_only=None) -> dict:
     """Check, load, ``build(opts, data, parts)`` the GP from its initial ``kernel``, ``likelihood`` (and ``Z``),
     fit it by SVI with Adam (checkpointed, resumable), evaluate, write the outputs and print the summary."""
-    opts = dict(vars(args))
-    shared.check_options(opts)
-    d = shared.load_data(opts, opts["data"], regression_only)
-    parts = {"likelihood": shared.settle_likelihood(opts, d.ds.task, NOISE_VARIANCE)}
+    opts, d = shared.start(args, shared.check_options, NOISE_VARIANCE, None, regression_only)
+    parts = {"likelihood": d.likelihood}
     checkpoint = opts["out"] / CHECKPOINT
-    settings = shared.fingerprint_settings(opts, resumable=("steps",))
-    found = prepare([checkpoint], settings, d.X, d.y, restart=opts["restart"])
+    settings, found = shared.checkpoints(opts, d, [checkpoint], resumable=("steps",))
     resumed_from = found[checkpoint].counters["step"] if checkpoint in found else 0
     parts["kernel"] = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
     if "inducing" in opts:
-        parts["Z"] = shared.inducing_inputs(opts, d.X, parts["kernel"])
+        parts["Z"] = initialise.by_name(opts["init"], d.X, opts["inducing"], parts["kernel"], seed=opts["seed"])
     gp = build(opts, d, parts)
     t0 = time.perf_counter()
     fit = fit_svi(
@@ -93,42 +76,26 @@ def fit_by_svi(
         key=opts["seed"], fingerprint=settings, validate=gp.check_data,
     )  # fmt: skip
     train_seconds = time.perf_counter() - t0
-    predict = shared.compiled_predictor(gp)
-    scores, mean, var = d.evaluate(predict(fit.params, d.X, d.y, d.X_eval, d.y_eval_std))
-    figure = d.plot(fit.losses, mean, var, shared.curve_1d(predict, fit.params, d))
+    m, mean, var, curve = shared.predict_gp(gp, fit.params, d)
+    figure = d.plot(fit.losses, mean, var, curve)
     steps = int(len(fit.losses))
     record = {
-        "metrics": scores, "steps": steps, "steps_this_run": steps - resumed_from, "resumed_from_step": resumed_from,
+        "metrics": m, "steps": steps, "steps_this_run": steps - resumed_from, "resumed_from_step": resumed_from,
         "final_loss": float(fit.losses[-1]), "stopped_early": fit.stopped_early, "train_seconds": train_seconds,
         "compile_seconds": fit.compile_seconds, "run_seconds": fit.run_seconds,
         "steps_per_second": fit.steps_per_second,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    params = {"params.npz": shared.params_file(fit.params, d)}
-    record = shared.write_outputs(opts, d, argv, record, params, figure)
-    if not opts["quiet"]:
-        print(summary(record))
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """What an SVI method prints on success."""
-    m, o = record["metrics"], record["options"]
-    size = f"N = {record['n_train']}, D = {record['input_dim']}" + (f", M = {o['inducing']}" if o["inducing"] else "")
-    resumed = f", resumed from step {record['resumed_from_step']}" if record["resumed_from_step"] else ""
-    if record["task"] == "regression":
-        scores = (
-            f"RMSE {m['rmse']:.4g}  MAE {m['mae']:.4g}  NLPD {m['nlpd']:.4g}  (original units; "
-            f"predicting the training mean gives RMSE {m['rmse_of_training_mean']:.4g})"
-        )
+    resumed = f", resumed from step {resumed_from}" if resumed_from else ""
+    if d.ds.task == "regression":
+        scored = f"{shared.scores(m, d.ds.task, ('rmse', 'mae', 'nlpd'))}  (original units; predicting the training "
+        scored += f"mean gives RMSE {m['rmse_of_training_mean']:.4g})"
     else:
-        scores = f"accuracy {m['accuracy']:.4f}  NLL {m['nll']:.4f}  ECE {m['ece']:.4f}  AUC {m['auc']:.4f}"
-    return "\n".join(
-        [
-            f"{record['method']} on {record['data']} (split {record['split']}; {size})",
-            f"  {record['steps_this_run']} steps in {record['run_seconds']:.1f} s "
-            f"(+ {record['compile_seconds']:.1f} s compiling{resumed}); final loss {record['final_loss']:.4g}",
-            f"  {record['evaluated_on']} {scores}",
-            f"  wrote {o['out'] / 'results.json'}, params.npz, fit.png",
-        ]
-    )
+        scored = shared.scores(m, d.ds.task, ("accuracy", "nll", "ece", "auc"))
+    summary = [
+        f"{opts['method']} on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
+        f"  {steps - resumed_from} steps in {fit.run_seconds:.1f} s (+ {fit.compile_seconds:.1f} s compiling{resumed});"
+        f" final loss {record['final_loss']:.4g}",
+        f"  {d.evaluated_on} {scored}",
+    ]  # fmt: skip
+    return shared.finish(opts, d, argv, record, {"params.npz": shared.params_file(fit.params, d)}, figure, summary)
