@@ -62,7 +62,7 @@ def first(*names):
 kernels = first("ppl_sparsegp.core.kernels", "ppl_sparsegp.kernels")
 likelihoods = first("ppl_sparsegp.core.likelihoods", "ppl_sparsegp.likelihoods")
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
-SVGP = first("ppl_sparsegp.models.numpyro.svgp", "ppl_sparsegp.models.numpyro.svgp").SVGP
+SVGP = first("ppl_sparsegp.models.numpyro.svgp", "ppl_sparsegp.models.svgp").SVGP  # new layout, then the old
 
 rng = np.random.default_rng(seed)
 N, D = 10_000, 8
