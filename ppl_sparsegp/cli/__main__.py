@@ -13,10 +13,13 @@ files, a failed Cholesky, a non-finite loss, a full disk), printed as one line `
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+
+import jax
 
 from ppl_sparsegp.cli import bsgp, diagnose, gpr, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
@@ -89,8 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = diagnose if args.command == "diagnose" else METHODS[args.method]
     if args.command == "fit" and args.out is None:
         args.out = Path("runs") / f"{args.method}-{args.data.replace('/', '_')}-{args.split}"
+    precision = jax.enable_x64(args.dtype == "float64") if args.command == "fit" else contextlib.nullcontext()
     try:
-        module.run(args, argv)
+        with precision:  # --dtype float64 (the default) computes in 64 bits whatever the process's x64 flag
+            module.run(args, argv)
     except (ValueError, OSError, FloatingPointError, DataIntegrityError) as err:
         if isinstance(err, CheckpointError):
             err.hint = RESTART_HINT

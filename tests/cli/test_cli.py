@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,6 +113,17 @@ def test_float32_run_stores_float32_parameters(tmp_path):
     assert record["metrics"]["rmse"] < 65.0
     with np.load(folder / "params.npz") as params:
         assert params["u_loc"].dtype == np.float32 and params["kernel.lengthscale"].dtype == np.float32
+
+
+def test_the_default_float64_run_computes_in_64_bits_in_a_process_without_x64(tmp_path):
+    # The test session enables x64 (conftest); a user's shell does not. The CLI sets it for the run from --dtype.
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "ppl_sparsegp.cli", "fit", "svgp", "--steps", "5", "--out", str(out), *FAST]
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with np.load(out / "params.npz") as params:
+        assert params["u_loc"].dtype == np.float64 and params["kernel.lengthscale"].dtype == np.float64
 
 
 def test_a_stopped_run_resumes_from_its_checkpoint(svgp_run, tmp_path, capsys):
