@@ -11,8 +11,8 @@ from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
-# 2000 SVI steps and their compilation (about 17 s): `make test-slow`. The default run trains SVGP in tests/test_svi.py
-# and end to end through `fit svgp` in tests/cli/test_cli.py.
+# 2000 SVI steps and their compilation (about 17 s): `make test-slow`. The default run trains SVGP in
+# tests/infer/test_svi.py and end to end through `fit svgp` in tests/cli/test_cli.py.
 @pytest.mark.slow
 def test_svgp_on_snelson_reaches_the_exact_gp_test_nlpd():
     try:

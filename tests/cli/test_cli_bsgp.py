@@ -90,8 +90,8 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert idata.posterior["u"].dims == ("chain", "draw", "latent", "inducing_point")
     assert idata.posterior["kernel.lengthscale"].dims == ("chain", "draw", "input_dim")
     assert {"likelihood.variance", "kernel.variance"} <= set(idata.posterior.data_vars)
-    # fit_bsgp's scheme (its own end-to-end test in tests/test_bsgp.py is slow): Z is sampled, so its draws differ;
-    # the noise is a point estimate, moved by the warmup from --noise-variance 1.0, then fixed while sampling
+    # fit_bsgp's scheme (its own end-to-end test in tests/models/test_bsgp.py is slow): Z is sampled, so its draws
+    # differ; the noise is a point estimate, moved by the warmup from --noise-variance 1.0, then fixed while sampling
     assert np.ptp(Z.values, axis=1).max() > 0
     noise = idata.posterior["likelihood.variance"].values
     assert np.all(noise == noise.flat[0]) and noise.flat[0] < 1.0
