@@ -231,8 +231,7 @@ def check_sparse_settings(Z: Array, **counts: int | None) -> None:
         raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
     validation.check_inputs(Z, x_name="Z")
     for name, value in counts.items():
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        validation.check_count(name, value, minimum=1, optional=True)
 
 
 def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) -> Array:

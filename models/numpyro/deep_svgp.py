@@ -82,13 +82,6 @@ class Layer(NamedTuple):
         return cls(kernel, Z, masked_cholesky(Kmm, mask), *masked_q(q[0], q[1], mask), mask)
 
 
-def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer{' or None' if allow_none else ''}, got {value!r}")
-
-
 @scoped_methods
 @dataclass(eq=False)
 class DeepSVGP:
@@ -153,9 +146,9 @@ class DeepSVGP:
         for name in ("add_input", "whiten"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        _positive_int("num_samples", self.num_samples)
-        _positive_int("batch_size", self.batch_size, allow_none=True)
-        _positive_int("num_data", self.num_data, allow_none=True)
+        validation.check_count("num_samples", self.num_samples, minimum=1)
+        validation.check_count("batch_size", self.batch_size, minimum=1, optional=True)
+        validation.check_count("num_data", self.num_data, minimum=1, optional=True)
         if self.batch_size is not None and self.num_data is not None:
             raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
         s = self.inner_scale
@@ -386,8 +379,8 @@ def deep_svgp(
         inner_mean: ``"linear"`` (W^ℓ = identity) or ``"zero"`` on inner layers.
         options: further :class:`DeepSVGP` fields (``num_samples``, ``batch_size``, ``whiten``, ...).
     """
-    _positive_int("num_layers", num_layers)
-    _positive_int("num_outputs", num_outputs)
+    validation.check_count("num_layers", num_layers, minimum=1)
+    validation.check_count("num_outputs", num_outputs, minimum=1)
     if inner_mean not in ("linear", "zero"):
         raise ValueError(f"inner_mean: expected 'linear' or 'zero', got {inner_mean!r}")
     D = int(np.shape(X)[1])
