@@ -549,6 +549,16 @@ def test_predict_f_refuses_unknown_keyword_arguments(rng):
     np.testing.assert_array_equal(gp.predict_f(params, X[:3], X=X, y=y)[1], gp.predict_f(params, X[:3])[1])
 
 
+@pytest.mark.parametrize("model_class", [GPR, SGPR])
+def test_models_predicting_from_the_training_data_name_missing_X_and_y(rng, model_class):
+    X, y = _xy(rng)
+    extra = {} if model_class is GPR else {"Z": X[:4]}
+    gp = model_class(kernel=kernels.RBF(1.0, np.ones(2)), likelihood=likelihoods.Gaussian(0.1), **extra)
+    with pytest.raises(ValueError, match=rf"X and y: {model_class.__name__} predicts from the training data"):
+        gp.predict_f({}, X[:3], y=y)
+    assert gp.predict_f({}, X[:3], X=X, y=y)[0].shape == (3,)
+
+
 def test_single_output_q_parameters_may_leave_out_the_output_axis(rng):
     X, y = _xy(rng)
     gp, params, _ = _prediction_cases(X, y)["svgp"]

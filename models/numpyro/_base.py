@@ -121,9 +121,9 @@ def checked_jitter(jitter: Any) -> float | None:
 class GPModel:
     """Base class: a kernel, a likelihood, how their hyperparameters are treated, and the relative jitter.
 
-    Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``predict_f(params, X_new, ...)``, and add the names of
-    their own sites to :meth:`parameter_names`. A ``Z`` field (inducing inputs [M, D]) is cast to JAX's default
-    float dtype (:mod:`ppl_sparsegp.numpyro.dtype`), and with it the sites shaped on it.
+    Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``_posterior_f`` (what :meth:`predict_f` returns), and
+    add the names of their own sites to :meth:`parameter_names`. A ``Z`` field (inducing inputs [M, D]) is cast to
+    JAX's default float dtype (:mod:`ppl_sparsegp.numpyro.dtype`), and with it the sites shaped on it.
 
     Args:
         jitter: relative diagonal jitter of every Cholesky factorisation in the model's methods (a finite number
@@ -136,8 +136,10 @@ class GPModel:
     fixed: Collection[str] = ()
     jitter: float | None = field(default=None, kw_only=True)
     components: ClassVar[tuple[str, ...]] = ()
-    """Fields holding the parts a model is composed of (e.g. the ordinary GP on every candidate and the subset
-    selection of a selective model), whose parameter names are the model's too."""
+    """Fields holding the parts a model is composed of (e.g. the SVGP at given inputs and the latent inputs of a
+    GP-LVM), whose parameter names are the model's too."""
+    predicts_from_data: ClassVar[bool] = False
+    """Whether :meth:`predict_f` needs the training data ``X``, ``y`` (GPR, SGPR, the collapsed GP-LVM)."""
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
@@ -197,7 +199,34 @@ class GPModel:
         if _is_concrete(X):
             kernel.diag(X[:1])  # the kernel takes X's columns (ARD lengths, active_dims), or ValueError
 
-    def predict_f(self, params: Mapping[str, Array], X_new: Array, **data: Array):
+    def predict_f(
+        self,
+        params: Mapping[str, Array],
+        X_new: Array,
+        *,
+        full_cov: bool = False,
+        X: Array | None = None,
+        y: Array | None = None,
+    ) -> tuple[Array, Array]:
+        """The posterior of f at ``X_new`` [S, D] (for a posterior draw in ``params``: of that draw): mean and
+        variance [S], or [S, P] with several outputs; with ``full_cov`` the covariance [S, S] or [P, S, S].
+
+        ``X`` [N, D] and ``y`` [N] or [N, P] are the training data, which the models that predict from it (GPR,
+        SGPR, the collapsed GP-LVM: ``predicts_from_data``) need and the others ignore.
+
+        Raises:
+            ValueError: ``X`` or ``y`` missing where the model predicts from the training data.
+        """
+        if self.predicts_from_data and (X is None or y is None):
+            raise ValueError(
+                f"X and y: {type(self).__name__} predicts from the training data; pass X=[N, D] and y=[N] or [N, P]"
+            )
+        return self._posterior_f(params, jnp.asarray(X_new), full_cov, X, y)
+
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
+    ) -> tuple[Array, Array]:
+        """:meth:`predict_f` of the model (its arguments checked)."""
         raise NotImplementedError
 
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:

@@ -211,20 +211,10 @@ class BSGP(GPModel):
         terms = data_log_likelihood(likelihood, self.likelihood_term, Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
 
-    def predict_f(
-        self,
-        params: Mapping[str, Array],
-        X_new: Array,
-        *,
-        full_cov: bool = False,
-        X: Array | None = None,
-        y: Array | None = None,
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
-        """p(f(X_new) | v, Z, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``).
-
-        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
-        and not used.
-        """
+        """p(f(X_new) | v, Z, θ) of one draw."""
         kernel, _, Z, v = self._draw(params)
-        mean, var = conditionals.inducing_conditional(kernel, Z, jnp.asarray(X_new), v, full_cov=full_cov)
+        mean, var = conditionals.inducing_conditional(kernel, Z, X_new, v, full_cov=full_cov)
         return as_output_columns(mean, var, self.num_latent == 1)

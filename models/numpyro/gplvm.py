@@ -273,9 +273,11 @@ class BayesianGPLVM(GPModel):
         """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
         return self.latents.kl(params)
 
-    def predict_f(self, params: Mapping[str, Array], X_new: Array, **options: Any) -> tuple[Array, Array]:
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
+    ) -> tuple[Array, Array]:
         """q(f) at latent inputs X_new [S, Q]: :meth:`SVGP.predict_f`."""
-        return self.svgp.predict_f(params, X_new, **options)
+        return self.svgp.predict_f(params, X_new, full_cov=full_cov)
 
     def prior_initialisation(self) -> dict[str, Array]:
         """Initial q(u_d) covariances S_d = Kmm at the initial kernel (q(u) = p(u) when m = 0), for ``init_params``.
@@ -317,6 +319,7 @@ class CollapsedGPLVM(GPModel):
     latents: LatentInputs = field(init=False, repr=False)
     sgpr: SGPR = field(init=False, repr=False)
     components = ("sgpr", "latents")
+    predicts_from_data = True
 
     def __post_init__(self) -> None:
         self.latents = LatentInputs(self.X_init, self.X_scale_init)
@@ -367,11 +370,11 @@ class CollapsedGPLVM(GPModel):
         """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
         return self.latents.kl(params)
 
-    def predict_f(
-        self, params: Mapping[str, Array], X_new: Array, *, X: Array, y: Array, full_cov: bool = False
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
         """q(f) at latent inputs X_new [S, Q] under the optimal q*(u) for y at inputs X (:meth:`SGPR.predict_f`)."""
-        return self.sgpr.predict_f(params, X_new, X=X, y=y, full_cov=full_cov)
+        return self.sgpr.predict_f(params, X_new, full_cov=full_cov, X=X, y=y)
 
     def initial_params(self) -> dict[str, Array]:
         """Initial values for :func:`fit_svi`'s ``init_params`` beyond the defaults: none (a collapsed q(u) has no

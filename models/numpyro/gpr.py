@@ -31,6 +31,8 @@ Array = Any
 class GPR(GPModel):
     """Exact GP regression with a Gaussian likelihood; y [N] or [N, P] (independent columns, shared θ)."""
 
+    predicts_from_data = True
+
     def __post_init__(self) -> None:
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError(f"likelihood: GPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
@@ -53,14 +55,8 @@ class GPR(GPModel):
         kernel, likelihood = self.fitted(params)
         return bounds.gaussian_log_marginal(kernel(X), y, likelihood.variance)
 
-    def predict_f(
-        self,
-        params: Mapping[str, Array],
-        X_new: Array,
-        *,
-        X: Array,
-        y: Array,
-        full_cov: bool = False,
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
         """Posterior of f at X_new [S, D] given training data X [N, D], y [N] or [N, P]."""
         kernel, likelihood = self.fitted(params)

@@ -110,20 +110,10 @@ class SGPMC(GPModel):
         """log φ(y_n | v, θ) of one draw per data point (the per-point factor of eq 5.26): [N] (or [N, P])."""
         return self.variational_twin().pointwise_log_likelihood(params, X, y)
 
-    def predict_f(
-        self,
-        params: Mapping[str, Array],
-        X_new: Array,
-        *,
-        full_cov: bool = False,
-        X: Array | None = None,
-        y: Array | None = None,
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
-        """p(f(X_new) | v, θ) of one draw: mean and variance [S] (or [S, P]; covariance with ``full_cov``).
-
-        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
-        and not used.
-        """
+        """p(f(X_new) | v, θ) of one draw (its variational twin's)."""
         return self.variational_twin().predict_f(params, X_new, full_cov=full_cov)
 
 

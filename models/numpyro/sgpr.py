@@ -30,6 +30,8 @@ Array = Any
 class SGPR(GPModel):
     """Sparse GP regression with inducing inputs ``Z`` [M, D] and a Gaussian likelihood."""
 
+    predicts_from_data = True
+
     Z: Array = None
     learn_Z: bool = True
 
@@ -77,14 +79,8 @@ class SGPR(GPModel):
         Z = jnp.asarray(params.get("Z", self.Z))
         return bounds.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
 
-    def predict_f(
-        self,
-        params: Mapping[str, Array],
-        X_new: Array,
-        *,
-        X: Array,
-        y: Array,
-        full_cov: bool = False,
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
         """q(f) at X_new [S, D] under the optimal q*(u) (the DTC predictive equations)."""
         kernel, _ = self.fitted(params)

@@ -156,20 +156,10 @@ class SVGP(GPModel):
         terms = likelihood.variational_expectation(Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
 
-    def predict_f(
-        self,
-        params: Mapping[str, Array],
-        X_new: Array,
-        *,
-        full_cov: bool = False,
-        X: Array | None = None,
-        y: Array | None = None,
+    def _posterior_f(
+        self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
-        """q(f) at X_new [S, D]: mean and variance [S] (or [S, P]; full covariance with ``full_cov``).
-
-        ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
-        and not used.
-        """
+        """q(f) at X_new (thesis eq 4.24, or eq 5.26's conditional at a draw ``params["u"]``)."""
         kernel, _ = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         q_mu, q_sqrt = self._q(params)
