@@ -122,7 +122,7 @@ def grid_spacing(grid: np.ndarray) -> float:
 def placement(fit: SelectiveGPLVMFit) -> dict:
     """Where the active grid points (λ > 0.5) lie relative to the final latent means."""
     active = fit.inclusion_probs > ACTIVE
-    latents = fit.model.latent_means(fit.params)
+    latents = fit.model.ordinary.latents.means(fit.params)
     spacing = grid_spacing(fit.grid)
     d = np.sqrt(np.min(np.sum((fit.grid[active, None, :] - latents[None]) ** 2, axis=-1), axis=1))
     early = fit.inclusion_trace[list(fit.trace_steps).index(EARLY_EPOCH)] > ACTIVE
@@ -184,7 +184,7 @@ def run_seed(
         "elbo_ratio_selective_over_all_grid": selective_elbo / baseline_elbo,
         "elbo_difference_selective_minus_all_grid": selective_elbo - baseline_elbo,
         "elbo_difference_pruned_minus_all_grid": pruned_elbo - baseline_elbo,
-        "nn_error_selective": nearest_neighbour_error(fit.model.latent_means(fit.params), labels),
+        "nn_error_selective": nearest_neighbour_error(fit.model.ordinary.latents.means(fit.params), labels),
         "nn_error_all_grid": nearest_neighbour_error(baseline.latent_means(base.params), labels),
         "nn_error_pca_init": nearest_neighbour_error(X_init, labels),
         "lengthscale_selective": np.asarray(fit.params["kernel.lengthscale"]).tolist(),

@@ -595,7 +595,9 @@ def test_the_elbo_reads_only_the_lower_triangle_of_u_scale_tril(rng):
 
 def test_pruning_reads_only_the_lower_triangle_of_u_scale_tril(rng):
     X, _ = _xy(rng)
-    selection = SelectiveSVGP(kernel=kernels.RBF(1.0, np.ones(2)), likelihood=likelihoods.Gaussian(0.1), Z=X[:5])
+    selection = SelectiveSVGP(
+        SVGP(kernel=kernels.RBF(1.0, np.ones(2)), likelihood=likelihoods.Gaussian(0.1), Z=X[:5], whiten=False)
+    )
     lower = np.tril(rng.normal(size=(1, 5, 5)), -1) + np.diag(rng.uniform(0.5, 1.0, 5))[None]
     junk = lower + np.triu(rng.normal(size=(1, 5, 5)), 1)
     params, mask = {"u_loc": rng.normal(size=(1, 5))}, np.array([True, False, True, True, False])

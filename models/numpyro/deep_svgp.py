@@ -236,9 +236,14 @@ class DeepSVGP:
             Lmm = None if self.whiten else layer.Lmm
             sites.inducing_outputs(self.widths[i], Z.shape[0], Lmm, Z.dtype, name=f"layer{i}.u")
             layers.append(layer)
+        self.data_factor(layers, likelihood, X, y)
+
+    def data_factor(self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array) -> None:
+        """Model side of the data term: :meth:`expected_log_likelihood` of the batch of the ``"data"`` plate from
+        ``num_samples`` propagated draws through ``layers``, as the factor ``"y"`` (scaled by N/B)."""
         key = numpyro.prng_key()
         if key is None:
-            raise ValueError("DeepSVGP.model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
+            raise ValueError("the deep GP's model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
         with sites.data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
             numpyro.factor("y", self.expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))

@@ -215,14 +215,6 @@ class BayesianGPLVM(GPModel):
     def num_inducing(self) -> int:
         return self.svgp.num_inducing
 
-    @property
-    def num_points(self) -> int:
-        return self.latents.num_points
-
-    @property
-    def latent_dim(self) -> int:
-        return self.latents.latent_dim
-
     def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
         """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``) and of initial
         hyperparameters (traced values skipped)."""
@@ -241,9 +233,9 @@ class BayesianGPLVM(GPModel):
             q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
         else:
             q_mu, q_sqrt = u, None
-        with sites.data_plate(self.num_points, self.batch_size) as idx:
+        with sites.data_plate(self.latents.num_points, self.batch_size) as idx:
             X = sites.latent_inputs(
-                self.num_points if idx is None else idx.shape[0], self.latent_dim, self.latents.dtype
+                self.latents.num_points if idx is None else idx.shape[0], self.latents.latent_dim, self.latents.dtype
             )
             _, Yb = sites.batch(None, Y, idx)
             mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=False)
@@ -257,7 +249,7 @@ class BayesianGPLVM(GPModel):
             *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
         )
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
-        with sites.data_plate(self.num_points, self.batch_size) as idx:
+        with sites.data_plate(self.latents.num_points, self.batch_size) as idx:
             sites.latent_posterior(loc, scale, idx)
 
     def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
@@ -327,14 +319,6 @@ class CollapsedGPLVM(GPModel):
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
 
-    @property
-    def num_points(self) -> int:
-        return self.latents.num_points
-
-    @property
-    def latent_dim(self) -> int:
-        return self.latents.latent_dim
-
     def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
         """Eager checks of the observations Y [N, D] and of initial hyperparameters (traced values skipped)."""
         self.latents.check_observations(Y)
@@ -346,15 +330,15 @@ class CollapsedGPLVM(GPModel):
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
-        with sites.data_plate(self.num_points):
-            X = sites.latent_inputs(self.num_points, self.latent_dim, self.latents.dtype)
+        with sites.data_plate(self.latents.num_points):
+            X = sites.latent_inputs(self.latents.num_points, self.latents.latent_dim, self.latents.dtype)
         numpyro.factor("collapsed_bound", SGPR.collapsed_bound(kernel, likelihood, Z, X, Y))
 
     def guide(self, Y: Array) -> None:
         """Point masses of the hyperparameters with priors and x_n ~ q(x_n); no q(u) (it is collapsed)."""
         self.hyperparameter_guide()
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
-        with sites.data_plate(self.num_points) as idx:
+        with sites.data_plate(self.latents.num_points) as idx:
             sites.latent_posterior(loc, scale, idx)
 
     def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:

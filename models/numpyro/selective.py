@@ -45,20 +45,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 from numpyro.distributions.kl import kl_divergence
 
+from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q, masked_sgpr_elbo, subset_q
 from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from ._base import GPModel, base_fields
+from ._base import scoped_methods
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -70,7 +71,14 @@ SELECTION_PARAMS = (INCLUSION_PARAM, BASELINE_SITE)
 """Names in a fitted parameter dict that belong to the selection, not to the sparse GP (a deep GP's per-layer
 λ are ``"layer<ℓ>.inclusion_probs"``)."""
 
-__all__ = ["SelectiveSGPR", "SelectiveSVGP", "SubsetSelection", "base_fields", "gp_parameters"]
+__all__ = [
+    "SelectiveModel",
+    "SelectiveSGPR",
+    "SelectiveSVGP",
+    "SubsetSelection",
+    "gp_parameters",
+    "selected_inducing_outputs",
+]
 
 
 def check_alpha(value: Any) -> float:
@@ -158,147 +166,162 @@ class SubsetSelection:
         return out
 
 
-@dataclass(eq=False)
-class SelectiveSGPR(GPModel):
-    """SGPR over a random subset s of the K candidates ``Z`` [K, D]: L(s) is Titsias' bound of the selected ones.
+def selected_inducing_outputs(gp: Any, kernel: Kernel, s: Array) -> tuple[Array, Array, Array, Array | None]:
+    """Model side of the inducing outputs of an uncollapsed selective model whose ordinary model ``gp`` (an SVGP or
+    Bayesian GP-LVM) has P = ``gp.num_latent`` outputs over the K candidates ``gp.Z``, given the mask ``s`` [K].
 
-    Args (beyond :class:`GPModel`'s): ``Z`` and ``learn_Z`` as :class:`SGPR`; keyword-only ``alpha`` and
-    ``initial_inclusion`` as :class:`SubsetSelection`.
+    Registers the candidates (param ``"Z"``, unless fixed) and u | s ~ N(0, K̂mm) at site ``"u"`` [P, K] (the selected
+    block of Kmm; :func:`~ppl_sparsegp.core.masking.masked_cholesky`), and returns Z [K, D], the masked Cholesky
+    factor [K, K] and the q(u_s) the data term is scored under: the marginal N(m_s, S_ss) of the guide's q(u) over
+    all K (``data_term="analytic"``) or a point mass at the sampled u (``"sampled"``, q_sqrt None).
+    """
+    P, K = gp.num_latent, int(np.shape(gp.Z)[0])
+    Z = sites.inducing_inputs(gp.Z, gp.learn_Z)
+    Lmm = masked_cholesky(kernel(Z), s)
+    u = sites.inducing_outputs(P, K, Lmm, Z.dtype)
+    if gp.data_term == "sampled":
+        return Z, Lmm, u, None
+    return Z, Lmm, *masked_q(*sites.inducing_posterior_parameters(P, K, Z.dtype, gp.q_diag), s)
+
+
+@scoped_methods
+@dataclass(eq=False)
+class SelectiveModel:
+    """What every selective model is made of: the ordinary model over all K candidates ``ordinary.Z`` [K, D] and
+    the :class:`SubsetSelection` over them. Subclasses write ``model`` and ``guide``; the kernel, likelihood,
+    priors, fixed sites, jitter and every other setting are the ordinary model's.
+
+    Args:
+        ordinary: the model over every candidate (an instance of the subclass's ``ordinary_class``, e.g.
+            ``SVGP(kernel, likelihood, Z=candidates, whiten=False)``); :meth:`prune` returns a copy of it on the
+            selected candidates.
+        alpha, initial_inclusion: keyword only, as :class:`SubsetSelection`.
     """
 
-    Z: Array = None
-    learn_Z: bool = True
+    ordinary: Any
     alpha: float = field(default=0.1, kw_only=True)
     initial_inclusion: float = field(default=0.5, kw_only=True)
-    ordinary: SGPR = field(init=False, repr=False)
     selection: SubsetSelection = field(init=False, repr=False)
-    components = ("ordinary", "selection")
+    ordinary_class: ClassVar[type]
 
     def __post_init__(self) -> None:
-        self.ordinary = SGPR(**base_fields(self, SGPR))  # the SGPR on every candidate: its checks
+        if not isinstance(self.ordinary, self.ordinary_class):
+            raise ValueError(
+                f"ordinary: expected the {self.ordinary_class.__name__} over every candidate, got {self.ordinary!r}"
+            )
         self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
-        super().__post_init__()
+
+    @property
+    def jitter(self) -> float | None:
+        """The ordinary model's relative jitter (:mod:`models.numpyro._base`)."""
+        return self.ordinary.jitter
 
     @property
     def num_candidates(self) -> int:
-        return int(np.shape(self.Z)[0])
+        """K, the number of candidate inducing inputs."""
+        return int(np.shape(self.ordinary.Z)[0])
+
+    def parameter_names(self) -> set[str]:
+        """The sites a ``params`` dict may name: the ordinary model's and the selection's."""
+        return self.ordinary.parameter_names() | self.selection.parameter_names()
+
+    def check_data(self, *data: Array, init_params: Mapping[str, Array] | None = None) -> None:
+        """The ordinary model's checks of the data and of initial values."""
+        self.ordinary.check_data(*data, init_params=init_params)
+
+    def fitted(self, params: Mapping[str, Array]) -> Any:
+        """The ordinary model's kernel and likelihood at fitted values."""
+        return self.ordinary.fitted(params)
+
+    def inclusion_probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
+        """Fitted λ [K] (the initial value when ``params`` has none)."""
+        return self.selection.probabilities(params)
+
+    def kl_selection(self, params: Mapping[str, Array]) -> Array:
+        """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
+        return self.selection.kl(params)
+
+    def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[Any, dict[str, Array]]:
+        """The ordinary model on the candidates in ``mask`` [K] and its parameters: ``Z`` restricted to them, q(u)
+        (where the model has one) to its marginal q(u_s) = N(m_s, S_ss), every other fitted value kept."""
+        q_diag = getattr(self.ordinary, "q_diag", None)
+        q_scale = None if q_diag is None else "u_scale" if q_diag else "u_scale_tril"
+        sparse = {**gp_parameters(params), **self.selection.restrict(params, mask, self.ordinary.Z, q_scale)}
+        return replace(self.ordinary, Z=np.asarray(sparse["Z"])), sparse
+
+
+class SelectiveSGPR(SelectiveModel):
+    """SGPR over a random subset s of the K candidates: L(s) is Titsias' bound of the selected ones.
+
+    ``SelectiveSGPR(SGPR(kernel, likelihood, Z=candidates), alpha=0.1)``; see :class:`SelectiveModel`.
+    """
+
+    ordinary_class = SGPR
 
     def model(self, X: Array, y: Array) -> None:
         """s ~ p_α(s), then L(s) = Titsias' bound of the candidates in s, as the factor ``"collapsed_bound"``."""
         self.check_data(X, y)
-        kernel, likelihood = self.hyperparameters()
-        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        gp = self.ordinary
+        kernel, likelihood = gp.hyperparameters()
+        Z = sites.inducing_inputs(gp.Z, gp.learn_Z)
         s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
         bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
         numpyro.factor("collapsed_bound", bound)
 
     def guide(self, X: Array, y: Array) -> None:
         """Point masses of the hyperparameters with priors; s ~ q_λ(s)."""
-        self.hyperparameter_guide()
-        sites.inclusion_posterior(self.num_candidates, self.initial_inclusion, jnp.asarray(self.Z).dtype)
-
-    def inclusion_probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
-        """Fitted λ [K] (the initial value when ``params`` has none)."""
-        return self.selection.probabilities(params)
-
-    def kl_selection(self, params: Mapping[str, Array]) -> Array:
-        """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
-        return self.selection.kl(params)
+        self.ordinary.hyperparameter_guide()
+        sites.inclusion_posterior(self.num_candidates, self.initial_inclusion, jnp.asarray(self.ordinary.Z).dtype)
 
     def subset_bound(self, params: Mapping[str, Array], X: Array, y: Array, mask: Array) -> Array:
-        """L(s): the collapsed bound with the candidates in ``mask`` [K] at fitted values (scalar)."""
+        """L(s): the collapsed bound with the candidates in ``mask`` [K] at fitted values (scalar; ``mask`` may be
+        traced, so this maps over many masks under ``jax.vmap``)."""
         kernel, likelihood = self.fitted(params)
-        Z = jnp.asarray(params.get("Z", self.Z))
+        Z = jnp.asarray(params.get("Z", self.ordinary.Z))
         s = jnp.asarray(mask, dtype=Z.dtype)
         return masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
 
-    def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SGPR, dict[str, Array]]:
-        """An ordinary :class:`SGPR` on the candidates in ``mask`` [K] and its parameters (fitted values kept)."""
-        sparse = {**gp_parameters(params), **self.selection.restrict(params, mask, self.Z)}
-        return SGPR(**{**base_fields(self, SGPR), "Z": np.asarray(sparse["Z"])}), sparse
 
+class SelectiveSVGP(SelectiveModel):
+    """SVGP over a random subset s of the K candidates; q(u) unwhitened over all candidates.
 
-@dataclass(eq=False)
-class SelectiveSVGP(GPModel):
-    """SVGP over a random subset s of the K candidates ``Z`` [K, D]; q(u) unwhitened over all candidates.
-
-    Args (beyond :class:`GPModel`'s): those of :class:`SVGP` (``whiten`` must stay False); keyword-only ``alpha``
-    and ``initial_inclusion`` as :class:`SubsetSelection`.
+    ``SelectiveSVGP(SVGP(kernel, likelihood, Z=candidates, whiten=False), alpha=0.1)``; see
+    :class:`SelectiveModel`. The SVGP must be unwhitened (module docstring).
     """
 
-    Z: Array = None
-    num_latent: int = 1
-    whiten: bool = False
-    q_diag: bool = False
-    batch_size: int | None = None
-    num_data: int | None = None
-    learn_Z: bool = True
-    data_term: Literal["analytic", "sampled"] = "analytic"
-    alpha: float = field(default=0.1, kw_only=True)
-    initial_inclusion: float = field(default=0.5, kw_only=True)
-    ordinary: SVGP = field(init=False, repr=False)
-    selection: SubsetSelection = field(init=False, repr=False)
-    components = ("ordinary", "selection")
+    ordinary_class = SVGP
 
     def __post_init__(self) -> None:
-        if self.whiten:
-            raise ValueError(
-                "whiten: SelectiveSVGP needs whiten=False; a subset of whitened v = L⁻¹u is not the marginal of "
-                "the selected u, so q(u) must be parameterised over u itself"
-            )
-        self.ordinary = SVGP(**base_fields(self, SVGP))  # the SVGP on every candidate: its checks
-        self.selection = SubsetSelection(self.num_candidates, self.alpha, self.initial_inclusion)
         super().__post_init__()
-
-    @property
-    def num_candidates(self) -> int:
-        return int(np.shape(self.Z)[0])
-
-    @property
-    def _q_scale(self) -> str:
-        return "u_scale" if self.q_diag else "u_scale_tril"
+        if self.ordinary.whiten:
+            raise ValueError(
+                "ordinary.whiten: SelectiveSVGP needs an SVGP with whiten=False; a subset of whitened v = L⁻¹u is "
+                "not the marginal of the selected u, so q(u) must be parameterised over u itself"
+            )
 
     def model(self, X: Array, y: Array) -> None:
         """s ~ p_α(s), u | s ~ N(0, K̂mm) (the selected block of Kmm; :mod:`ppl_sparsegp.core.masking`), and the
         data term of the SVGP on Z*_s for the batch as the factor ``"y"``."""
         self.check_data(X, y)
-        self.ordinary._check_outputs(y)
-        P, K, dtype = self.num_latent, self.num_candidates, jnp.asarray(self.Z).dtype
-        s = sites.inclusion(K, self.alpha, dtype)
-        kernel, likelihood = self.hyperparameters()
-        Z = sites.inducing_inputs(self.Z, self.learn_Z)
-        Lmm = masked_cholesky(kernel(Z), s)
-        u = sites.inducing_outputs(P, K, Lmm, Z.dtype)
-        if self.data_term == "analytic":  # q(u_s) = N(m_s, S_ss), the marginal of the guide's q(u) over all K
-            q_mu, q_sqrt = masked_q(*sites.inducing_posterior_parameters(P, K, Z.dtype, self.q_diag), s)
-        else:
-            q_mu, q_sqrt = u, None
-        with sites.data_plate(y.shape[0], self.batch_size, self.num_data) as idx:
+        gp = self.ordinary
+        gp._check_outputs(y)
+        s = sites.inclusion(self.num_candidates, self.alpha, jnp.asarray(gp.Z).dtype)
+        kernel, likelihood = gp.hyperparameters()
+        Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(gp, kernel, s)
+        with sites.data_plate(y.shape[0], gp.batch_size, gp.num_data) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = masked_conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), s, q_mu, q_sqrt)
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
     def guide(self, X: Array, y: Array) -> None:
         """s ~ q_λ(s), point masses of the hyperparameters with priors, and u ~ q(u_s) (the marginal of q(u))."""
-        P, K, dtype = self.num_latent, self.num_candidates, jnp.asarray(self.Z).dtype
+        gp = self.ordinary
+        P, K, dtype = gp.num_latent, self.num_candidates, jnp.asarray(gp.Z).dtype
         s = sites.inclusion_posterior(K, self.initial_inclusion, dtype)
-        self.hyperparameter_guide()
-        sites.inducing_posterior(*masked_q(*sites.inducing_posterior_parameters(P, K, dtype, self.q_diag), s))
-
-    def inclusion_probabilities(self, params: Mapping[str, Array]) -> np.ndarray:
-        """Fitted λ [K] (the initial value when ``params`` has none)."""
-        return self.selection.probabilities(params)
-
-    def kl_selection(self, params: Mapping[str, Array]) -> Array:
-        """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
-        return self.selection.kl(params)
+        gp.hyperparameter_guide()
+        sites.inducing_posterior(*masked_q(*sites.inducing_posterior_parameters(P, K, dtype, gp.q_diag), s))
 
     def subset_bound(self, params: Mapping[str, Array], X: Array, y: Array, mask: Array) -> Array:
-        """L(s): the full-batch uncollapsed bound with the candidates in ``mask`` [K] (scalar)."""
+        """L(s): the full-batch uncollapsed bound with the candidates in a concrete ``mask`` [K] (scalar)."""
         model, sparse = self.prune(params, mask)
         return model.elbo(sparse, X, y)
-
-    def prune(self, params: Mapping[str, Array], mask: Array) -> tuple[SVGP, dict[str, Array]]:
-        """An ordinary (unwhitened) :class:`SVGP` on the candidates in ``mask`` [K], with q(u_s) = N(m_s, S_ss)."""
-        sparse = {**gp_parameters(params), **self.selection.restrict(params, mask, self.Z, self._q_scale)}
-        return SVGP(**{**base_fields(self, SVGP), "Z": np.asarray(sparse["Z"])}), sparse

@@ -32,12 +32,11 @@ post-train.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
@@ -45,7 +44,7 @@ from ppl_sparsegp.core.masking import masked_q
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import SubsetPointProcess
 
-from ._base import base_fields, scoped_methods
+from ._base import scoped_methods
 from .deep_svgp import DeepSVGP, Layer
 from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, check_alpha, gp_parameters
 
@@ -63,38 +62,32 @@ def inclusion_param(layer: int) -> str:
 @scoped_methods
 @dataclass(eq=False)
 class SelectiveDeepSVGP:
-    """A :class:`DeepSVGP` whose layer ℓ uses a random subset of its K_ℓ candidates ``Z[ℓ]`` (unwhitened q).
+    """A :class:`DeepSVGP` whose layer ℓ uses a random subset of its K_ℓ candidates ``ordinary.Z[ℓ]`` (unwhitened q).
 
-    Args: those of :class:`DeepSVGP` (``whiten`` must stay False), and keyword-only
-        alpha: prior strength α >= 0, one for every layer or a sequence of L.
-        alpha_per_output: multiply layer ℓ's α by its output width D_{ℓ+1} (the released code).
-        initial_inclusion: λ₀ of every candidate, in (0, 1).
+    ``SelectiveDeepSVGP(DeepSVGP(Z=candidates, widths=widths, likelihood=likelihood, whiten=False), alpha=0.05)``.
+
+    Args:
+        ordinary: the deep GP over every candidate (``whiten=False``); its settings (kernels, likelihood,
+            widths, jitter, ...) are this model's, and :meth:`prune` returns a copy of it on the selected candidates.
+        alpha: keyword only; prior strength α >= 0, one for every layer or a sequence of L.
+        alpha_per_output: keyword only; multiply layer ℓ's α by its output width D_{ℓ+1} (the released code).
+        initial_inclusion: keyword only; λ₀ of every candidate, in (0, 1).
     """
 
-    Z: Sequence[Array]
-    widths: Sequence[int]
-    likelihood: Likelihood
-    kernels: Sequence[Kernel] | None = None
-    mean_weights: Sequence[Array | None] = ()
-    add_input: bool = False
-    whiten: bool = False
-    num_samples: int = 1
-    batch_size: int | None = None
-    num_data: int | None = None
-    inner_scale: float = 1e-3
+    ordinary: DeepSVGP
     alpha: float | Sequence[float] = field(default=0.05, kw_only=True)
     alpha_per_output: bool = field(default=False, kw_only=True)
     initial_inclusion: float = field(default=0.5, kw_only=True)
-    jitter: float | None = field(default=None, kw_only=True)
-    ordinary: DeepSVGP = field(init=False, repr=False)
     selections: list[SubsetSelection] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.whiten:
-            raise ValueError("whiten: SelectiveDeepSVGP needs whiten=False (a subset of whitened v is no marginal)")
-        self.ordinary = DeepSVGP(**base_fields(self, DeepSVGP))  # the deep GP on every candidate: checks, algebra
-        for name in ("Z", "widths", "kernels", "mean_weights", "jitter"):  # as the deep GP normalised them
-            setattr(self, name, getattr(self.ordinary, name))
+        if not isinstance(self.ordinary, DeepSVGP):
+            raise ValueError(f"ordinary: expected the DeepSVGP over every candidate, got {self.ordinary!r}")
+        if self.ordinary.whiten:
+            raise ValueError(
+                "ordinary.whiten: SelectiveDeepSVGP needs a DeepSVGP with whiten=False (a subset of whitened v is "
+                "no marginal)"
+            )
         L = self.num_layers
         given = list(self.alpha) if isinstance(self.alpha, Sequence | np.ndarray) else [self.alpha] * L
         if len(given) != L:
@@ -106,6 +99,11 @@ class SelectiveDeepSVGP:
             SubsetSelection(K, a, self.initial_inclusion, prefix=f"layer{i}.")
             for i, (K, a) in enumerate(zip(self.num_inducing, self.alphas, strict=True))
         ]
+
+    @property
+    def jitter(self) -> float | None:
+        """The deep GP's relative jitter (:mod:`models.numpyro._base`)."""
+        return self.ordinary.jitter
 
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: those of the deep GP over all candidates and of each layer's
@@ -124,7 +122,8 @@ class SelectiveDeepSVGP:
     @property
     def alphas(self) -> list[float]:
         """α_ℓ of every layer's prior (× D_{ℓ+1} with ``alpha_per_output``)."""
-        return [a * (w if self.alpha_per_output else 1) for a, w in zip(self.alpha, self.widths, strict=True)]
+        widths = self.ordinary.widths
+        return [a * (w if self.alpha_per_output else 1) for a, w in zip(self.alpha, widths, strict=True)]
 
     def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
         """The checks of :meth:`DeepSVGP.check_data`."""
@@ -136,22 +135,17 @@ class SelectiveDeepSVGP:
         deep = self.ordinary
         masks = [
             sites.inclusion(sel.num_candidates, sel.alpha, jnp.asarray(Z).dtype, sel.prefix)
-            for sel, Z in zip(self.selections, self.Z, strict=True)
+            for sel, Z in zip(self.selections, deep.Z, strict=True)
         ]
         self.check_data(X, y)
         kernels, likelihood = deep.hyperparameters()
         layers = []
         for i, (kernel, mask) in enumerate(zip(kernels, masks, strict=True)):
-            Z = sites.inducing_inputs(self.Z[i], name=f"layer{i}.Z")
+            Z = sites.inducing_inputs(deep.Z[i], name=f"layer{i}.Z")
             layer = Layer.at(kernel, Z, deep.variational_parameters(i), mask)
-            sites.inducing_outputs(self.widths[i], Z.shape[0], layer.Lmm, Z.dtype, name=f"layer{i}.u")
+            sites.inducing_outputs(deep.widths[i], Z.shape[0], layer.Lmm, Z.dtype, name=f"layer{i}.u")
             layers.append(layer)
-        key = numpyro.prng_key()
-        if key is None:
-            raise ValueError("SelectiveDeepSVGP.model needs a PRNG key (run it under SVI or numpyro.handlers.seed)")
-        with sites.data_plate(X.shape[0], self.batch_size, self.num_data) as idx:
-            Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
-            numpyro.factor("y", deep.expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
+        deep.data_factor(layers, likelihood, X, y)
 
     def guide(self, X: Array, y: Array) -> None:
         """s^ℓ ~ q_{λ^ℓ}(s^ℓ) of every layer (one baseline), then q(u^ℓ_s), the marginal of q(u^ℓ) over all K_ℓ."""
@@ -159,7 +153,7 @@ class SelectiveDeepSVGP:
             sites.inclusion_posterior(
                 sel.num_candidates, self.initial_inclusion, jnp.asarray(Z).dtype, sel.prefix, baseline=i == 0
             )
-            for i, (sel, Z) in enumerate(zip(self.selections, self.Z, strict=True))
+            for i, (sel, Z) in enumerate(zip(self.selections, self.ordinary.Z, strict=True))
         ]
         for i, mask in enumerate(masks):
             q = masked_q(*self.ordinary.variational_parameters(i), mask)
@@ -169,19 +163,12 @@ class SelectiveDeepSVGP:
         """Kernels and likelihood at fitted values (:meth:`DeepSVGP.fitted`)."""
         return self.ordinary.fitted(params)
 
-    def elbo(
-        self,
-        params: Mapping[str, Array],
-        X: Array,
-        y: Array,
-        key: Array,
-        *,
-        masks: Sequence[Array] | None = None,
-        num_samples: int | None = None,
+    def subset_bound(
+        self, params: Mapping[str, Array], X: Array, y: Array, masks: Sequence[Array], key: Array
     ) -> Array:
-        """The deep GP's bound L(s) at ``params`` with every layer restricted to ``masks`` (None: all candidates),
-        :meth:`DeepSVGP.elbo` (scalar)."""
-        return self.ordinary.elbo(params, X, y, key, masks=masks, num_samples=num_samples)
+        """L(s): the deep GP's bound at ``params`` with layer ℓ restricted to the candidates in ``masks[ℓ]`` [K_ℓ]
+        (:meth:`DeepSVGP.elbo`, from the model's ``num_samples`` propagated draws; scalar)."""
+        return self.ordinary.elbo(params, X, y, key, masks=masks)
 
     def inclusion_priors(self) -> list[SubsetPointProcess]:
         """p_{α_ℓ} of every layer."""
@@ -201,7 +188,7 @@ class SelectiveDeepSVGP:
         if len(masks) != self.num_layers:
             raise ValueError(f"masks: expected {self.num_layers} masks (one per layer), got {len(masks)}")
         pruned = gp_parameters(params)
-        for i, (sel, mask, Z) in enumerate(zip(self.selections, masks, self.Z, strict=True)):
+        for i, (sel, mask, Z) in enumerate(zip(self.selections, masks, self.ordinary.Z, strict=True)):
             pruned.update(sel.restrict(params, mask, Z, "u_scale_tril", name=f"masks[{i}]"))
         Zs = [np.asarray(pruned[f"layer{i}.Z"]) for i in range(self.num_layers)]
-        return DeepSVGP(**{**base_fields(self, DeepSVGP), "Z": Zs}), pruned
+        return replace(self.ordinary, Z=Zs), pruned

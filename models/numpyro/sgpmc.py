@@ -36,7 +36,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, check_sparse_settings
+from ._base import GPModel, base_fields, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -93,18 +93,10 @@ class SGPMC(GPModel):
         raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")
 
     def variational_twin(self) -> SVGP:
-        """The whitened SVGP with the same kernel, likelihood, priors and fixed Z: its data term with
+        """The whitened SVGP with the same kernel, likelihood, priors, jitter and fixed Z: its data term with
         ``data_term="sampled"`` is this model's, and it predicts from a draw ``{"u": v, ...}`` the same way."""
-        return SVGP(
-            kernel=self.kernel,
-            likelihood=self.likelihood,
-            priors=self.priors,
-            fixed=self.fixed,
-            Z=self.Z,
-            num_latent=self.num_latent,
-            learn_Z=False,
-            data_term="sampled",
-        )
+        shared = base_fields(self, GPModel)  # kernel, likelihood, priors, fixed, jitter
+        return SVGP(**shared, Z=self.Z, num_latent=self.num_latent, learn_Z=False, data_term="sampled")
 
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """log φ(y_n | v, θ) of one draw per data point (the per-point factor of eq 5.26): [N] (or [N, P])."""

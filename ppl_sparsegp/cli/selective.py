@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     start = time.perf_counter()
     m, mean, var, curve = shared.predict_gp(fit.model, fit.params, d)
     predict_seconds = time.perf_counter() - start
-    candidates = np.asarray(fit.selective_params.get("Z", fit.selective.Z))
+    candidates = np.asarray(fit.selective_params.get("Z", fit.selective.ordinary.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
     selection["selected"] = np.flatnonzero(fit.mask)
     steps = {phase: int(len(fit.losses.get(phase, ()))) for phase in PHASES}

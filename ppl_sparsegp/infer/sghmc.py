@@ -409,6 +409,7 @@ class SGHMC(SGMCMCKernel):
 
     :param friction: C > 0, with ε C / M ≤ 1 (α = εC/M is the fraction of momentum lost per step).
     :param mass: scalar mass M > 0 (identity mass matrix scaled by M); ``adapt_scale`` is 1/M.
+    :param options: ``init_strategy``, ``stochastic_potential`` and ``point_estimates`` of :class:`SGMCMCKernel`.
     """
 
     def __init__(
@@ -419,18 +420,9 @@ class SGHMC(SGMCMCKernel):
         step_size: float,
         friction: float = 1.0,
         mass: float = 1.0,
-        init_strategy: Callable = init_to_uniform,
-        stochastic_potential: bool = False,
-        point_estimates: PointEstimates | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            model,
-            potential_fn,
-            step_size=step_size,
-            init_strategy=init_strategy,
-            stochastic_potential=stochastic_potential,
-            point_estimates=point_estimates,
-        )
+        super().__init__(model, potential_fn, step_size=step_size, **options)
         check_positive_float("friction", friction)
         check_positive_float("mass", mass)
         if step_size * friction / mass > 1:
@@ -484,9 +476,10 @@ class AdaptiveSGHMC(SGMCMCKernel):
     :param num_data: N, only used for the initial moments (see above); the default 1 starts from M̃⁻¹ = 1, which
         can make the first steps far too long when |∇U| is large.
 
-    ``adapt_scale`` is the geometric mean over all elements of M̃⁻¹ = 1/(√v̂_U + 1e-16).
-    See :class:`SGMCMCKernel` for the common arguments and :func:`ppl_sparsegp.recipes.bsgp.bsgp_schedule` for the
-    released settings.
+    :param options: ``init_strategy``, ``stochastic_potential`` and ``point_estimates`` of :class:`SGMCMCKernel`.
+
+    ``adapt_scale`` is the geometric mean over all elements of M̃⁻¹ = 1/(√v̂_U + 1e-16). See
+    :func:`ppl_sparsegp.recipes.bsgp.bsgp_schedule` for the released settings.
     """
 
     def __init__(
@@ -497,18 +490,9 @@ class AdaptiveSGHMC(SGMCMCKernel):
         step_size: float = 0.01,
         mdecay: float = 0.05,
         num_data: int = 1,
-        init_strategy: Callable = init_to_uniform,
-        stochastic_potential: bool = False,
-        point_estimates: PointEstimates | None = None,
+        **options: Any,
     ) -> None:
-        super().__init__(
-            model,
-            potential_fn,
-            step_size=step_size,
-            init_strategy=init_strategy,
-            stochastic_potential=stochastic_potential,
-            point_estimates=point_estimates,
-        )
+        super().__init__(model, potential_fn, step_size=step_size, **options)
         if not (isinstance(mdecay, int | float) and 0 < mdecay <= 1):
             raise ValueError(f"mdecay: expected a number in (0, 1], got {mdecay!r}")
         self.mdecay, self.num_data = float(mdecay), check_count("num_data", num_data, minimum=1)

@@ -40,7 +40,7 @@ from ppl_sparsegp.inducing.initialise import kmeans, random_subset
 from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.infer.svi import fit_svi
-from ppl_sparsegp.models.numpyro._base import base_fields, part_fingerprint
+from ppl_sparsegp.models.numpyro._base import part_fingerprint
 from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP, deep_svgp
 from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.numpyro.selective import (
@@ -244,10 +244,11 @@ def fit_selective(
     common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(c.learn_candidates)}
     selection = {"alpha": c.alpha, "initial_inclusion": c.initial_inclusion}
     if c.bound == "collapsed":
-        base, selective = SGPR(**common), SelectiveSGPR(**common, **selection)
+        base, selective = SGPR(**common), SelectiveSGPR
     else:
         svgp = {"num_latent": 1 if y.ndim == 1 else y.shape[1], "whiten": False, "batch_size": c.batch_size}
-        base, selective = SVGP(**common, **svgp), SelectiveSVGP(**common, **svgp, **selection)
+        base, selective = SVGP(**common, **svgp), SelectiveSVGP
+    selective = selective(base, **selection)
     base.check_data(X, y)
     checkpoints.create()
 
@@ -400,7 +401,7 @@ def fit_selective_deep(
     likelihood = likelihood or Gaussian(c.noise_variance)
     base = deep_svgp(X, outputs, likelihood, Z=Z, **architecture, num_samples=c.num_samples, batch_size=c.batch_size)
     selective = SelectiveDeepSVGP(
-        **{**base_fields(base, DeepSVGP), "batch_size": c.selection_batch_size},
+        dataclasses.replace(base, batch_size=c.selection_batch_size),
         alpha=c.alpha,
         alpha_per_output=c.alpha_per_output,
         initial_inclusion=c.initial_inclusion,
@@ -590,9 +591,10 @@ def gplvm_on_grid(
         "X_scale_init": latent_scale,
     }
     if bound == "collapsed":
-        return SelectiveCollapsedGPLVM(**common, **selection) if selection else CollapsedGPLVM(**common)
-    common.update(num_latent=Y.shape[1], batch_size=batch_size)
-    return SelectiveGPLVM(**common, **selection) if selection else BayesianGPLVM(**common)
+        model, selective = CollapsedGPLVM(**common), SelectiveCollapsedGPLVM
+    else:
+        model, selective = BayesianGPLVM(**common, num_latent=Y.shape[1], batch_size=batch_size), SelectiveGPLVM
+    return selective(model, **selection) if selection else model
 
 
 def fit_selective_gplvm(
@@ -640,12 +642,12 @@ def fit_selective_gplvm(
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     fit_key, prune_key = jax.random.split(key)
 
-    init_params = model.initial_params()
+    everything = model.ordinary  # the GP-LVM on every grid point
+    init_params = everything.initial_params()
     checkpoints.create()
     pre_losses = np.zeros(0)
     t0 = time.perf_counter()
     if c.pre_steps:
-        everything = gplvm_on_grid(Y, grid, **on_grid)
         pre = fit_svi(
             everything.model, everything.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.pre_steps,
             key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
@@ -659,7 +661,7 @@ def fit_selective_gplvm(
         with np.load(trace_path, allow_pickle=False) as stored:
             trace_steps, inclusion, latents = (list(stored[name]) for name in ("steps", "inclusion", "latents"))
     else:
-        start = model.latent_means(init_params) if c.pre_steps else X_init
+        start = everything.latents.means(init_params) if c.pre_steps else X_init
         trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
     def write_trace() -> None:
@@ -671,7 +673,7 @@ def fit_selective_gplvm(
     unwritten = [0]  # steps recorded since the trace was last written
 
     def record(step: int, chunk_losses: np.ndarray, params: dict[str, Array]) -> None:
-        now = (step, np.asarray(params[INCLUSION_PARAM]), model.latent_means(params))
+        now = (step, np.asarray(params[INCLUSION_PARAM]), everything.latents.means(params))
         while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
             for trace in (trace_steps, inclusion, latents):
                 trace.pop()

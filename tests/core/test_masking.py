@@ -20,6 +20,7 @@ from ppl_sparsegp.core.masking import (
     masked_sgpr_elbo,
 )
 from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 K = 9
@@ -161,7 +162,7 @@ def test_masked_sgpr_elbo_is_the_sgpr_bound_of_the_selected_candidates(rng, mask
 @pytest.mark.parametrize("mask", MASKS)
 def test_collapsed_masked_bound_is_the_sgpr_bound_of_the_subset(rng, mask):
     X, y, Z = data(rng)
-    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    selective = SelectiveSGPR(SGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z), alpha=0.1)
     masked = float(selective.subset_bound({}, X, y, mask))
     sgpr, params = selective.prune({}, mask)
     direct = float(sgpr.elbo(params, X, y))
@@ -170,7 +171,7 @@ def test_collapsed_masked_bound_is_the_sgpr_bound_of_the_subset(rng, mask):
 
 def test_collapsed_bound_of_the_empty_subset_is_the_prior_only_bound(rng):
     X, y, Z = data(rng)
-    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    selective = SelectiveSGPR(SGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z), alpha=0.1)
     got = float(selective.subset_bound({}, X, y, np.zeros(K)))
     noise = 0.05
     expected = -0.5 * len(y) * np.log(2 * np.pi * noise) - 0.5 * np.sum(y**2) / noise - 0.5 * len(y) * 1.3 / noise
@@ -180,7 +181,7 @@ def test_collapsed_bound_of_the_empty_subset_is_the_prior_only_bound(rng):
 def test_collapsed_bound_does_not_decrease_when_a_point_is_added(rng):
     """Spec check U7: at fixed hyperparameters every extra inducing point can only tighten Titsias' bound."""
     X, y, Z = data(rng)
-    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    selective = SelectiveSGPR(SGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z), alpha=0.1)
     mask = np.zeros(K)
     previous = float(selective.subset_bound({}, X, y, mask))
     for k in rng.permutation(K):
@@ -209,7 +210,7 @@ def test_uncollapsed_masked_elbo_is_the_svgp_elbo_of_the_subset(rng, mask, likel
     X, y, Z = data(rng)
     if isinstance(likelihood, Bernoulli):
         y = (y > 0).astype(float)
-    selective = SelectiveSVGP(kernel=kernel(), likelihood=likelihood, Z=Z, q_diag=q_diag, alpha=0.1)
+    selective = SelectiveSVGP(SVGP(kernel=kernel(), likelihood=likelihood, Z=Z, whiten=False, q_diag=q_diag), alpha=0.1)
     q_mu, R = random_q(rng)
     params = {"u_loc": jnp.asarray(q_mu)}
     params.update({"u_scale": jnp.asarray(np.abs(R[:, np.arange(K), np.arange(K)]))} if q_diag else {})
@@ -231,12 +232,12 @@ def test_uncollapsed_masked_elbo_is_the_svgp_elbo_of_the_subset(rng, mask, likel
 def test_selective_svgp_refuses_whitened_parameters(rng):
     _, _, Z = data(rng)
     with pytest.raises(ValueError, match="whiten"):
-        SelectiveSVGP(kernel=kernel(), likelihood=Gaussian(), Z=Z, whiten=True)
+        SelectiveSVGP(SVGP(kernel=kernel(), likelihood=Gaussian(), Z=Z, whiten=True))
 
 
 def test_pruned_sgpr_keeps_fitted_values_and_predicts(rng):
     X, y, Z = data(rng)
-    selective = SelectiveSGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z, alpha=0.1)
+    selective = SelectiveSGPR(SGPR(kernel=kernel(), likelihood=Gaussian(variance=0.05), Z=Z), alpha=0.1)
     params = {"kernel.variance": jnp.asarray(0.7), "Z": jnp.asarray(Z + 0.1), "inclusion_probs": jnp.full(K, 0.3)}
     sgpr, sub = selective.prune(params, MASKS[0])
     index = np.flatnonzero(MASKS[0])

@@ -26,7 +26,7 @@ def selective_problem(rng, alpha=0.3, Z=None):
     y = np.sin(2 * X[:, 0]) + 0.1 * rng.normal(size=30)
     Z = np.linspace(0, 6, K)[:, None] if Z is None else Z
     model = SelectiveSGPR(
-        kernel=RBF(variance=1.0, lengthscale=0.7), likelihood=Gaussian(variance=0.02), Z=Z, alpha=alpha
+        SGPR(kernel=RBF(variance=1.0, lengthscale=0.7), likelihood=Gaussian(variance=0.02), Z=Z), alpha=alpha
     )
     return model, X, y
 
@@ -127,7 +127,7 @@ def test_frozen_selection_gives_the_gp_exactly_zero_gradient(rng):
 def test_pathwise_gradient_is_that_of_the_selected_bound(rng):
     """With every λ_k = 1 each draw is the full set, so the pathwise gradient is that of the SGPR bound."""
     model, X, y = selective_problem(rng)
-    sgpr = SGPR(kernel=model.kernel, likelihood=model.likelihood, Z=model.Z)
+    sgpr = model.ordinary
 
     def loss(variance):
         p = {"inclusion_probs": jnp.ones(K), "kernel.variance": variance}
@@ -145,7 +145,8 @@ def test_inclusion_probabilities_settle_at_the_no_signal_fixed_point(rng):
     y = rng.normal(size=50)
     far = 1e3 + np.linspace(0, 40, 80)[:, None]
     model = SelectiveSGPR(
-        kernel=RBF(variance=1.0, lengthscale=0.5), likelihood=Gaussian(variance=1.0), Z=far, alpha=0.05, learn_Z=False
+        SGPR(kernel=RBF(variance=1.0, lengthscale=0.5), likelihood=Gaussian(variance=1.0), Z=far, learn_Z=False),
+        alpha=0.05,
     )
     optimizer = optax.multi_transform(
         {"inclusion": optax.adam(0.05), "gp": optax.set_to_zero()},

@@ -42,7 +42,7 @@ def selective(data):
         "kernel.lengthscale": jnp.asarray([0.9, 1.3]),
         "u_loc": jnp.asarray(rng.normal(size=(D, K))),
         "u_scale_tril": jnp.asarray(tril),
-        "X_loc": jnp.asarray(model.X_init + 0.1 * rng.normal(size=(N, Q))),
+        "X_loc": jnp.asarray(model.ordinary.X_init + 0.1 * rng.normal(size=(N, Q))),
         "X_scale": jnp.asarray(rng.uniform(0.05, 0.3, size=(N, Q))),
         INCLUSION_PARAM: jnp.asarray(rng.uniform(0.2, 0.8, size=K)),
     }
@@ -78,7 +78,7 @@ def test_masked_bound_equals_the_pruned_models_bound_for_the_same_latent_draws(s
     mask = np.array([1, 0, 1, 1, 0, 0, 1, 0, 1], dtype=float)
     pruned, pruned_params = model.prune(params, mask)
     assert isinstance(pruned, BayesianGPLVM) and not isinstance(pruned, SelectiveGPLVM)
-    np.testing.assert_allclose(pruned.Z, model.Z[mask == 1])
+    np.testing.assert_allclose(pruned.Z, model.ordinary.Z[mask == 1])
     draw = np.asarray(params["X_loc"]) + np.asarray(params["X_scale"]) * np.random.default_rng(4).normal(size=(N, Q))
     kl_selection = float(model.kl_selection(params))
 
@@ -105,7 +105,7 @@ def test_collapsed_masked_bound_equals_the_pruned_collapsed_models_bound_for_the
     params = {
         "kernel.variance": jnp.asarray(1.2),
         "kernel.lengthscale": jnp.asarray([0.9, 1.3]),
-        "X_loc": jnp.asarray(model.X_init + 0.1 * rng.normal(size=(N, Q))),
+        "X_loc": jnp.asarray(model.ordinary.X_init + 0.1 * rng.normal(size=(N, Q))),
         "X_scale": jnp.asarray(rng.uniform(0.05, 0.3, size=(N, Q))),
         INCLUSION_PARAM: jnp.asarray(rng.uniform(0.2, 0.8, size=K)),
     }
@@ -127,7 +127,7 @@ def test_collapsed_masked_bound_equals_the_pruned_collapsed_models_bound_for_the
     point = {**params, "X_scale": jnp.full((N, Q), 1e-9)}
     kernel = RBF(variance=1.2, lengthscale=np.array([0.9, 1.3]))
     titsias = SGPR.collapsed_bound(kernel, Gaussian(0.1), grid[mask == 1], point["X_loc"], jnp.asarray(data))
-    latent_kl = float(model.kl_latent(point))
+    latent_kl = float(model.ordinary.latents.kl(point))
     subset = float(model.subset_bound(point, data, mask, jax.random.PRNGKey(1), 2))
     np.testing.assert_allclose(subset, float(titsias) - latent_kl, rtol=1e-9)
 
@@ -143,7 +143,7 @@ def test_selective_elbo_with_every_candidate_kept_is_the_all_grid_bound_minus_th
     params = {
         "kernel.variance": jnp.asarray(0.8),
         "kernel.lengthscale": jnp.asarray([1.1, 0.7]),
-        "X_loc": jnp.asarray(selective.X_init),
+        "X_loc": jnp.asarray(selective.ordinary.X_init),
         "X_scale": jnp.full((N, Q), 1e-9),
         INCLUSION_PARAM: jnp.ones(K),
     }
@@ -183,7 +183,7 @@ def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prun
     initial = {"kernel.variance": 1.0, "kernel.lengthscale": 1.0, "u_loc": 0.0, "u_scale_tril": np.eye(K)}
     for name, value in {**initial, "X_loc": fit.latent_trace[0], "X_scale": 0.1}.items():
         assert np.all(np.isfinite(fit.params[name])) and not np.allclose(fit.params[name], value), name
-    assert "Z" not in fit.params and fit.model.Z.shape == (K, Q)
+    assert "Z" not in fit.params and fit.model.ordinary.Z.shape == (K, Q)
     np.testing.assert_array_equal(fit.trace_steps, [0, 3, 6])
     assert fit.inclusion_trace.shape == (3, K) and fit.latent_trace.shape == (3, N, Q)
     np.testing.assert_allclose(fit.inclusion_trace[0], 0.5)
@@ -338,7 +338,7 @@ def test_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents(bou
     assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
     assert 1 <= fit.mask.sum() < 32
     active = fit.inclusion_probs > 0.5
-    latents = fit.model.latent_means(fit.params)
+    latents = fit.model.ordinary.latents.means(fit.params)
     spacing = np.ptp(fit.grid[:, 0]) / 7
     nearest = np.sqrt(np.min(np.sum((fit.grid[active, None] - latents[None]) ** 2, axis=-1), axis=1))
     assert active.sum() >= 5 and np.mean(nearest <= spacing) >= 0.8
