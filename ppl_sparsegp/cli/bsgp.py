@@ -11,8 +11,6 @@ OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcm
 from __future__ import annotations
 
 import argparse
-import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +18,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from ppl_sparsegp import data, results
+from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, flag
 from ppl_sparsegp.inducing import initialise
@@ -38,19 +36,21 @@ NOISE_VARIANCE = CONFIG.noise_variance
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing, "init": DEFAULTS.init}
 CHECKPOINT_ITERATIONS = 100
 ENGINE_OPTIONS = {
-    "sghmc": {"iterations": CONFIG.num_iterations, "kept": CONFIG.num_kept, "step_size": CONFIG.step_size,
-              "batch_size": CONFIG.batch_size},
-    "nuts": {"warmup": CONFIG.nuts_warmup, "samples": CONFIG.nuts_samples, "thinning": CONFIG.nuts_thinning},
+    "sghmc": {"iterations": ("num_iterations", f"warmup iterations of {UPDATES_PER_ITERATION} updates"),
+              "kept": ("num_kept", "draws kept, 32 updates apart"), "step_size": ("step_size", "step size"),
+              "batch_size": ("batch_size", None)},
+    "nuts": {"warmup": ("nuts_warmup", "warmup steps"), "samples": ("nuts_samples", "post-warmup steps per chain"),
+             "thinning": ("nuts_thinning", "keep every k-th draw; divides --samples")},
 }  # fmt: skip
-"""Each engine's own options and their defaults (an option of the other engine is refused)."""
+"""Each engine's own options, option -> (field of BSGPConfig, help; None: a shared option); an option of the other
+engine is refused."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "bsgp")
-    shared.add_noise_arguments(parser, NOISE_VARIANCE)
-    shared.add_inducing_arguments(parser, c.num_inducing)
-    shared.add_batch_argument(parser, c.batch_size, " of the sghmc gradients, at most N")
+    names = ("noise_variance", "likelihood", "inducing", "init", "batch_size")
+    shared.add_options(parser, names, " of the sghmc gradients, at most N", **METHOD_DEFAULTS, batch_size=c.batch_size)
     group = parser.add_argument_group(
         "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, --step-size "
         "and --batch-size, nuts --warmup, --samples and --thinning. The chain checkpoints to OUT/mcmc.ckpt.",
@@ -63,14 +63,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(group, "data_term", c.likelihood_term, "log E[p(y|f)] (the released code) or E[log p(y|f)] (Eq. 6)",
         choices=LIKELIHOOD_TERMS)  # fmt: skip
     add(group, "noise", None, "a point estimate or sampled", "point with sghmc, sampled with nuts", choices=NOISE_MODES)
-    helps = {"iterations": f"warmup iterations of {UPDATES_PER_ITERATION} updates", "kept": "draws kept, 32 updates "
-             "apart", "step_size": "step size", "warmup": "warmup steps", "samples": "post-warmup steps per chain",
-             "thinning": "keep every k-th draw; divides --samples"}  # fmt: skip
     for engine, options in ENGINE_OPTIONS.items():
-        for name, default in options.items():
-            if name != "batch_size":
+        for name, (field, help_) in options.items():
+            if help_ is not None:
                 kind = float if name == "step_size" else int
-                add(group, name, None, f"{engine}: {helps[name]}", default, type=kind)
+                add(group, name, None, f"{engine}: {help_}", getattr(c, field), type=kind)
 
 
 def _check(opts: dict[str, Any]) -> None:
@@ -84,7 +81,8 @@ def _check(opts: dict[str, Any]) -> None:
             use = {"sghmc": "--iterations and --kept", "nuts": "--warmup and --samples"}[engine]
             hint = f" (with {engine} use {use})" if name in ("iterations", "kept", "warmup", "samples") else ""
             raise ValueError(f"{flag(name)} applies to bsgp with --engine {other}, not {engine}{hint}")
-    opts.update({k: v if opts.get(k) is None else opts[k] for k, v in ENGINE_OPTIONS[engine].items()})
+    for name, (field, _) in ENGINE_OPTIONS[engine].items():
+        opts[name] = getattr(CONFIG, field) if opts.get(name) is None else opts[name]
     shared.check_options(
         opts, positive=("layers", "chains", "kept", "samples", "thinning"), non_negative=("iterations", "warmup")
     )
@@ -95,8 +93,8 @@ def _check(opts: dict[str, Any]) -> None:
         )
     if engine == "nuts" and opts["noise"] == "point":
         raise ValueError("--noise point needs --engine sghmc: NUTS samples every site (use --noise sampled)")
-    if engine == "sghmc" and not (math.isfinite(opts["step_size"]) and opts["step_size"] > 0):
-        raise ValueError(f"--step-size must be finite and > 0, got {opts['step_size']}")
+    if engine == "sghmc":
+        validation.check_positive("--step-size", opts["step_size"])
 
 
 class _WarmupBar:
@@ -127,44 +125,34 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
     if d.ds.task == "regression":
         opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
-    settings, found = shared.checkpoints(opts, d, [out / CHECKPOINT], also=[out / SETTINGS_FILE])
-    counters = found[out / CHECKPOINT].counters if out / CHECKPOINT in found else None
-    resumed = None if counters is None else {k: counters[k] for k in ("warmup_done", "draws_done")}
+    settings, counters = shared.checkpoints(opts, d, [out / CHECKPOINT], also=[out / SETTINGS_FILE])
+    resumed = {k: counters[k] for k in ("warmup_done", "draws_done")} if counters else None
     Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
-    if sghmc:
-        plan = schedule(opts["iterations"], opts["kept"])
-        engine = {"num_iterations": opts["iterations"], "num_kept": opts["kept"], "step_size": opts["step_size"]}
-        engine.update(batch_size=opts["batch_size"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS)
-        num_warmup, num_samples = plan.num_warmup, plan.num_samples
-    else:
-        engine = {"nuts_warmup": opts["warmup"], "nuts_samples": opts["samples"], "nuts_thinning": opts["thinning"]}
-        num_warmup, num_samples = opts["warmup"], opts["samples"]
+    plan = schedule(opts["iterations"], opts["kept"]) if sghmc else None
+    num_warmup, num_samples = (plan.num_warmup, plan.num_samples) if sghmc else (opts["warmup"], opts["samples"])
     config = BSGPConfig(
         num_layers=opts["layers"], num_inducing=opts["inducing"], z_prior=opts["z_prior"],
         likelihood_term=opts["data_term"], noise=opts["noise"] or "point", engine=opts["engine"],
-        num_chains=opts["chains"], **engine,
+        num_chains=opts["chains"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS if sghmc else None,
+        **{field: opts[name] for name, (field, _) in ENGINE_OPTIONS[opts["engine"]].items()},
     )  # fmt: skip
     results.write_json(out / SETTINGS_FILE, settings)
     bar = _WarmupBar(num_warmup, shared.progress(opts))
-    start = time.perf_counter()
     try:
-        fit = fit_bsgp(
-            d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
+        fit, fit_seconds = shared.timed(
+            fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
             checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), callback=bar, fingerprint=settings,
         )  # fmt: skip
     finally:
         bar.close()
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
-    fit_seconds = time.perf_counter() - start
     key = jax.random.fold_in(jax.random.PRNGKey(opts["seed"]), 1)  # the deep model's inner-layer draws
-    start = time.perf_counter()
-    logp = fit.log_predictive_density(d.X_eval, d.y_eval_std, key=key)
-    pred = fit.predict(d.X_eval, key=key)
-    predict_seconds = time.perf_counter() - start
+    (logp, pred), predict_seconds = shared.timed(
+        lambda: (fit.log_predictive_density(d.X_eval, d.y_eval_std, key=key), fit.predict(d.X_eval, key=key))
+    )
     m, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
-    regression = d.ds.task == "regression"
-    m = {"mnll": m["nlpd"], **m} if regression else m
+    m = {"mnll": m["nlpd"], **m} if d.ds.task == "regression" else m
     idata, groups = fit.inference_data(d.X, d.y)
     mcmc = fit.mcmc
     divergences = int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None
@@ -194,13 +182,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     speed = "" if speed is None else f", {speed:.0f} updates/s"
     resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
     divergences = "" if divergences is None else f", {divergences} divergences"
-    scored = shared.scores(m, d.ds.task, ("mnll", "rmse") if regression else ("accuracy", "nll"))
     summary = [
         f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} (split {opts['split']}; "
         f"{shared.size(opts, d)})",
         f"  {num_warmup} warmup updates in {mcmc.warmup_seconds:.1f} s{speed}{resumed}; {mcmc.num_chains} chain(s) x "
         f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{divergences}",
-        f"  {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+        f"  {shared.scores(m, d, ('mnll', 'rmse'), ('accuracy', 'nll'))}",
     ]
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}
     return shared.finish(opts, d, argv, record, files, figure, summary)

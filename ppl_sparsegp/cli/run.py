@@ -1,11 +1,13 @@
-"""What every ``fit`` method shares: the options several methods take (each added by one helper here), their
-checks, the dataset, the checkpoint fingerprint, prediction, and the run record (results.json), built here once and
-written with the other outputs as one set (:func:`finish`). Checks raise a ``ValueError`` naming the flag.
+"""What every ``fit`` method shares: the options several methods take (declared once in :data:`OPTIONS`, added by
+name), their checks, the dataset, the checkpoint fingerprint, prediction, and the run record (results.json), built
+here once and written with the other outputs as one set (:func:`finish`). Checks raise a ``ValueError`` naming the
+flag.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -49,6 +51,33 @@ class Defaults:
 
 
 DEFAULTS = Defaults()
+OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "data": ("dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston", {"metavar": "NAME"}),
+    "split": ("split index or fold", {"type": int}),
+    "seed": ("seed of every key and of the initialisation", {"type": int}),
+    "dtype": ("floating-point precision", {"choices": ("float64", "float32")}),
+    "kernel": ("ARD kernel: rbf, matern12/32/52, linear, periodic, or a sum as rbf+linear", {}),
+    "kernel_variance": ("initial kernel variance(s)", {"type": float, "metavar": "V"}),
+    "lengthscale": ("initial lengthscales", {"type": float, "metavar": "L"}),
+    "noise_variance": ("initial noise variance (Student-t: squared scale); not for binary data",
+                       {"type": float, "metavar": "V"}),
+    "likelihood": ("gaussian or studentt for regression, bernoulli (= probit), probit or logit for binary data",
+                   {"metavar": "NAME"}),
+    "inducing": ("inducing points (bsgp: per layer)", {"type": int, "metavar": "M"}),
+    "init": ("initial inducing inputs from the training inputs", {"choices": initialise.INITIALISERS}),
+    "steps": ("SVI steps in all", {"type": int}),
+    "lr": ("Adam learning rate", {"type": float}),
+    "checkpoint_every": ("SVI steps between checkpoints", {"type": int, "metavar": "STEPS"}),
+    "batch_size": ("minibatch size", {"type": int, "metavar": "B"}),
+}  # fmt: skip
+"""The options several methods take: option -> (help, argparse keywords); added by name by :func:`add_options`."""
+FILLED_BY_THE_RUN = ("noise_variance", "likelihood", "batch_size")
+"""Options that parse to None unless given: the run fills them in (the noise and likelihood from the data's task,
+the batch from the engine); their help states the default."""
+SHOWN_FOR_NONE = {"lengthscale": "sqrt(D)", "likelihood": "gaussian for regression, probit for binary",
+                  "batch_size": "full batch"}  # fmt: skip
+"""What the help states as the default of an option whose default is None."""
+KERNEL_OPTIONS = ("kernel", "kernel_variance", "lengthscale")
 
 
 def flag(name: str) -> str:
@@ -63,62 +92,26 @@ def add(parser: Any, name: str, default: Any = None, help: str = "", shown: Any 
     parser.add_argument(flag(name), default=default, help=text, **kwargs)
 
 
+def add_options(parser: Any, names: Iterable[str], batch_note: str = "", **defaults: Any) -> None:
+    """Add the shared options ``names`` (:data:`OPTIONS`), each with its default in ``defaults`` or else in
+    :data:`DEFAULTS`; ``batch_note`` ends the help of ``--batch-size``."""
+    for name in names:
+        help_, kwargs = OPTIONS[name]
+        default = defaults.get(name, getattr(DEFAULTS, name, None))
+        shown = SHOWN_FOR_NONE.get(name) if default is None else default
+        help_ += batch_note if name == "batch_size" else ""
+        add(parser, name, None if name in FILLED_BY_THE_RUN else default, help_, shown, **kwargs)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, method: str) -> None:
     """Data, seed, precision and output: every method."""
-    d = DEFAULTS
-    add(parser, "data", d.data, "dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston", metavar="NAME")
-    add(parser, "split", d.split, "split index or fold", type=int)
-    add(parser, "seed", d.seed, "seed of every key and of the initialisation", type=int)
-    add(parser, "dtype", d.dtype, "floating-point precision", choices=("float64", "float32"))
+    add_options(parser, ("data", "split", "seed", "dtype"))
     group = parser.add_argument_group("output")
     add(group, "out", None, "output folder", "runs/<method>-<data>-<split>", type=Path, metavar="DIR")
     group.add_argument("--restart", action="store_true", help="discard the checkpoints in --out and start afresh")
     group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     group.add_argument("--quiet", action="store_true", help="print nothing on success, progress bar included")
     parser.set_defaults(method=method)
-
-
-def add_kernel_arguments(parser: argparse.ArgumentParser, lengthscale: float | None = DEFAULTS.lengthscale) -> None:
-    """The initial ARD kernel (a ``lengthscale`` of None: sqrt(D))."""
-    d = DEFAULTS
-    add(parser, "kernel", d.kernel, "ARD kernel: rbf, matern12/32/52, linear, periodic, or a sum as rbf+linear")
-    add(parser, "kernel_variance", d.kernel_variance, "initial kernel variance(s)", type=float, metavar="V")
-    add(parser, "lengthscale", lengthscale, "initial lengthscales", lengthscale or "sqrt(D)", type=float, metavar="L")
-
-
-def add_noise_arguments(parser: argparse.ArgumentParser, noise: float, likelihood: bool = True) -> None:
-    """``--noise-variance`` (``noise`` for regression data) and, with ``likelihood``, ``--likelihood``."""
-    add(parser, "noise_variance", None, "initial noise variance (Student-t: squared scale); not for binary data",
-        noise, type=float, metavar="V")  # fmt: skip
-    if likelihood:
-        add(parser, "likelihood", None, "gaussian or studentt for regression, bernoulli (= probit), probit or logit "
-            "for binary data", "gaussian for regression, probit for binary", metavar="NAME")  # fmt: skip
-
-
-def add_inducing_arguments(parser: argparse.ArgumentParser, inducing: int) -> None:
-    """``--inducing`` (default ``inducing``) and ``--init``."""
-    add(parser, "inducing", inducing, "inducing points (bsgp: per layer)", type=int, metavar="M")
-    add(
-        parser,
-        "init",
-        DEFAULTS.init,
-        "initial inducing inputs from the training inputs",
-        choices=initialise.INITIALISERS,
-    )
-
-
-def add_svi_arguments(parser: argparse.ArgumentParser, steps: int | None, lr: float, every: int | None) -> None:
-    """Adam's ``--lr`` and, where not None, ``--steps`` and ``--checkpoint-every``."""
-    if steps is not None:
-        add(parser, "steps", steps, "SVI steps in all", type=int)
-    add(parser, "lr", lr, "Adam learning rate", type=float)
-    if every is not None:
-        add(parser, "checkpoint_every", every, "SVI steps between checkpoints", type=int, metavar="STEPS")
-
-
-def add_batch_argument(parser: argparse.ArgumentParser, default: int | None, note: str = "") -> None:
-    """``--batch-size`` (None: the full batch)."""
-    add(parser, "batch_size", None, f"minibatch size{note}", default or "full batch", type=int, metavar="B")
 
 
 def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negative: Iterable[str] = ()) -> None:
@@ -233,13 +226,22 @@ def progress(opts: Mapping[str, Any]) -> bool:
     return not (opts["no_progress"] or opts["quiet"])
 
 
-def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (), also=()):
+def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (),
+                also: Sequence[Path] = ()) -> tuple[dict[str, Any], dict[str, int]]:  # fmt: skip
     """The fingerprint settings (every option but those of :data:`NOT_IN_FINGERPRINT` and ``resumable``, step
-    counts a resumed run may raise; keyed by flag, the method as ``method``) and what
-    :func:`ppl_sparsegp.infer.checkpoint.prepare` found of the run's checkpoints ``paths`` in ``--out``."""
+    counts a resumed run may raise; keyed by flag, the method as ``method``) and the counters of the checkpoint at
+    ``paths[0]`` that the run resumes from ({} where there is none), once :func:`ppl_sparsegp.infer.checkpoint.prepare`
+    has checked (with ``--restart``: deleted) the run's checkpoints ``paths`` in ``--out``."""
     skip = {*NOT_IN_FINGERPRINT, *resumable}
     settings = {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
-    return settings, prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
+    found = prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
+    return settings, found[paths[0]].counters if paths[0] in found else {}
+
+
+def timed(work: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """``work(*args, **kwargs)`` and the wall-clock seconds it took."""
+    start = time.perf_counter()
+    return work(*args, **kwargs), time.perf_counter() - start
 
 
 def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, float], Any, Any, dict | None]:
@@ -273,10 +275,13 @@ def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
     return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
 
 
-def scores(m: Mapping[str, float], task: str, names: Sequence[str], sep: str = "  ") -> str:
-    """The metrics ``names`` as printed (RMSE 0.1234 ...; regression to 4 significant digits, binary to 4 places)."""
-    fmt = ".4g" if task == "regression" else ".4f"
-    return sep.join(f"{n if n == 'accuracy' else n.upper()} {m[n]:{fmt}}" for n in names)
+def scores(m: Mapping[str, float], d: Data, regression: Sequence[str], binary: Sequence[str], sep: str = "  ",
+           units: str = " (original units)") -> str:  # fmt: skip
+    """``test RMSE 0.1234  NLPD 0.5678 (original units)``: what was evaluated, then the metrics ``regression`` (to 4
+    significant digits, then ``units``) or ``binary`` (to 4 places, ``accuracy`` in lower case) as printed."""
+    names, fmt, end = (regression, ".4g", units) if d.ds.task == "regression" else (binary, ".4f", "")
+    shown = sep.join(f"{n if n == 'accuracy' else n.upper()} {m[n]:{fmt}}" for n in names)
+    return f"{d.evaluated_on} {shown}{end}"
 
 
 def size(opts: Mapping[str, Any], d: Data) -> str:

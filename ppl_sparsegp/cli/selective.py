@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -44,12 +43,13 @@ OPTIONS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "selective")
-    shared.add_kernel_arguments(parser)
-    shared.add_noise_arguments(parser, NOISE_VARIANCE)
+    shared.add_options(parser, (*shared.KERNEL_OPTIONS, "noise_variance", "likelihood"), noise_variance=NOISE_VARIANCE)
     init = "{" + ",".join(INITIALISATIONS) + "}"
     shared.add(parser, "init", c.init, "how the candidates are drawn from the training inputs", metavar=init)
-    shared.add_svi_arguments(parser, None, c.learning_rate, c.checkpoint_every)
-    shared.add_batch_argument(parser, c.batch_size, " (--bound uncollapsed)")
+    shared.add_options(
+        parser, ("lr", "checkpoint_every", "batch_size"), " (--bound uncollapsed)",
+        lr=c.learning_rate, checkpoint_every=c.checkpoint_every, batch_size=c.batch_size,
+    )  # fmt: skip
     group = parser.add_argument_group(
         "selective (selective only)", "pre-train, select, prune, post-train; writes selection.npz beside params.npz"
     )
@@ -90,16 +90,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
     )  # fmt: skip
-    start = time.perf_counter()
     kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
-    fit = fit_selective(
-        d.X, d.y, config, likelihood=d.likelihood, kernel=kernel, key=opts["seed"], progress=shared.progress(opts),
-        checkpoint_dir=out, fingerprint=settings, checkpoint_every=opts["checkpoint_every"],
+    fit, fit_seconds = shared.timed(
+        fit_selective, d.X, d.y, config, likelihood=d.likelihood, kernel=kernel, key=opts["seed"],
+        progress=shared.progress(opts), checkpoint_dir=out, fingerprint=settings,
+        checkpoint_every=opts["checkpoint_every"],
     )  # fmt: skip
-    fit_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    m, mean, var, curve = shared.predict_gp(fit.model, fit.params, d)
-    predict_seconds = time.perf_counter() - start
+    (m, mean, var, curve), predict_seconds = shared.timed(shared.predict_gp, fit.model, fit.params, d)
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.ordinary.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}
     selection["selected"] = np.flatnonzero(fit.mask)
@@ -119,13 +116,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     title = f"kept {fit.selected_count} of {len(fit.mask)} (E|S| = {fit.expected_count:.1f})"
     losses = {phase: fit.losses.get(phase, np.zeros(0)) for phase in PHASES}
     results.plot_selection(figure, losses, fit.inclusion_probs, fit.mask.astype(bool), x, title)
-    regression = d.ds.task == "regression"
-    scored = shared.scores(
-        m, d.ds.task, ("rmse", "mae", "nlpd") if regression else ("accuracy", "nll", "ece", "auc"), ", "
-    )
+    scored = shared.scores(m, d, ("rmse", "mae", "nlpd"), ("accuracy", "nll", "ece", "auc"), ", ")
     summary = [
         f"selective on {d.ds.name} split {opts['split']}: kept {fit.selected_count} of {len(fit.mask)} candidates "
-        f"(E|S| = {fit.expected_count:.1f}), {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+        f"(E|S| = {fit.expected_count:.1f}), {scored}",
         f"  {opts['bound']} bound, {opts['selection']} selection, alpha = {opts['alpha']:g}; {shared.size(opts, d)}; "
         f"pre + selection + post steps {' + '.join(str(steps[p]) for p in PHASES)} in "
         f"{' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",

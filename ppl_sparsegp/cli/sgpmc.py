@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,11 +40,11 @@ SG_ENGINES = ("sghmc", "sgld")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "sgpmc")
-    shared.add_kernel_arguments(parser, None)  # sqrt(D): from 1.0 the Gamma prior can pull a high-dimensional
-    shared.add_noise_arguments(parser, NOISE_VARIANCE)  # fit into the all-short-lengthscales mode
-    shared.add_inducing_arguments(parser, DEFAULTS.inducing)
-    shared.add_svi_arguments(parser, c.svi_steps, c.learning_rate, None)
-    shared.add_batch_argument(parser, c.batch_size, " of the SVI fit and the sghmc/sgld engines")
+    names = (*shared.KERNEL_OPTIONS, "noise_variance", "likelihood", "inducing", "init", "steps", "lr", "batch_size")
+    shared.add_options(  # lengthscale sqrt(D): from 1.0 the Gamma prior can pull a high-dimensional fit into the
+        parser, names, " of the SVI fit and the sghmc/sgld engines",  # all-short-lengthscales mode
+        lengthscale=None, steps=c.svi_steps, lr=c.learning_rate, batch_size=c.batch_size,
+    )  # fmt: skip
     group, add = parser.add_argument_group("MCMC"), shared.add
     add(group, "engine", c.engine, "sampler", choices=ENGINES)
     add(group, "warmup", c.num_warmup, "adaptation steps", type=int)
@@ -84,9 +83,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         num_warmup=opts["warmup"], num_samples=opts["samples"], num_chains=opts["chains"],
         thinning=opts["thinning"], chunk_size=opts["chunk"],
     )  # fmt: skip
-    start = time.perf_counter()
-    fit = fit_sgpmc(
-        d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
+    fit, seconds = shared.timed(
+        fit_sgpmc, d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
         Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
         priors=default_priors(kernel, d.likelihood, opts["prior"]), num_latent=d.ds.num_outputs,
         engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
@@ -94,7 +92,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
-    seconds = time.perf_counter() - start
     idata = diagnostics.from_mcmc(fit.mcmc, fit.model, d.X, d.y)
     draws, mcmc = fit.mcmc.flat_samples(), fit.mcmc
     pred = posterior_predictive(fit.model, draws, d.X_eval)
@@ -112,14 +109,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "sample_seconds": mcmc.sample_seconds, "total_seconds": seconds,
         "files": {"posterior": "posterior.nc", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    regression = d.ds.task == "regression"
-    scored = shared.scores(m, d.ds.task, ("rmse", "nlpd") if regression else ("accuracy", "nll"))
     summary = [
         f"sgpmc ({opts['engine']}) on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
         f"  {mcmc.num_chains} chains x {mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s (+ "
         f"{mcmc.warmup_seconds:.1f} s warmup){'' if divergences is None else f', {divergences} divergences'}; "
         f"hyperparameters: max R-hat {record['max_rhat']:.3f}, min bulk ESS {record['min_ess_bulk']:.0f}",
-        f"  {d.evaluated_on} {scored}{' (original units)' if regression else ''}",
+        f"  {shared.scores(m, d, ('rmse', 'nlpd'), ('accuracy', 'nll'))}",
     ]
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}
     return shared.finish(opts, d, argv, record, files, d.plot(fit.svi.losses, mean, var), summary)

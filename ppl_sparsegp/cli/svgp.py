@@ -8,7 +8,6 @@ resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr).
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -32,11 +31,10 @@ MODEL = {f.name: f.default for f in fields(SVGP)}
 def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None:
     """The options of every SVI method: svgp's (likelihood, q(u), minibatches) and, for gpr and sgpr, fewer."""
     shared.add_common_arguments(parser, method)
-    shared.add_kernel_arguments(parser)
-    shared.add_noise_arguments(parser, NOISE_VARIANCE, method == "svgp")
-    if method != "gpr":
-        shared.add_inducing_arguments(parser, DEFAULTS.inducing)
-    shared.add_svi_arguments(parser, DEFAULTS.steps, DEFAULTS.lr, DEFAULTS.checkpoint_every)
+    likelihood = ("likelihood",) if method == "svgp" else ()
+    inducing = ("inducing", "init") if method != "gpr" else ()
+    names = (*shared.KERNEL_OPTIONS, "noise_variance", *likelihood, *inducing, "steps", "lr", "checkpoint_every")
+    shared.add_options(parser, names)
     if method == "svgp":
         parser.add_argument(
             "--whiten", action=argparse.BooleanOptionalAction, default=MODEL["whiten"],
@@ -44,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         )  # fmt: skip
         parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
                             "q(u) (default: full)")  # fmt: skip
-        shared.add_batch_argument(parser, None)
+        shared.add_options(parser, ("batch_size",))
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -61,23 +59,19 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
     """Check, load, ``build(opts, data, parts)`` the GP from its initial ``kernel``, ``likelihood`` (and ``Z``),
     fit it by SVI with Adam (checkpointed, resumable), evaluate, write the outputs and print the summary."""
     opts, d = shared.start(args, shared.check_options, NOISE_VARIANCE, None, regression_only)
-    parts = {"likelihood": d.likelihood}
     checkpoint = opts["out"] / CHECKPOINT
-    settings, found = shared.checkpoints(opts, d, [checkpoint], resumable=("steps",))
-    resumed_from = found[checkpoint].counters["step"] if checkpoint in found else 0
-    parts["kernel"] = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
+    settings, counters = shared.checkpoints(opts, d, [checkpoint], resumable=("steps",))
+    resumed_from = counters.get("step", 0)
+    parts = {"likelihood": d.likelihood, "kernel": shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])}
     if "inducing" in opts:
         parts["Z"] = initialise.by_name(opts["init"], d.X, opts["inducing"], parts["kernel"], seed=opts["seed"])
     gp = build(opts, d, parts)
-    t0 = time.perf_counter()
-    fit = fit_svi(
-        gp.model, gp.guide, d.X, d.y, optimizer=optax.adam(opts["lr"]), num_steps=opts["steps"],
+    fit, train_seconds = shared.timed(
+        fit_svi, gp.model, gp.guide, d.X, d.y, optimizer=optax.adam(opts["lr"]), num_steps=opts["steps"],
         progress=shared.progress(opts), checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
         key=opts["seed"], fingerprint=settings, validate=gp.check_data,
     )  # fmt: skip
-    train_seconds = time.perf_counter() - t0
     m, mean, var, curve = shared.predict_gp(gp, fit.params, d)
-    figure = d.plot(fit.losses, mean, var, curve)
     steps = int(len(fit.losses))
     record = {
         "metrics": m, "steps": steps, "steps_this_run": steps - resumed_from, "resumed_from_step": resumed_from,
@@ -87,15 +81,14 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
     resumed = f", resumed from step {resumed_from}" if resumed_from else ""
+    scored = shared.scores(m, d, ("rmse", "mae", "nlpd"), ("accuracy", "nll", "ece", "auc"), units="")
     if d.ds.task == "regression":
-        scored = f"{shared.scores(m, d.ds.task, ('rmse', 'mae', 'nlpd'))}  (original units; predicting the training "
-        scored += f"mean gives RMSE {m['rmse_of_training_mean']:.4g})"
-    else:
-        scored = shared.scores(m, d.ds.task, ("accuracy", "nll", "ece", "auc"))
+        scored += f"  (original units; predicting the training mean gives RMSE {m['rmse_of_training_mean']:.4g})"
     summary = [
         f"{opts['method']} on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
         f"  {steps - resumed_from} steps in {fit.run_seconds:.1f} s (+ {fit.compile_seconds:.1f} s compiling{resumed});"
         f" final loss {record['final_loss']:.4g}",
-        f"  {d.evaluated_on} {scored}",
+        f"  {scored}",
     ]  # fmt: skip
+    figure = d.plot(fit.losses, mean, var, curve)
     return shared.finish(opts, d, argv, record, {"params.npz": shared.params_file(fit.params, d)}, figure, summary)
