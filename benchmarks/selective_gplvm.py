@@ -185,7 +185,7 @@ def run_seed(
         "elbo_difference_selective_minus_all_grid": selective_elbo - baseline_elbo,
         "elbo_difference_pruned_minus_all_grid": pruned_elbo - baseline_elbo,
         "nn_error_selective": nearest_neighbour_error(fit.model.ordinary.latents.means(fit.params), labels),
-        "nn_error_all_grid": nearest_neighbour_error(baseline.latent_means(base.params), labels),
+        "nn_error_all_grid": nearest_neighbour_error(baseline.latents.means(base.params), labels),
         "nn_error_pca_init": nearest_neighbour_error(X_init, labels),
         "lengthscale_selective": np.asarray(fit.params["kernel.lengthscale"]).tolist(),
         "lengthscale_all_grid": np.asarray(base.params["kernel.lengthscale"]).tolist(),

@@ -35,10 +35,9 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.sites import batch, data_plate
 
-from ._base import as_output_columns, checked_jitter, scoped_methods
+from ._base import as_output_columns, checked_jitter, checked_layers, scoped_methods
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any
@@ -86,33 +85,16 @@ class DeepBSGP:
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
-        if not self.Z:
-            raise ValueError("Z: expected one array of inducing inputs per layer, got none")
-        self.Z = [as_float(np.asarray(z)) for z in self.Z]
-        for i, z in enumerate(self.Z):
-            validation.check_inputs(z, x_name=f"Z[{i}]")
-        L = len(self.Z)
-        if len(self.widths) != L or any(not isinstance(w, int) or w < 1 for w in self.widths):
-            raise ValueError(f"widths: expected {L} positive integers (one per layer), got {self.widths!r}")
-        for i in range(1, L):
-            if self.Z[i].shape[1] != self.widths[i - 1]:
-                raise ValueError(f"Z[{i}]: expected {self.widths[i - 1]} columns (width of layer {i - 1})")
-        if len(self.mean_weights) != L - 1:
-            raise ValueError(f"mean_weights: expected {L - 1} matrices (inner layers), got {len(self.mean_weights)}")
-        for i, W in enumerate(self.mean_weights):
-            if np.shape(W) != (self.input_dims[i], self.widths[i]):
-                raise ValueError(f"mean_weights[{i}]: expected shape {(self.input_dims[i], self.widths[i])}")
-        self.kernels = [bsgp_kernel(d) for d in self.input_dims] if self.kernels is None else list(self.kernels)
-        if len(self.kernels) != L:
-            raise ValueError(f"kernels: expected {L} kernels, got {len(self.kernels)}")
+        self.Z, self.widths, self.mean_weights, self.kernels = checked_layers(
+            self.Z, self.widths, self.mean_weights, self.kernels, bsgp_kernel, zero_mean_allowed=False
+        )
         check_likelihood_term(self.likelihood_term)
         for z in self.Z:
             check_z_prior(self.z_prior, z.shape[0], z.shape[1])
         unknown = set(self.likelihood_priors) - {f"likelihood.{k}" for k in self.likelihood.parameters()}
         if unknown:
             raise ValueError(f"likelihood_priors: unknown sites {sorted(unknown)}")
-        if self.batch_size is not None and (not isinstance(self.batch_size, int) or self.batch_size < 1):
-            raise ValueError(f"batch_size: expected a positive integer or None, got {self.batch_size!r}")
+        validation.check_count("batch_size", self.batch_size, minimum=1, optional=True)
 
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ

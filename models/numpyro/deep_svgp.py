@@ -54,9 +54,8 @@ from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
 from ppl_sparsegp.numpyro import sites
-from ppl_sparsegp.numpyro.dtype import as_float
 
-from ._base import _is_concrete, checked_jitter, q_parameter, scoped_methods
+from ._base import _is_concrete, checked_jitter, checked_layers, q_parameter, scoped_methods
 from .deep_bsgp import linear_mean_weights
 
 Array = Any
@@ -80,6 +79,11 @@ class Layer(NamedTuple):
         if mask is None:
             return cls(kernel, Z, ops.cholesky(Kmm), q[0], q[1], None)
         return cls(kernel, Z, masked_cholesky(Kmm, mask), *masked_q(q[0], q[1], mask), mask)
+
+
+def _rbf_ard(input_dim: int) -> RBF:
+    """The default kernel of a layer with ``input_dim`` inputs: RBF-ARD, variance 1, lengthscales 1."""
+    return RBF(variance=1.0, lengthscale=np.ones(input_dim))
 
 
 @scoped_methods
@@ -118,31 +122,11 @@ class DeepSVGP:
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
-        if isinstance(self.Z, np.ndarray | jax.Array) or not self.Z:
-            raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
-        self.Z = [as_float(np.asarray(z)) for z in self.Z]
-        for i, z in enumerate(self.Z):
-            validation.check_inputs(z, x_name=f"Z[{i}]")
-        L = len(self.Z)
-        if len(self.widths) != L or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in self.widths):
-            raise ValueError(f"widths: expected {L} positive integers (one per layer), got {self.widths!r}")
-        self.widths = [int(w) for w in self.widths]
-        for i in range(1, L):
-            if self.Z[i].shape[1] != self.widths[i - 1]:
-                raise ValueError(f"Z[{i}]: expected {self.widths[i - 1]} columns (the width of layer {i - 1})")
+        self.Z, self.widths, self.mean_weights, self.kernels = checked_layers(
+            self.Z, self.widths, self.mean_weights, self.kernels, _rbf_ard, zero_mean_allowed=True
+        )
         if self.add_input and any(w != self.input_dims[0] for w in self.widths[:-1]):
             raise ValueError(f"add_input: needs every inner width equal to D = {self.input_dims[0]}")
-        self.mean_weights = list(self.mean_weights)
-        if len(self.mean_weights) != L - 1:
-            raise ValueError(f"mean_weights: expected {L - 1} entries (inner layers), got {len(self.mean_weights)}")
-        for i, W in enumerate(self.mean_weights):
-            if W is not None and np.shape(W) != (self.input_dims[i], self.widths[i]):
-                raise ValueError(f"mean_weights[{i}]: expected None or shape {(self.input_dims[i], self.widths[i])}")
-        if self.kernels is None:
-            self.kernels = [RBF(variance=1.0, lengthscale=np.ones(d)) for d in self.input_dims]
-        self.kernels = list(self.kernels)
-        if len(self.kernels) != L:
-            raise ValueError(f"kernels: expected {L} kernels (one per layer), got {len(self.kernels)}")
         for name in ("add_input", "whiten"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")

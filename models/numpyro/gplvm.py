@@ -257,14 +257,6 @@ class BayesianGPLVM(GPModel):
         SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL. Unbiased; scalar."""
         return self.latents.expected_bound(self.svgp.elbo, params, Y, key, num_samples)
 
-    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
-        """μ [N, Q], the fitted latent means (the embedding of Y)."""
-        return self.latents.means(params)
-
-    def kl_latent(self, params: Mapping[str, Array]) -> Array:
-        """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
-        return self.latents.kl(params)
-
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
@@ -345,14 +337,6 @@ class CollapsedGPLVM(GPModel):
         """Monte Carlo estimate of L_c (module docstring) with ``num_samples`` draws of X: Titsias' bound at each
         draw (:meth:`SGPR.elbo`), minus the exact latent KL. Unbiased; scalar."""
         return self.latents.expected_bound(self.sgpr.elbo, params, Y, key, num_samples)
-
-    def latent_means(self, params: Mapping[str, Array]) -> np.ndarray:
-        """μ [N, Q], the fitted latent means (the embedding of Y)."""
-        return self.latents.means(params)
-
-    def kl_latent(self, params: Mapping[str, Array]) -> Array:
-        """Σ_n KL[q(x_n) ‖ N(0, I)], closed form (scalar)."""
-        return self.latents.kl(params)
 
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None

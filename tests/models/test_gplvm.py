@@ -76,7 +76,7 @@ def test_latent_kl_is_closed_form_and_minibatches_take_the_guides_rows(setup):
     Y, common, params = setup
     gplvm = BayesianGPLVM(**common, X_init=np.asarray(params["X_loc"]), batch_size=7)
     np.testing.assert_allclose(
-        float(gplvm.kl_latent(params)), closed_form_latent_kl(params["X_loc"], params["X_scale"]), rtol=1e-12
+        float(gplvm.latents.kl(params)), closed_form_latent_kl(params["X_loc"], params["X_scale"]), rtol=1e-12
     )
 
     @jax.jit
@@ -126,7 +126,7 @@ def test_predictions_and_reconstruction(setup):
     mean, var = jax.jit(gplvm.reconstruct)(params)
     assert mean.shape == var.shape == (N, D) and np.all(np.asarray(var) > 0.2)
     np.testing.assert_allclose(mean, jax.jit(gplvm.predict_f)(params, params["X_loc"])[0], rtol=1e-12)
-    np.testing.assert_allclose(gplvm.latent_means(params), params["X_loc"])
+    np.testing.assert_allclose(gplvm.latents.means(params), params["X_loc"])
 
 
 def test_pca_latents_are_unit_variance_principal_scores(rng):
