@@ -30,6 +30,7 @@ Standardisation
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import gzip
 import hashlib
 import io
@@ -298,11 +299,25 @@ def _check_seed(name: str, value: Any) -> int:
     return int(value)
 
 
+def did_you_mean(name: str, known: list[str] | tuple[str, ...]) -> str:
+    """``"; did you mean 'x'?"`` naming the entries of ``known`` closest to a misspelt ``name`` (compared with and
+    without their ``<collection>/`` prefix), or ``""`` when none is close."""
+    by_short = {}
+    for full in known:
+        by_short.setdefault(full.rpartition("/")[2], full)
+    short = name.rpartition("/")[2]
+    close = difflib.get_close_matches(short, list(by_short), n=3, cutoff=0.75)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(repr(by_short[c]) for c in close)}?"
+
+
 def _resolve(name: str, known: tuple[str, ...], collection: str, aliases: dict | None = None) -> str:
     canonical = (aliases or {}).get(name, name)
     if canonical not in known:
         extra = f" (aliases: {', '.join(sorted(aliases))})" if aliases else ""
-        raise ValueError(f"unknown {collection} dataset {name!r}; known: {', '.join(known)}{extra}")
+        hint = did_you_mean(name, (*known, *(aliases or ())))
+        raise ValueError(f"unknown {collection} dataset {name!r}; known: {', '.join(known)}{extra}{hint}")
     return canonical
 
 
@@ -691,7 +706,8 @@ def load_dataset(name: str, split: int = 0) -> Dataset:
     for coll in search:
         if coll in loaders and short in loaders[coll][0]:
             return loaders[coll][1](short)
-    raise ValueError(f"unknown dataset {name!r}; known: {', '.join(known_datasets())}")
+    known = known_datasets()
+    raise ValueError(f"unknown dataset {name!r}; known: {', '.join(known)}{did_you_mean(name, known)}")
 
 
 def _raetsch_realisation(split: int) -> int:

@@ -95,6 +95,18 @@ def test_unknown_names_list_the_known_ones():
         load_raetsch("diabetis")
 
 
+def test_a_misspelt_name_is_answered_with_the_closest_known_ones():
+    with pytest.raises(ValueError, match=r"unknown dataset 'kin9nm'; known: .*; did you mean 'uci/kin8nm'\?$"):
+        load_dataset("kin9nm")
+    with pytest.raises(ValueError, match=r"did you mean 'embedded/breast_cancer' or "):
+        load_dataset("breast_cancr")
+    with pytest.raises(ValueError, match=r"unknown uci dataset 'concret'; known: .*; did you mean 'concrete'\?$"):
+        load_uci("concret")
+    with pytest.raises(ValueError) as far:
+        load_dataset("xyzzy")
+    assert "did you mean" not in str(far.value)
+
+
 def test_known_datasets_match_the_manifest():
     root = need("uci").parent
     manifest = json.loads((root / "manifest.json").read_text())["datasets"]

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
+from numpyro.infer import MCMC
 
 from ppl_sparsegp import results
 from ppl_sparsegp.infer.mcmc import MCMCResult
@@ -178,8 +179,30 @@ def _data_groups(
     return groups
 
 
+def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """Draws [C, S, ...], per-draw statistics [C, S] and the run's attributes of an :class:`MCMCResult` or of a
+    plain ``numpyro.infer.MCMC`` that has run.
+
+    Raises:
+        ValueError: ``result`` is neither, or an ``MCMC`` that has not run.
+    """
+    if isinstance(result, MCMCResult):
+        attrs = {"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning}
+        return result.samples, result.extra_fields, attrs
+    if not isinstance(result, MCMC):
+        raise ValueError(f"result: expected an MCMCResult (run_mcmc) or a numpyro.infer.MCMC, got {type(result)!r}")
+    try:
+        samples = result.get_samples(group_by_chain=True)
+    except (AssertionError, AttributeError, KeyError, TypeError):  # NumPyro asserts `run` came first (not under -O)
+        raise ValueError("result: this numpyro.infer.MCMC has no draws yet; call its .run(...) first") from None
+    extra = result.get_extra_fields(group_by_chain=True)
+    attrs = {"engine": type(result.sampler).__name__, "num_warmup": result.num_warmup, "thinning": result.thinning}
+    as_numpy = lambda tree: {k: np.asarray(v) for k, v in tree.items()}  # noqa: E731
+    return as_numpy(samples), as_numpy(extra), attrs
+
+
 def from_mcmc(
-    result: MCMCResult,
+    result: MCMCResult | MCMC,
     model: Any,
     X: Array,
     y: Array,
@@ -192,7 +215,7 @@ def from_mcmc(
     """InferenceData for an MCMC run (NUTS, HMC or an SG-MCMC kernel) of a model from :mod:`ppl_sparsegp.models`.
 
     Args:
-        result: from :func:`ppl_sparsegp.infer.mcmc.run_mcmc`.
+        result: from :func:`ppl_sparsegp.infer.mcmc.run_mcmc`, or a ``numpyro.infer.MCMC`` that has run.
         model: the model object whose ``.model`` was sampled.
         X [N, D], y [N] or [N, P]: the training data.
         params: values of non-sampled sites (e.g. a learnt ``"Z"``), as for prediction.
@@ -200,16 +223,11 @@ def from_mcmc(
         log_likelihood: None (include when the model has pointwise terms), True (require) or False.
         posterior_predictive: include posterior predictive draws of y at X.
     """
+    samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
-    groups = _data_groups(model, result.samples, X, y, params, key, log_likelihood, posterior_predictive)
-    dims = {**site_dims(result.samples, np.shape(X)[1]), "y": _observation_dims(y)}
-    return to_inference_data(
-        result.samples,
-        sample_stats=_sample_stats(result.extra_fields),
-        dims=dims,
-        attrs={"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning},
-        **groups,
-    )
+    groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive)
+    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y)}
+    return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
 
 
 def from_svi(

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 import xarray as xr
-from numpyro.infer import NUTS
+from numpyro.infer import MCMC, NUTS
 from scipy.special import logsumexp
 
 from ppl_sparsegp.core.kernels import RBF
@@ -106,6 +106,32 @@ def test_loglikelihood_of_a_draw_is_the_variational_potential(problem, engines):
     s2 = draw["likelihood.variance"]
     expected = -0.5 * np.log(2 * np.pi * s2) - ((y - mean) ** 2 + var) / (2 * s2)
     np.testing.assert_allclose(idata.log_likelihood["y"].values[1, 7], expected, rtol=1e-10)
+
+
+def test_a_plain_numpyro_mcmc_gives_the_same_inference_data_as_run_mcmc(problem):
+    """diagnostics.from_mcmc takes a numpyro.infer.MCMC as NumPyro users run it: same draws, same groups."""
+    X, y, model = problem
+    mcmc = MCMC(
+        NUTS(model.model, max_tree_depth=3),
+        num_warmup=20,
+        num_samples=10,
+        num_chains=2,
+        chain_method="sequential",
+        progress_bar=False,
+    )
+    mcmc.run(jax.random.PRNGKey(3), X, y)
+    idata = diagnostics.from_mcmc(mcmc, model, X, y)
+    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data", "sample_stats"} <= set(
+        idata.groups()
+    )
+    np.testing.assert_array_equal(idata.posterior["u"].values, mcmc.get_samples(group_by_chain=True)["u"])
+    assert idata.posterior["u"].dims == ("chain", "draw", "latent", "inducing_point")
+    assert idata.sample_stats["diverging"].shape == (2, 10)
+    assert idata.posterior.attrs["engine"] == "NUTS" and idata.posterior.attrs["num_warmup"] == "20"
+    with pytest.raises(ValueError, match=r"result: this numpyro.infer.MCMC has no draws yet"):
+        diagnostics.from_mcmc(MCMC(NUTS(model.model), num_warmup=1, num_samples=1), model, X, y)
+    with pytest.raises(ValueError, match="result: expected an MCMCResult"):
+        diagnostics.from_mcmc({"u": np.zeros((1, 1, 1, 5))}, model, X, y)
 
 
 def test_gpr_has_no_pointwise_likelihood_and_says_so():
