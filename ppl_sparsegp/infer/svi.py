@@ -75,6 +75,8 @@ class SVIResult:
         compile_seconds: time spent compiling the step chunk(s).
         run_seconds: time spent running steps in this call (compilation excluded).
         steps_run: steps run in this call (fewer than ``len(losses)`` after resuming from a checkpoint).
+        resumed_from: the step of the checkpoint this call resumed from (0: a fresh run); the progress bar says
+            ``SVI (resumed from step N)``.
     """
 
     params: dict[str, Array]
@@ -84,6 +86,7 @@ class SVIResult:
     compile_seconds: float
     run_seconds: float
     steps_run: int
+    resumed_from: int = 0
 
     @property
     def steps_per_second(self) -> float:
@@ -207,7 +210,8 @@ def fit_svi(
     history = [losses]
     best, since_best, stopped = math.inf, 0, False
     since_checkpoint = 0
-    bar = tqdm(total=num_steps, initial=done, disable=not progress, desc="SVI", leave=False)
+    desc = f"SVI (resumed from step {done})" if done else "SVI"
+    bar = tqdm(total=num_steps, initial=done, disable=not progress, desc=desc, leave=False)
     limits = ops.blas_threads(blas_threads)
     try:
         while done < num_steps:
@@ -267,6 +271,7 @@ def fit_svi(
         compile_seconds=compile_seconds,
         run_seconds=run_seconds,
         steps_run=done - first_step,
+        resumed_from=first_step,
     )
 
 

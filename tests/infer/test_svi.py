@@ -72,7 +72,7 @@ def svgp_full_run(tmp_path_factory):
     return full, ckpt
 
 
-def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_full_run):
+def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_full_run, capsys):
     gp, X, y = _svgp_problem(rng)
     kw = SVGP_FIT
     full, _ = svgp_full_run
@@ -95,8 +95,12 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_ful
             **kw,
             validate=gp.check_data,
         )
-    resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **kw, validate=gp.check_data)
-    assert resumed.steps_run == 100 and len(resumed.losses) == 300
+    resumed = fit_svi(
+        gp.model, gp.guide, X, y, num_steps=300, checkpoint=ckpt, **{**kw, "progress": True}, validate=gp.check_data
+    )
+    assert resumed.steps_run == 100 and len(resumed.losses) == 300 and resumed.resumed_from == 200
+    assert full.resumed_from == 0
+    assert "SVI (resumed from step 200)" in capsys.readouterr().err
     np.testing.assert_array_equal(resumed.losses, full.losses)
     for name in full.params:
         np.testing.assert_array_equal(resumed.params[name], full.params[name])
