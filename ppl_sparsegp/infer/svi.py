@@ -76,7 +76,7 @@ class SVIResult:
         run_seconds: time spent running steps in this call (compilation excluded).
         steps_run: steps run in this call (fewer than ``len(losses)`` after resuming from a checkpoint).
         resumed_from: the step of the checkpoint this call resumed from (0: a fresh run); the progress bar says
-            ``SVI (resumed from step N)``.
+            ``<label> (resumed from step N)``.
     """
 
     params: dict[str, Array]
@@ -117,6 +117,7 @@ def fit_svi(
     loss: ELBO | None = None,
     steps_per_dispatch: int = 100,
     progress: bool = True,
+    label: str = "SVI",
     callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
     early_stopping: EarlyStopping | None = None,
     checkpoint: str | os.PathLike | None = None,
@@ -139,6 +140,8 @@ def fit_svi(
         loss: the ELBO (default ``TraceMeanField_ELBO()``, which uses closed-form KLs where registered).
         steps_per_dispatch: steps per compiled ``lax.scan`` chunk.
         progress: show a progress bar with the running loss.
+        label: the progress bar's label (e.g. the phase of a recipe); ``"<label> (resumed from step N)"`` when the
+            run resumes from a checkpoint.
         callback: ``callback(step, chunk_losses, params)`` after every chunk, before that chunk's checkpoint is
             written; returning True stops the run (and writes the checkpoint).
         early_stopping: stop on a loss plateau (see :class:`EarlyStopping`).
@@ -210,7 +213,7 @@ def fit_svi(
     history = [losses]
     best, since_best, stopped = math.inf, 0, False
     since_checkpoint = 0
-    desc = f"SVI (resumed from step {done})" if done else "SVI"
+    desc = f"{label} (resumed from step {done})" if done else label
     bar = tqdm(total=num_steps, initial=done, disable=not progress, desc=desc, leave=False)
     limits = ops.blas_threads(blas_threads)
     try:

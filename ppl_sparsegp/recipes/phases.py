@@ -180,7 +180,9 @@ def post_train(
     if steps == 0:
         return dict(params), np.zeros(0)
     optimizer = optax.adam(learning_rate)
-    result = fit_phase(model, X, y, optimizer, steps, key, init_params=params, progress=progress, **checkpointing)
+    result = fit_phase(
+        model, X, y, optimizer, steps, key, init_params=params, progress=progress, label="post-train", **checkpointing
+    )
     return result.params, result.losses
 
 
@@ -229,7 +231,7 @@ def run_phases(
     if pre_steps:
         pre = fit_phase(
             base, X, y, optax.adam(learning_rate), pre_steps, pre_key, init_params=params or None, progress=progress,
-            **checkpoints.options("pre"),
+            label="pre-train", **checkpoints.options("pre"),
         )  # fmt: skip
         params, losses["pre"] = pre.params, pre.losses
         checkpoints.finished("pre", pre)
@@ -239,7 +241,8 @@ def run_phases(
     gp_update = optax.adam(learning_rate) if joint else optax.set_to_zero()
     chosen = fit_phase(
         selective, X, y, selection_optimizer(gp_update, selection_learning_rate), selection_steps, selection_key,
-        loss=loss, init_params=params or None, progress=progress, **checkpoints.options("selection"),
+        loss=loss, init_params=params or None, progress=progress, label="selection",
+        **checkpoints.options("selection"),
     )  # fmt: skip
     losses["selection"] = chosen.losses
     checkpoints.finished("selection", chosen)

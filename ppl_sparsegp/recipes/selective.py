@@ -651,7 +651,7 @@ def fit_selective_gplvm(
         pre = fit_svi(
             everything.model, everything.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.pre_steps,
             key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
-            validate=everything.check_data, **checkpoints.options("pre"),
+            label="pre-train", validate=everything.check_data, **checkpoints.options("pre"),
         )  # fmt: skip
         checkpoints.finished("pre", pre)
         init_params.update(pre.params)
@@ -698,6 +698,7 @@ def fit_selective_gplvm(
             steps_per_dispatch=c.record_every,
             callback=record,
             progress=progress,
+            label="joint selection",
             **checkpoints.options("selection"),
             validate=model.check_data,
         )

@@ -178,6 +178,7 @@ def fit_sgpmc(
             key=jax.random.fold_in(svi_key, phase),
             init_params={k: v for k, v in params.items() if k != "Z"} or None,
             progress=progress,
+            label="SVI, Z learned" if learn_Z else "SVI, Z fixed",
             validate=svgp.check_data,
         )
         params.update(svi.params)

@@ -106,6 +106,15 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_ful
         np.testing.assert_array_equal(resumed.params[name], full.params[name])
 
 
+def test_the_progress_bar_carries_its_label(rng, capsys):
+    gp, X, y = _svgp_problem(rng)
+    kw = {**SVGP_FIT, "progress": True, "steps_per_dispatch": 5}
+    fit_svi(gp.model, gp.guide, X, y, num_steps=10, label="pre-train", **kw, validate=gp.check_data)
+    assert "pre-train" in capsys.readouterr().err
+    fit_svi(gp.model, gp.guide, X, y, num_steps=10, **kw, validate=gp.check_data)
+    assert "SVI" in capsys.readouterr().err
+
+
 def test_checkpoint_from_another_model_is_refused(tmp_path, svgp_full_run):
     _, svgp_checkpoint = svgp_full_run
     ckpt = tmp_path / "run.npz"
