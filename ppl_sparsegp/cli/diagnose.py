@@ -1,6 +1,7 @@
 """Print the ArviZ summary of a run's posterior and write trace and rank plots beside it.
 
-Reads RUN_DIR/posterior.nc (written by fit sgpmc or bsgp) and writes RUN_DIR/trace.png and RUN_DIR/rank.png.
+Reads RUN_DIR/posterior.nc (written by fit sgpmc or bsgp), writes RUN_DIR/trace.png and RUN_DIR/rank.png (laid out
+so that no title covers another plot's labels) and says so.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> str:
-    """Print the summary table (hyperparameters, or every variable with ``--all``) and write the two plots.
+    """Print the summary table (hyperparameters, or every variable with ``--all``), write the two plots and print
+    their paths.
 
     Raises:
         ValueError: RUN_DIR has no ``posterior.nc``.
@@ -40,9 +42,11 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> str:
     try:
         for name, plot in (("trace.png", az.plot_trace), ("rank.png", az.plot_rank)):
             figures[name] = np.asarray(plot(idata, var_names=hyper)).ravel()[0].figure
+            figures[name].tight_layout()  # ArviZ's trace plot otherwise sets titles over the x labels above them
         results.write_output_set(args.run_dir, {name: results.figure_file(f) for name, f in figures.items()})
     finally:
         for figure in figures.values():
             plt.close(figure)
     print(table)
+    print(f"wrote {', '.join(str(args.run_dir / name) for name in figures)}")
     return table

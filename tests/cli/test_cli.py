@@ -16,12 +16,15 @@ import shutil
 import subprocess
 import sys
 
+import arviz as az
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
 from ppl_sparsegp import data
 from ppl_sparsegp.cli import main
 from ppl_sparsegp.cli import svgp as cli_svgp
+from ppl_sparsegp.posterior import diagnostics
 
 FAST = ("--inducing", "16", "--lr", "0.05", "--no-progress", "--quiet")
 
@@ -260,6 +263,37 @@ def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "kernel.lengthscale[29]" in table and "r_hat" in table and "u[" not in table
     assert (folder / "trace.png").read_bytes()[:4] == b"\x89PNG" and (folder / "rank.png").exists()
+
+
+def _overlapping_titles(figure) -> list[str]:
+    """Titles of ``figure``'s axes that cover another title or another axes' x tick or axis labels."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    axes = [a for a in figure.axes if a.get_visible()]
+    found = []
+    for a in (a for a in axes if a.get_title()):
+        box = a.title.get_window_extent(renderer)
+        for b in (b for b in axes if b is not a):
+            texts = [*b.get_xticklabels(), b.xaxis.label, b.title]
+            if any(t.get_text() and box.overlaps(t.get_window_extent(renderer)) for t in texts):
+                found.append(a.get_title())
+    return found
+
+
+def test_diagnose_prints_the_files_it_wrote_and_lays_out_its_plots(tmp_path, capsys, monkeypatch):
+    rng = np.random.default_rng(0)
+    draws = {"kernel.lengthscale": rng.normal(size=(2, 50, 3)), "kernel.variance": rng.normal(size=(2, 50))}
+    diagnostics.save(az.from_dict(posterior={**draws, "u": rng.normal(size=(2, 50, 1, 4))}), tmp_path / "posterior.nc")
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda figure: figures.append(figure))
+    assert main(["diagnose", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'trace.png'}, {tmp_path / 'rank.png'}" in out
+    assert len(figures) == 2
+    for figure in figures:
+        assert _overlapping_titles(figure) == []
+        close(figure)
 
 
 def test_diagnose_without_a_posterior_exits_2(tmp_path, capsys):
