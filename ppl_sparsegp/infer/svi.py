@@ -139,7 +139,7 @@ def fit_svi(
         key: integer seed or JAX PRNG key.
         loss: the ELBO (default ``TraceMeanField_ELBO()``, which uses closed-form KLs where registered).
         steps_per_dispatch: steps per compiled ``lax.scan`` chunk.
-        progress: show a progress bar with the running loss.
+        progress: show a progress bar with the loss of the latest step (the last entry of ``losses`` at the end).
         label: the progress bar's label (e.g. the phase of a recipe); ``"<label> (resumed from step N)"`` when the
             run resumes from a checkpoint.
         callback: ``callback(step, chunk_losses, params)`` after every chunk, before that chunk's checkpoint is
@@ -241,7 +241,7 @@ def fit_svi(
             since_checkpoint += length
             mean_loss = float(np.mean(chunk_losses))
             bar.update(length)
-            bar.set_postfix(loss=f"{mean_loss:.4g}")
+            bar.set_postfix(loss=f"{chunk_losses[-1]:.4g}")  # the latest step's, as the caller's losses[-1]
             # The callback runs before this step's checkpoint is written, so what it stores (e.g. a trace beside the
             # checkpoint) is never behind the checkpoint that a killed run resumes from.
             stop = callback is not None and bool(callback(done, chunk_losses, svi.get_params(state)))

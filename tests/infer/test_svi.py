@@ -109,8 +109,9 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(rng, tmp_path, svgp_ful
 def test_the_progress_bar_carries_its_label(rng, capsys):
     gp, X, y = _svgp_problem(rng)
     kw = {**SVGP_FIT, "progress": True, "steps_per_dispatch": 5}
-    fit_svi(gp.model, gp.guide, X, y, num_steps=10, label="pre-train", **kw, validate=gp.check_data)
-    assert "pre-train" in capsys.readouterr().err
+    result = fit_svi(gp.model, gp.guide, X, y, num_steps=10, label="pre-train", **kw, validate=gp.check_data)
+    shown = capsys.readouterr().err
+    assert "pre-train" in shown and f"loss={result.losses[-1]:.4g}" in shown  # the loss a caller prints last
     fit_svi(gp.model, gp.guide, X, y, num_steps=10, **kw, validate=gp.check_data)
     assert "SVI" in capsys.readouterr().err
 
