@@ -1,10 +1,10 @@
 """sgpmc: an SVGP fit with priors on the hyperparameters (MAP), then MCMC on the SGPMC target with Z fixed.
 
 The thesis recipe, :func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`. Writes posterior.nc (ArviZ InferenceData in
-standardised units), fit.png (the SVI loss trace and the predictive picture of the mixture) and results.json (test
-metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the hyperparameters). The
-chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws; re-running the same command
-repeats the (deterministic) SVI fit and resumes the chains.
+standardised units), fit.png (every chain's potential energy and the predictive picture of the mixture) and
+results.json (test metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the
+hyperparameters). The chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws;
+re-running the same command repeats the (deterministic) SVI fit and resumes the chains.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import arviz as az
 import jax
 import numpy as np
 
+from ppl_sparsegp import results
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS
 from ppl_sparsegp.inducing import initialise
@@ -117,4 +118,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         f"  {shared.scores(m, d, ('rmse', 'nlpd'), ('accuracy', 'nll'))}",
     ]
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}
-    return shared.finish(opts, d, argv, record, files, d.plot(fit.svi.losses, mean, var), summary)
+    figure = d.plot(np.zeros(0), mean, var)  # the chains on the left (the SVI start's loss is in results.json)
+    minibatch = opts["engine"] in SG_ENGINES and shared.batch(opts, d.X.shape[0]) is not None
+    results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), minibatch)
+    figure.tight_layout()
+    return shared.finish(opts, d, argv, record, files, figure, summary)

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from ppl_sparsegp import data
+from ppl_sparsegp import data, results
 from ppl_sparsegp.cli import main
 from ppl_sparsegp.cli import svgp as cli_svgp
 from ppl_sparsegp.posterior import diagnostics
@@ -248,11 +248,16 @@ def test_help_lists_every_option_with_its_default(capsys):
 
 
 @pytest.mark.slow  # about 80 s: an SVGP fit and two NUTS chains in 30 dimensions; `make test-slow` runs it
-def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys):
-    """fit sgpmc (SVGP fit, then NUTS with Z fixed) writes posterior.nc and metrics; diagnose summarises it."""
+def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys, monkeypatch):
+    """fit sgpmc (SVGP fit, then NUTS with Z fixed) writes posterior.nc, metrics and a figure of the chains;
+    diagnose summarises it."""
     args = ["--data", "breast_cancer", "--inducing", "8", "--steps", "300", "--lr", "0.03"]
     mcmc = ["--warmup", "100", "--samples", "100", "--chains", "2", "--chunk", "50", "--no-progress", "--quiet"]
+    figures, figure_file = [], results.figure_file
+    monkeypatch.setattr(results, "figure_file", lambda figure: figures.append(figure) or figure_file(figure))
     record, folder = fit(tmp_path, "sgpmc", *args, *mcmc)
+    chains = figures[0].axes[0]
+    assert chains.get_title() == "kept draws" and [line.get_label() for line in chains.lines] == ["chain 0", "chain 1"]
     assert record["method"] == "sgpmc" and record["engine"] == "nuts" and record["task"] == "binary"
     assert record["chains"] == 2 and record["draws_per_chain"] == 100
     assert record["metrics"]["accuracy"] > 0.9 and record["metrics"]["nll"] < 0.3
