@@ -337,6 +337,11 @@ def evaluate(
     return scores, mean, var
 
 
+MAX_ERROR_BARS = 150
+"""Predicted-vs-observed panels draw every point but error bars on at most this many, spread evenly over the
+observed range, so that the panel stays readable for large test sets."""
+
+
 def plot_fit(
     losses: np.ndarray,
     task: str,
@@ -350,7 +355,8 @@ def plot_fit(
 
     The right panel is, for 1-D regression (``curve`` given: grid ``x`` [G], ``mean`` and ``var`` [G], training
     ``X``/``y``, inducing inputs ``Z`` [M] or absent), the predictive mean +- 2 sd with data and inducing points;
-    for other regression, predicted vs observed at the evaluation points (error bars 2 sd); for binary data, a
+    for other regression, predicted vs observed at the evaluation points (error bars 2 sd on at most
+    :data:`MAX_ERROR_BARS` of them); for binary data, a
     reliability diagram (observed frequency of class 1 against predicted probability, 10 bins).
     """
     import matplotlib.pyplot as plt  # on first use: importing results leaves matplotlib's backend alone
@@ -370,10 +376,15 @@ def plot_fit(
         ax_fit.set(xlabel="x", ylabel="y", title="predictive distribution")
         ax_fit.legend(loc="best", fontsize=8)
     elif task == "regression":
-        ax_fit.errorbar(y_eval.ravel(), mean.ravel(), yerr=2 * np.sqrt(var.ravel()), fmt=".", ms=3, lw=0.5, alpha=0.6)
+        observed, predicted, sd = y_eval.ravel(), mean.ravel(), np.sqrt(var.ravel())
+        n = len(observed)
+        ax_fit.plot(observed, predicted, ".", ms=3 if n <= MAX_ERROR_BARS else 2, alpha=0.7)
+        barred = np.argsort(observed)[np.linspace(0, n - 1, min(n, MAX_ERROR_BARS)).round().astype(int)]
+        ax_fit.errorbar(observed[barred], predicted[barred], yerr=2 * sd[barred], fmt="none", lw=0.5, alpha=0.5)
         lo, hi = float(min(y_eval.min(), mean.min())), float(max(y_eval.max(), mean.max()))
         ax_fit.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-        ax_fit.set(xlabel="observed y", ylabel="predicted mean ± 2 sd", title=f"{evaluated_on} set")
+        bars = "" if len(barred) == n else f" (± 2 sd on {len(barred)} of {n}, spread over y)"
+        ax_fit.set(xlabel="observed y", ylabel="predicted mean ± 2 sd", title=f"{evaluated_on} set{bars}")
     else:
         edges = np.linspace(0.0, 1.0, 11)
         which = np.digitize(mean, edges[1:-1])  # bin 0..9

@@ -270,6 +270,27 @@ def test_sgpmc_on_breast_cancer_then_diagnose(tmp_path, capsys, monkeypatch):
     assert (folder / "trace.png").read_bytes()[:4] == b"\x89PNG" and (folder / "rank.png").exists()
 
 
+def test_predicted_versus_observed_draws_every_point_and_error_bars_on_a_spread_subset():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=800)
+    figure = results.plot_fit(np.ones(3), "regression", "test", y, y + 0.1, np.full(800, 0.04))
+    try:
+        ax = figure.axes[1]
+        (points,) = [line for line in ax.lines if line.get_marker() == "."]
+        assert len(points.get_xdata()) == 800
+        (bars,) = ax.containers
+        segments = bars.lines[2][0].get_segments()
+        xs = sorted(segment[0][0] for segment in segments)
+        assert len(segments) == results.MAX_ERROR_BARS and xs[0] == y.min() and xs[-1] == y.max()
+        assert "on 150 of 800" in ax.get_title()
+    finally:
+        plt.close(figure)
+    small = results.plot_fit(np.ones(3), "regression", "test", y[:40], y[:40], np.full(40, 0.04))
+    assert len(small.axes[1].containers[0].lines[2][0].get_segments()) == 40
+    assert small.axes[1].get_title() == "test set"
+    plt.close(small)
+
+
 def _overlapping_titles(figure) -> list[str]:
     """Titles of ``figure``'s axes that cover another title or another axes' x tick or axis labels."""
     figure.canvas.draw()
