@@ -19,6 +19,7 @@ from ppl_sparsegp.data import ENV_VAR, data_dir
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 REDUCED = {
+    "num_steps=2000": "num_steps=60",
     "num_steps=3000": "num_steps=60",
     "num_warmup=300, num_samples=300": "num_warmup=20, num_samples=20",
     "fit_selective(X, y, candidates=100, alpha=0.1)": (
