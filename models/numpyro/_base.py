@@ -345,6 +345,6 @@ def part_fingerprint(part: Kernel | Likelihood) -> str:
 
 
 def base_fields(obj: Any, cls: type) -> dict[str, Any]:
-    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build the ``cls`` that
-    ``obj`` holds or prunes to, e.g. the ordinary SVGP inside a selective one)."""
+    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build a ``cls`` that
+    ``obj`` is made of, e.g. the SVGP at given inputs inside a Bayesian GP-LVM, or SGPMC's variational twin)."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}

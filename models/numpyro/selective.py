@@ -29,10 +29,12 @@ exactly the subset bound), so every step compiles once and the S draws of the gu
 subset is allowed: L(∅) is the prior-only bound, which keeps the estimator unbiased (the released code redraws
 empty masks instead).
 
-Composition, not inheritance: each model writes its own ``model`` and ``guide`` with the site helpers of
-:mod:`ppl_sparsegp.numpyro.sites` (``inclusion`` / ``inclusion_posterior`` for s), holds a
-:class:`SubsetSelection` (λ, the KL of the selection, pruning) and the ordinary model over all K candidates
-(``ordinary``, whose checks it shares).
+Composition: each model takes the ordinary model over all K candidates as its first argument
+(``SelectiveSVGP(SVGP(kernel, likelihood, Z=candidates, whiten=False), alpha=0.1)``; its kernel, likelihood, priors,
+jitter, settings and checks are the selective model's), holds a :class:`SubsetSelection` (λ, the KL of the
+selection, pruning), and writes its own ``model`` and ``guide`` with the site helpers of
+:mod:`ppl_sparsegp.numpyro.sites` (``inclusion`` / ``inclusion_posterior`` for s). :class:`SelectiveModel` is the
+base they share.
 
 Fit with :class:`ppl_sparsegp.infer.score_function.ScoreFunctionELBO`: the inclusion probabilities learn by the
 score-function estimator with a decaying-average baseline, every other parameter by the pathwise gradient

@@ -24,8 +24,8 @@ deep GP on all candidates, select (GP frozen by default, as the released code), 
 post-train.
 
 :class:`SelectiveDeepSVGP` writes its ``model`` and ``guide`` in full with the site helpers (``inclusion`` /
-``inclusion_posterior`` per layer) and holds, by composition, the ordinary :class:`DeepSVGP` over all candidates
-(``ordinary``: its checks, per-layer q(u) parameters and propagation) and one
+``inclusion_posterior`` per layer), takes the ordinary :class:`DeepSVGP` over all candidates as its first argument
+(``ordinary``: its settings, checks, per-layer q(u) parameters and propagation) and holds one
 :class:`~models.numpyro.selective.SubsetSelection` per layer (λ^ℓ, the KLs, pruning).
 """
 

@@ -23,9 +23,10 @@ where L(s) is a GP-LVM bound of :mod:`models.numpyro.gplvm` with the candidates 
   subset and latent draw; :func:`~ppl_sparsegp.core.masking.masked_sgpr_elbo`); it prunes to a CollapsedGPLVM and
   converges in far fewer steps.
 
-Each writes its ``model`` and ``guide`` in full with the site helpers and holds the ordinary GP-LVM over all K
-candidates (``ordinary``: its checks, its :class:`~models.numpyro.gplvm.LatentInputs`, its start values) and a
-:class:`~models.numpyro.selective.SubsetSelection` (λ, the selection's KL, pruning).
+Each takes the ordinary GP-LVM over all K candidates as its first argument (``ordinary``: its settings, checks,
+:class:`~models.numpyro.gplvm.LatentInputs` and start values), holds a
+:class:`~models.numpyro.selective.SubsetSelection` (λ, the selection's KL, pruning), and writes its ``model`` and
+``guide`` in full with the site helpers.
 
 The recipe :func:`ppl_sparsegp.recipes.selective.fit_selective_gplvm` trains everything **jointly, without
 phases** (paper §5.3): λ by the score-function
