@@ -244,11 +244,11 @@ def fit_selective(
     common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(c.learn_candidates)}
     selection = {"alpha": c.alpha, "initial_inclusion": c.initial_inclusion}
     if c.bound == "collapsed":
-        base, selective = SGPR(**common), SelectiveSGPR
+        base, selective_class = SGPR(**common), SelectiveSGPR
     else:
         svgp = {"num_latent": 1 if y.ndim == 1 else y.shape[1], "whiten": False, "batch_size": c.batch_size}
-        base, selective = SVGP(**common, **svgp), SelectiveSVGP
-    selective = selective(base, **selection)
+        base, selective_class = SVGP(**common, **svgp), SelectiveSVGP
+    selective = selective_class(base, **selection)
     base.check_data(X, y)
     checkpoints.create()
 
@@ -591,10 +591,11 @@ def gplvm_on_grid(
         "X_scale_init": latent_scale,
     }
     if bound == "collapsed":
-        model, selective = CollapsedGPLVM(**common), SelectiveCollapsedGPLVM
+        model, selective_class = CollapsedGPLVM(**common), SelectiveCollapsedGPLVM
     else:
-        model, selective = BayesianGPLVM(**common, num_latent=Y.shape[1], batch_size=batch_size), SelectiveGPLVM
-    return selective(model, **selection) if selection else model
+        model = BayesianGPLVM(**common, num_latent=Y.shape[1], batch_size=batch_size)
+        selective_class = SelectiveGPLVM
+    return selective_class(model, **selection) if selection else model
 
 
 def fit_selective_gplvm(
