@@ -16,7 +16,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.cli import run as shared
@@ -25,7 +24,7 @@ from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.models.numpyro.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
-from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, BSGPFit, fit_bsgp
+from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, fit_bsgp
 from ppl_sparsegp.recipes.bsgp import bsgp_schedule as schedule
 
 CHECKPOINT = "mcmc.ckpt"
@@ -97,24 +96,6 @@ def _check(opts: dict[str, Any]) -> None:
         validation.check_positive("--step-size", opts["step_size"])
 
 
-class _WarmupBar:
-    """A progress bar over the warmup updates, driven by fit_bsgp's callback after every warmup piece."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.total, self.enabled, self.bar = total, enabled and total > 0, None
-
-    def __call__(self, partial: BSGPFit) -> None:
-        if not self.enabled or partial.mcmc.num_draws:
-            return
-        if self.bar is None:
-            self.bar = tqdm(total=self.total, desc="warmup", unit="update")
-        self.bar.update(partial.mcmc.warmup_done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def dataset_name(name: str) -> str:
     """The dataset to load: a bare BSGP UCI name means the paper's protocol, ``bsgp/<name>``."""
     return f"bsgp/{name}" if name in data.BSGP_NAMES else name
@@ -137,14 +118,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         **{field: opts[name] for name, (field, _) in ENGINE_OPTIONS[opts["engine"]].items()},
     )  # fmt: skip
     results.write_json(out / SETTINGS_FILE, settings)
-    bar = _WarmupBar(num_warmup, shared.progress(opts))
-    try:
-        fit, fit_seconds = shared.timed(
-            fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
-            checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), callback=bar, fingerprint=settings,
-        )  # fmt: skip
-    finally:
-        bar.close()
+    fit, fit_seconds = shared.timed(
+        fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
+        checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), fingerprint=settings,
+    )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     key = jax.random.fold_in(jax.random.PRNGKey(opts["seed"]), 1)  # the deep model's inner-layer draws
@@ -155,7 +132,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     m = {"mnll": m["nlpd"], **m} if d.ds.task == "regression" else m
     idata, groups = fit.inference_data(d.X, d.y)
     mcmc = fit.mcmc
-    divergences = int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None
     speed = num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None
     record = {
         "engine": opts["engine"], "layers": opts["layers"], "z_prior": opts["z_prior"], "data_term": opts["data_term"],
@@ -169,7 +145,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "likelihood_parameters_standardised": {
             k: np.mean(v, axis=0) for k, v in mcmc.flat_samples().items() if k.startswith("likelihood.")
         },
-        "divergences": divergences, "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds,
+        "divergences": mcmc.divergences, "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds,
         "sample_seconds": mcmc.sample_seconds, "updates_per_second": speed,
         "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
         "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
@@ -181,12 +157,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     layers = f"{opts['layers']} layer{'s' if opts['layers'] > 1 else ''}"
     speed = "" if speed is None else f", {speed:.0f} updates/s"
     resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
-    divergences = "" if divergences is None else f", {divergences} divergences"
     summary = [
         f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} (split {opts['split']}; "
         f"{shared.size(opts, d)})",
         f"  {num_warmup} warmup updates in {mcmc.warmup_seconds:.1f} s{speed}{resumed}; {mcmc.num_chains} chain(s) x "
-        f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{divergences}",
+        f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{shared.divergences(mcmc)}",
         f"  {shared.scores(m, d, ('mnll', 'rmse'), ('accuracy', 'nll'))}",
     ]
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}

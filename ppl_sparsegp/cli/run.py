@@ -284,6 +284,11 @@ def scores(m: Mapping[str, float], d: Data, regression: Sequence[str], binary: S
     return f"{d.evaluated_on} {shown}{end}"
 
 
+def divergences(mcmc: Any) -> str:
+    """``", 3 divergences"`` of an MCMC result, or nothing for kernels that do not report them."""
+    return "" if mcmc.divergences is None else f", {mcmc.divergences} divergences"
+
+
 def size(opts: Mapping[str, Any], d: Data) -> str:
     """``N = 442, D = 10, M = 128`` (M where the method has inducing points)."""
     return f"N = {d.X.shape[0]}, D = {d.X.shape[1]}" + (f", M = {opts['inducing']}" if opts.get("inducing") else "")

@@ -100,10 +100,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         (pred.y_mean, pred.y_var, log_predictive_density(fit.model, draws, d.X_eval, d.y_eval_std))
     )
     hyper = [v for v in idata.posterior.data_vars if v != "u"]
-    divergences = int(np.sum(mcmc.extra_fields["diverging"])) if "diverging" in mcmc.extra_fields else None
     record = {
         "engine": opts["engine"], "metrics": m, "draws_per_chain": mcmc.num_draws, "chains": mcmc.num_chains,
-        "divergences": divergences,
+        "divergences": mcmc.divergences,
         "max_rhat": float(max(float(az.rhat(idata, var_names=hyper)[v].max()) for v in hyper)),
         "min_ess_bulk": float(min(float(az.ess(idata, var_names=hyper)[v].min()) for v in hyper)),
         "svi_final_loss": float(fit.svi.losses[-1]), "warmup_seconds": mcmc.warmup_seconds,
@@ -113,7 +112,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     summary = [
         f"sgpmc ({opts['engine']}) on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
         f"  {mcmc.num_chains} chains x {mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s (+ "
-        f"{mcmc.warmup_seconds:.1f} s warmup){'' if divergences is None else f', {divergences} divergences'}; "
+        f"{mcmc.warmup_seconds:.1f} s warmup){shared.divergences(mcmc)}; "
         f"hyperparameters: max R-hat {record['max_rhat']:.3f}, min bulk ESS {record['min_ess_bulk']:.0f}",
         f"  {shared.scores(m, d, ('rmse', 'nlpd'), ('accuracy', 'nll'))}",
     ]

@@ -89,6 +89,12 @@ class MCMCResult:
         """Kept draws per chain."""
         return _leading_shape(self.samples)[1]
 
+    @property
+    def divergences(self) -> int | None:
+        """Divergent transitions among the kept draws, all chains; None for kernels that do not report them."""
+        diverging = self.extra_fields.get("diverging")
+        return None if diverging is None else int(np.sum(diverging))
+
     def flat_samples(self) -> dict[str, np.ndarray]:
         """Draws with the chains concatenated: site -> [C * S, ...]."""
         return {k: v.reshape((-1, *v.shape[2:])) for k, v in self.samples.items()}
@@ -372,7 +378,8 @@ def run_mcmc(
             checkpoint with a hash of the model's data, the key, a hash of ``init_params`` and the schedule above
             (warmup, samples, chains, thinning, chunk sizes, chain method, extra fields); a checkpoint that differs
             in any of them is refused.
-        progress: show a progress bar over chunks.
+        progress: show progress bars: one over the warmup, advanced after every warmup piece (so a chunked warmup
+            shows its progress), then one over the post-warmup steps, advanced after every chunk.
         validate: called as ``validate(*model_args, **model_kwargs)`` before anything is compiled (e.g.
             ``gp.check_data`` of the ``ppl_sparsegp.models`` object whose ``model`` the kernel samples); None: no
             eager checks. The engine itself knows nothing of the model.
@@ -445,12 +452,14 @@ def run_mcmc(
         as_count = partial(jnp.asarray, dtype=jnp.int32)
         return chunk_fn(state, as_count(first), as_count(every), as_count(active))
 
+    name = type(kernel).__name__
+
     def result(interrupted: bool, last_state: Any) -> MCMCResult:
         return MCMCResult(
             samples=_concat(draws),
             extra_fields=_concat(extras),
             last_state=last_state,
-            kernel_name=type(kernel).__name__,
+            kernel_name=name,
             num_warmup=num_warmup,
             thinning=thinning,
             warmup_seconds=warmup_s,
@@ -460,7 +469,9 @@ def run_mcmc(
         )
 
     constrain = _constrain(kernel, model_args, model_kwargs, num_chains)
-    bar = tqdm(total=num_samples, initial=done, desc=type(kernel).__name__, disable=not progress)
+    shown = {"mininterval": 0, "disable": not progress}  # updated once per piece or chunk: show every update
+    warmup_bar = tqdm(total=num_warmup, initial=warmup_done, desc=f"{name} warmup", **shown)
+    bar = None
     try:
         first_piece = saved is None  # a fresh run saves its (possibly empty) warmup even when num_warmup = 0
         while first_piece or warmup_done < num_warmup:
@@ -472,11 +483,14 @@ def run_mcmc(
             jax.block_until_ready(state)
             warmup_s += time.perf_counter() - start
             warmup_done += n
+            warmup_bar.update(n)
             _check_warmup_state(state, result)
             if path is not None:
                 _save(path, expected, state, {}, {}, 0, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
+        warmup_bar.close()
+        bar = tqdm(total=num_samples, initial=done, desc=name, **shown)
         while done < num_samples:
             n = min(chunk, num_samples - done)
             start = time.perf_counter()
@@ -508,7 +522,9 @@ def run_mcmc(
     except KeyboardInterrupt:
         return result(True, state)
     finally:
-        bar.close()
+        warmup_bar.close()
+        if bar is not None:
+            bar.close()
     return result(False, state)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
 import jax
 import numpy as np
@@ -252,14 +253,13 @@ def test_bsgp_classifies_breast_cancer(tmp_path):
 def test_an_interrupted_bsgp_run_resumes_from_its_checkpoint(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "out"
     args = ["fit", "bsgp", "--iterations", "200", "--kept", "4", "--inducing", "10", "--out", str(folder)]
-    real_call = cli_bsgp._WarmupBar.__call__
+    real_fit = cli_bsgp.fit_bsgp
 
-    def interrupt_after_first_piece(self, partial):
-        real_call(self, partial)
+    def interrupt_after_first_piece(partial):
         if partial.mcmc.warmup_done == 2100:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli_bsgp._WarmupBar, "__call__", interrupt_after_first_piece)
+    monkeypatch.setattr(cli_bsgp, "fit_bsgp", partial(real_fit, callback=interrupt_after_first_piece))
     assert main([*args, "--quiet"]) == 130
     assert capsys.readouterr().err.endswith(f"resume from {folder / 'mcmc.ckpt'}\n")
     assert not (folder / "results.json").exists() and (folder / "mcmc.ckpt").exists()

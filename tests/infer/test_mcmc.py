@@ -1,5 +1,6 @@
 """The MCMC run loop: conjugate posterior, chains and thinning, checkpoint/resume, interrupts, divergence stop."""
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -55,6 +56,21 @@ def test_nuts_draws_match_the_conjugate_posterior_and_shapes_follow_chains(data,
     np.testing.assert_allclose(res.samples["mu"].mean(), float(data.mean()), atol=0.03)
     np.testing.assert_allclose(res.samples["mu"].std(), float(data.std()) / np.sqrt(40), rtol=0.25)
     assert not res.interrupted and res.warmup_seconds > 0 and res.sample_seconds > 0
+
+
+def test_divergences_count_the_kept_draws_of_every_chain(two_chains):
+    assert two_chains.divergences == int(two_chains.extra_fields["diverging"].sum())
+    assert dataclasses.replace(two_chains, extra_fields={}).divergences is None
+
+
+def test_progress_shows_a_chunked_warmup_piece_by_piece_then_the_draws(data, capsys):
+    _run(data, num_warmup=150, warmup_chunk_size=50, num_samples=20, progress=True)
+    err = capsys.readouterr().err
+    warmup = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("NUTS warmup")]
+    assert list(dict.fromkeys(line.split("|")[2].split()[0] for line in warmup if line.count("|") >= 2)) == [
+        "0/150", "50/150", "100/150", "150/150"
+    ]  # fmt: skip
+    assert "20/20" in err.split("NUTS warmup")[-1]
 
 
 def test_sequential_chains_sample_the_same_posterior(data):
