@@ -337,6 +337,34 @@ def evaluate(
     return scores, mean, var
 
 
+def regression_curve(
+    ds: Any, scaler: Standardizer, predict: Callable[[np.ndarray], tuple[Any, Any]], Z: Any = None, size: int = 400
+) -> dict[str, np.ndarray] | None:
+    """The ``curve`` of :func:`plot_fit` for a 1-D, one-output regression dataset ``ds`` (None for any other).
+
+    Args:
+        ds: the dataset (its training inputs span the grid: their range widened by 10 % on each side).
+        scaler: its training standardisation.
+        predict: standardised grid [G, 1] -> (mean, var) of y there, standardised, each [G].
+        Z: inducing inputs [M, 1], standardised, or None.
+        size: G, the grid's number of points.
+
+    Returns:
+        ``x`` [G], ``mean`` and ``var`` [G], training ``X`` and ``y`` [N] and (with ``Z``) ``Z`` [M], in original
+        units.
+    """
+    if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
+        return None
+    lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
+    x = np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), size)
+    mean, var = predict(scaler.transform_x(x[:, None]))
+    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(mean)), "var": scaler.inverse_var(np.asarray(var))}
+    curve.update(X=ds.X_train[:, 0], y=ds.y_train)
+    if Z is not None:
+        curve["Z"] = np.asarray(Z)[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
+    return curve
+
+
 MAX_ERROR_BARS = 150
 """Predicted-vs-observed panels draw every point but error bars on at most this many, spread evenly over the
 observed range, so that the panel stays readable for large test sets."""

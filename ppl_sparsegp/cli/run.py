@@ -205,15 +205,9 @@ def start(args: argparse.Namespace, check: Callable[[dict], None], noise: float,
 
 
 def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) -> kernels.Kernel:
-    """The ARD kernel ``--kernel`` with every variance and lengthscale set from the options, as ``--dtype`` arrays."""
-    dtype = np.dtype(opts["dtype"])
-    kernel = kernels.kernel_from_name(opts["kernel"], input_dim, ard=True)
-    fills = {"variance": opts["kernel_variance"], "lengthscale": lengthscale}
-    values = {}
-    for key, value in kernel.parameters().items():
-        fill = fills.get(key.rsplit(".", 1)[-1])
-        values[key] = np.asarray(value, dtype=dtype) if fill is None else np.full(np.shape(value), fill, dtype=dtype)
-    return kernel.with_parameters(values)
+    """The ARD kernel ``--kernel`` with every variance ``--kernel-variance`` and ``lengthscale``, ``--dtype``."""
+    variance, dtype = opts["kernel_variance"], np.dtype(opts["dtype"])
+    return kernels.kernel_from_name(opts["kernel"], input_dim, variance=variance, lengthscale=lengthscale, dtype=dtype)
 
 
 def batch(opts: Mapping[str, Any], N: int) -> int | None:
@@ -255,18 +249,11 @@ def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, f
         return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
 
     m, mean, var = d.evaluate(predict(params, d.X, d.y, d.X_eval, d.y_eval_std))
-    ds, scaler = d.ds, d.scaler
-    if ds.X_train.shape[1] != 1 or ds.task != "regression" or ds.num_outputs != 1:
-        return m, mean, var, None
-    lo, hi = float(ds.X_train.min()), float(ds.X_train.max())
-    x = np.linspace(lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo), 400)
-    X_grid, y_grid = scaler.transform_x(x[:, None]).astype(d.X.dtype), np.zeros(len(x), dtype=d.X.dtype)
-    grid = predict(params, d.X, d.y, X_grid, y_grid)
-    curve = {"x": x, "mean": scaler.inverse_mean(np.asarray(grid[0])), "var": scaler.inverse_var(np.asarray(grid[1]))}
-    curve.update(X=ds.X_train[:, 0], y=ds.y_train)
-    if "Z" in params:
-        curve["Z"] = np.asarray(params["Z"])[:, 0] * scaler.x_scale[0] + scaler.x_mean[0]
-    return m, mean, var, curve
+
+    def on_grid(X_grid: np.ndarray) -> tuple[Any, Any]:
+        return predict(params, d.X, d.y, X_grid.astype(d.X.dtype), np.zeros(len(X_grid), d.X.dtype))[:2]
+
+    return m, mean, var, results.regression_curve(d.ds, d.scaler, on_grid, params.get("Z"))
 
 
 def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:

@@ -348,6 +348,12 @@ def test_kernel_from_name():
         assert isinstance(kernel_from_name(name, 2), cls)
     assert all(isinstance(kernel_from_name(n, 1), Kernel) for n in ["rbf", "linear"])
 
+    valued = kernel_from_name("periodic+linear", 2, variance=0.5, lengthscale=3.0, dtype=np.float32).parameters()
+    assert {k: v.dtype for k, v in valued.items()} == dict.fromkeys(valued, np.float32)
+    assert {k: v.tolist() for k, v in valued.items()} == {
+        "k0.variance": 0.5, "k0.lengthscale": [3.0, 3.0], "k0.period": [1.0, 1.0], "k1.variance": [0.5, 0.5]
+    }  # fmt: skip
+
     with pytest.raises(ValueError, match="matern52"):
         kernel_from_name("rbf+cosine", input_dim=2)
     with pytest.raises(ValueError):
