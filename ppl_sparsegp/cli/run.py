@@ -109,7 +109,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, method: str) -> None:
     group = parser.add_argument_group("output")
     add(group, "out", None, "output folder", "runs/<method>-<data>-<split>", type=Path, metavar="DIR")
     group.add_argument("--restart", action="store_true", help="discard the checkpoints in --out and start afresh")
-    group.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    group.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bars (shown by default when stderr is a terminal)"
+    )
     group.add_argument("--quiet", action="store_true", help="print nothing on success, progress bar included")
     parser.set_defaults(method=method)
 
@@ -215,9 +217,9 @@ def batch(opts: Mapping[str, Any], N: int) -> int | None:
     return opts["batch_size"] if opts.get("batch_size") is not None and opts["batch_size"] < N else None
 
 
-def progress(opts: Mapping[str, Any]) -> bool:
-    """Whether to show progress bars."""
-    return not (opts["no_progress"] or opts["quiet"])
+def progress(opts: Mapping[str, Any]) -> bool | None:
+    """The engines' ``progress``: False with ``--no-progress`` or ``--quiet``, else None (shown in a terminal)."""
+    return False if opts["no_progress"] or opts["quiet"] else None
 
 
 def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (),

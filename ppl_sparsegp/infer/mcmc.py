@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -220,9 +221,10 @@ def _first_nonfinite(extras: Mapping[str, np.ndarray]) -> int | None:
     return int(np.argmax(np.any(flags, axis=0)))
 
 
-def _first_draws(x: Array, *, kept: int, chains: bool) -> Array:
-    """The first ``kept`` recorded draws of a chunk: [C, length, ...] or [length, ...] -> [C, kept, ...] or [kept]."""
-    return x[:, :kept] if chains else x[:kept]
+def _first_draws(collected: Any, *, kept: int, chains: bool) -> Any:
+    """The first ``kept`` recorded draws of a chunk (a pytree): [C, length, ...] or [length, ...] -> [C, kept, ...]
+    or [kept, ...]."""
+    return jax.tree.map(lambda x: x[:, :kept] if chains else x[:kept], collected)
 
 
 def _append(store: dict[str, list], new: Mapping[str, Array]) -> None:
@@ -347,7 +349,7 @@ def run_mcmc(
     chunk_size: int | None = None,
     warmup_chunk_size: int | None = None,
     checkpoint: str | Path | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     callback: Callable[[MCMCResult], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
@@ -378,8 +380,9 @@ def run_mcmc(
             checkpoint with a hash of the model's data, the key, a hash of ``init_params`` and the schedule above
             (warmup, samples, chains, thinning, chunk sizes, chain method, extra fields); a checkpoint that differs
             in any of them is refused.
-        progress: show progress bars: one over the warmup, advanced after every warmup piece (so a chunked warmup
-            shows its progress), then one over the post-warmup steps, advanced after every chunk.
+        progress: show progress bars, one over the warmup and then one over the post-warmup steps, each moving
+            about :data:`ppl_sparsegp.infer.progress.UPDATES` times (the work is dispatched in that many pieces;
+            the draws are the same); None: shown in a terminal or notebook (:func:`ppl_sparsegp.infer.progress.shown`).
         validate: called as ``validate(*model_args, **model_kwargs)`` before anything is compiled (e.g.
             ``gp.check_data`` of the ``ppl_sparsegp.models`` object whose ``model`` the kernel samples); None: no
             eager checks. The engine itself knows nothing of the model.
@@ -436,7 +439,10 @@ def run_mcmc(
         _append(extras, saved.groups["extra_fields"])
         done, warmup_done = saved.counters["draws_done"], saved.counters["warmup_done"]
         warmup_s = float(saved.metadata.get("warmup_seconds") or 0.0)
-    length = max(1, chunk // thinning)
+    progress = progress_bars.shown(progress)
+    warmup_tick = progress_bars.piece_size(num_warmup) if progress else warmup_chunk
+    sample_tick = min(chunk, progress_bars.piece_size(num_samples, thinning)) if progress else chunk
+    length = max(1, sample_tick // thinning)
     chunk_fn = _compiled_chunk(
         kernel,
         model_args,
@@ -469,7 +475,7 @@ def run_mcmc(
         )
 
     constrain = _constrain(kernel, model_args, model_kwargs, num_chains)
-    shown = {"mininterval": 0, "disable": not progress}  # updated once per piece or chunk: show every update
+    shown = {"mininterval": 0, "disable": not progress}  # moved about UPDATES times: show every move
     warmup_bar = tqdm(total=num_warmup, initial=warmup_done, desc=f"{name} warmup", **shown)
     bar = None
     try:
@@ -478,12 +484,12 @@ def run_mcmc(
             first_piece = False
             start = time.perf_counter()
             n = min(warmup_chunk, num_warmup - warmup_done)
-            if n:
-                state, _ = steps(state, n, 0, 1)
-            jax.block_until_ready(state)
+            for m in progress_bars.pieces(n, warmup_tick):
+                state, _ = steps(state, m, 0, 1)
+                jax.block_until_ready(state)
+                warmup_bar.update(m)
             warmup_s += time.perf_counter() - start
             warmup_done += n
-            warmup_bar.update(n)
             _check_warmup_state(state, result)
             if path is not None:
                 _save(path, expected, state, {}, {}, 0, warmup_s, warmup_done)
@@ -494,9 +500,12 @@ def run_mcmc(
         while done < num_samples:
             n = min(chunk, num_samples - done)
             start = time.perf_counter()
-            kept = n // thinning
-            state, collected = steps(state, thinning, thinning, kept)
-            collected = jax.tree.map(partial(_first_draws, kept=kept, chains=num_chains > 1), collected)
+            parts = []
+            for m in progress_bars.pieces(n, sample_tick):
+                state, collected = steps(state, thinning, thinning, m // thinning)
+                parts.append(jax.device_get(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
+                bar.update(m)
+            collected = jax.tree.map(lambda *xs: np.concatenate(xs, axis=int(num_chains > 1)), *parts)
             new_draws = constrain(collected.pop(kernel.sample_field))
             new_extras = {k: np.asarray(v) if num_chains > 1 else np.asarray(v)[None] for k, v in collected.items()}
             sample_s += time.perf_counter() - start
@@ -514,7 +523,6 @@ def run_mcmc(
             _append(draws, new_draws)
             _append(extras, new_extras)
             done += n
-            bar.update(n)
             if path is not None:
                 _save(path, expected, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
             if callback is not None:

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -116,7 +117,7 @@ def fit_svi(
     key: int | Array = 0,
     loss: ELBO | None = None,
     steps_per_dispatch: int = 100,
-    progress: bool = True,
+    progress: bool | None = None,
     label: str = "SVI",
     callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
     early_stopping: EarlyStopping | None = None,
@@ -139,7 +140,8 @@ def fit_svi(
         key: integer seed or JAX PRNG key.
         loss: the ELBO (default ``TraceMeanField_ELBO()``, which uses closed-form KLs where registered).
         steps_per_dispatch: steps per compiled ``lax.scan`` chunk.
-        progress: show a progress bar with the loss of the latest step (the last entry of ``losses`` at the end).
+        progress: show a progress bar with the loss of the latest step (the last entry of ``losses`` at the end);
+            None: shown in a terminal or notebook (:func:`ppl_sparsegp.infer.progress.shown`).
         label: the progress bar's label (e.g. the phase of a recipe); ``"<label> (resumed from step N)"`` when the
             run resumes from a checkpoint.
         callback: ``callback(step, chunk_losses, params)`` after every chunk, before that chunk's checkpoint is
@@ -214,7 +216,7 @@ def fit_svi(
     best, since_best, stopped = math.inf, 0, False
     since_checkpoint = 0
     desc = f"{label} (resumed from step {done})" if done else label
-    bar = tqdm(total=num_steps, initial=done, disable=not progress, desc=desc, leave=False)
+    bar = tqdm(total=num_steps, initial=done, disable=not progress_bars.shown(progress), desc=desc, leave=False)
     limits = ops.blas_threads(blas_threads)
     try:
         while done < num_steps:

@@ -221,7 +221,7 @@ def fit_bsgp(
     Z: Array | None = None,
     z_prior_options: dict[str, Any] | None = None,
     checkpoint: str | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     callback: Callable[[BSGPFit], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,

@@ -170,7 +170,7 @@ def post_train(
     steps: int,
     key: Array,
     learning_rate: float,
-    progress: bool = False,
+    progress: bool | None = None,
     **checkpointing: Any,
 ) -> tuple[dict[str, Array], np.ndarray]:
     """Train a pruned model from ``params`` for ``steps`` Adam steps -> (fitted params, loss trace).
@@ -216,7 +216,7 @@ def run_phases(
     prune: Callable[[dict[str, Array], Array], tuple[Any, Any, dict[str, Array]]],
     checkpoints: PhaseCheckpoints,
     init_params: Mapping[str, Array] | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Phases:
     """Pre-train ``base``, select with ``selective`` (GP frozen unless ``joint``), prune and post-train.
 

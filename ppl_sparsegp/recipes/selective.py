@@ -193,7 +193,7 @@ def fit_selective(
     likelihood: Likelihood | None = None,
     kernel: Kernel | None = None,
     key: int | Array = 0,
-    progress: bool = False,
+    progress: bool | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,
@@ -205,7 +205,7 @@ def fit_selective(
         config: the settings (:class:`SelectiveConfig`); ``overrides``: fields of it, e.g. ``alpha=0.5``.
         likelihood: default Gaussian with variance ``config.noise_variance``; kernel: default RBF-ARD with unit
             variance and lengthscales (the paper's initial values).
-        key: integer seed or JAX key. progress: show progress bars.
+        key: integer seed or JAX key. progress: show progress bars (None: in a terminal or notebook).
         checkpoint_dir: a folder for the phases' checkpoints (created; see :mod:`.phases`), or None.
         fingerprint: the caller's settings, recorded in every phase's checkpoint beside this function's own
             (all but the three step counts, which a resumed call may raise).
@@ -371,7 +371,7 @@ def fit_selective_deep(
     likelihood: Likelihood | None = None,
     init_params: Mapping[str, Array] | None = None,
     key: int | Array = 0,
-    progress: bool = False,
+    progress: bool | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> SelectiveDeepFit:
@@ -382,7 +382,7 @@ def fit_selective_deep(
         config: the settings (:class:`SelectiveDeepConfig`); ``overrides``: fields of it.
         likelihood: default ``Gaussian(config.noise_variance)``.
         init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``).
-        key: integer seed or JAX key; progress: show progress bars.
+        key: integer seed or JAX key; progress: show progress bars (None: in a terminal or notebook).
         checkpoint_dir: a folder for the phases' checkpoints, or None (as :func:`fit_selective`).
 
     Returns:
@@ -603,7 +603,7 @@ def fit_selective_gplvm(
     config: SelectiveGPLVMConfig | None = None,
     *,
     key: int | Array = 0,
-    progress: bool = False,
+    progress: bool | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     **overrides: Any,
 ) -> SelectiveGPLVMFit:
@@ -612,7 +612,7 @@ def fit_selective_gplvm(
     Args:
         Y: observations [N, D] (standardise them first, as the paper does).
         config: the settings (:class:`SelectiveGPLVMConfig`); ``overrides``: fields of it.
-        key: integer seed or JAX key. progress: show a progress bar.
+        key: integer seed or JAX key. progress: show a progress bar (None: in a terminal or notebook).
         checkpoint_dir: a folder for checkpoints (created), or None. The pre-training and the joint phase keep
             their SVI states there as ``selective_pre.npz`` and ``selective_selection.npz`` (as
             :func:`fit_selective`; written atomically every ``checkpoint_every`` steps, at the end and on Ctrl-C),

@@ -114,7 +114,7 @@ def fit_sgpmc(
     num_latent: int = 1,
     engine_options: Mapping[str, Any] | None = None,
     checkpoint: str | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> SGPMCFit:

@@ -1,6 +1,7 @@
 """The MCMC run loop: conjugate posterior, chains and thinning, checkpoint/resume, interrupts, divergence stop."""
 
 import dataclasses
+import sys
 from typing import NamedTuple
 
 import jax
@@ -13,6 +14,7 @@ import pytest
 from numpyro.infer import NUTS
 from numpyro.infer.mcmc import MCMCKernel
 
+from ppl_sparsegp.infer import progress
 from ppl_sparsegp.infer.mcmc import DivergingChainError, init_from_svi, run_mcmc
 from ppl_sparsegp.infer.svi import fit_svi
 
@@ -63,14 +65,37 @@ def test_divergences_count_the_kept_draws_of_every_chain(two_chains):
     assert dataclasses.replace(two_chains, extra_fields={}).divergences is None
 
 
-def test_progress_shows_a_chunked_warmup_piece_by_piece_then_the_draws(data, capsys):
-    _run(data, num_warmup=150, warmup_chunk_size=50, num_samples=20, progress=True)
+def _bar_positions(err: str, desc: str) -> list[int]:
+    """The distinct counts ``n`` of ``n/total`` that the tqdm bar ``desc`` showed, in order."""
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.startswith(f"{desc}:")]
+    return [int(n) for n in dict.fromkeys(line.split("|")[2].split("/")[0] for line in lines if line.count("|") >= 2)]
+
+
+def test_progress_moves_about_twenty_times_and_leaves_the_draws_and_checkpoints_alone(data, two_chains, capsys):
+    calls = []
+    res = _run(data, num_chains=2, progress=True, callback=lambda r: calls.append((r.warmup_done, r.num_draws)))
     err = capsys.readouterr().err
-    warmup = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("NUTS warmup")]
-    assert list(dict.fromkeys(line.split("|")[2].split()[0] for line in warmup if line.count("|") >= 2)) == [
-        "0/150", "50/150", "100/150", "150/150"
-    ]  # fmt: skip
-    assert "20/20" in err.split("NUTS warmup")[-1]
+    assert _bar_positions(err, "NUTS warmup") == [*range(0, 150, 8), 150]
+    assert _bar_positions(err, "NUTS") == list(range(0, 201, 10))
+    assert calls == [(150, 0), (150, 200)]  # callbacks (and checkpoints) once per warmup piece and chunk, as without
+    np.testing.assert_array_equal(res.samples["mu"], two_chains.samples["mu"])
+    np.testing.assert_array_equal(res.extra_fields["accept_prob"], two_chains.extra_fields["accept_prob"])
+
+
+def test_progress_is_shown_in_a_terminal_or_notebook_unless_told(monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    assert not progress.shown(None) and progress.shown(True) and not progress.shown(False)
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)
+    assert progress.shown(None)
+    monkeypatch.delitem(sys.modules, "ipykernel")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert progress.shown(None) and not progress.shown(False)
+
+
+def test_progress_pieces_cover_the_work():
+    assert progress.pieces(10, 4) == [4, 4, 2] and progress.pieces(8, 4) == [4, 4] and progress.pieces(0, 3) == []
+    assert progress.piece_size(150) == 8 and progress.piece_size(5) == 1 and progress.piece_size(1000, 32) == 64
 
 
 def test_sequential_chains_sample_the_same_posterior(data):
