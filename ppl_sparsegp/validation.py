@@ -59,6 +59,15 @@ def _is_real_numeric(x: Array) -> bool:
     return bool(xp.isdtype(x.dtype, ("real floating", "integral")))
 
 
+def as_array(x: Any) -> Any:
+    """A pandas DataFrame or Series as its numpy array (``to_numpy()``: [N, D] or [N]); anything else as it is.
+
+    The library's entry points (model methods, the engines, the recipes, model fields ``Z``) pass their data
+    through this, so that pandas data work wherever arrays do.
+    """
+    return x.to_numpy() if type(x).__module__.startswith("pandas") and hasattr(x, "to_numpy") else x
+
+
 def check_inputs(
     X: Array,
     y: Array | None = None,

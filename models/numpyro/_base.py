@@ -16,7 +16,9 @@ method a class defines (every function not starting with ``_``: model, guide, el
   traced (the model and guide under SVI or MCMC) or eager (predictions, bounds), starts from it. A caller overrides
   it for one call with ``with ops.relative_jitter(j): gp.predict_f(...)`` (or for one fit, around ``fit_svi``);
   ``ops.cholesky(A, jitter=j)`` itself takes precedence over both;
-* after eager checks of what the caller passed, at the outermost call only (a model's method calling another, or
+* with pandas DataFrames and Series among the arguments as their numpy arrays
+  (:func:`ppl_sparsegp.validation.as_array`), and after eager checks of what the caller passed, at the outermost
+  call only (a model's method calling another, or
   a component model's, passes its own values): ``X_new`` and ``y_new`` finite
   (:func:`ppl_sparsegp.validation.check_inputs`, skipped for traced values inside ``jit``) and the keys of a
   ``params`` dict among the model's :meth:`parameter_names` (:func:`ppl_sparsegp.validation.check_keys`).
@@ -74,6 +76,8 @@ def _entry(method: Callable) -> Callable:
     @functools.wraps(method)
     def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _IN_ENTRY.get():
+            args = tuple(map(validation.as_array, args))
+            kwargs = {name: validation.as_array(value) for name, value in kwargs.items()}
             try:
                 arguments = signature.bind(self, *args, **kwargs).arguments
             except TypeError:  # the call below raises Python's own message (e.g. an unexpected keyword argument)
@@ -144,7 +148,7 @@ class GPModel:
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
         if getattr(self, "Z", None) is not None:
-            self.Z = as_float(self.Z)
+            self.Z = as_float(validation.as_array(self.Z))
         names = set(self.hyperparameter_sites())
         for arg, given in (("priors", set(self.priors)), ("fixed", set(self.fixed))):
             unknown = given - names
@@ -270,7 +274,7 @@ def checked_layers(
     """
     if isinstance(Z, np.ndarray | jax.Array) or not Z:
         raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
-    Z = [as_float(np.asarray(z)) for z in Z]
+    Z = [as_float(np.asarray(validation.as_array(z))) for z in Z]
     for i, z in enumerate(Z):
         validation.check_inputs(z, x_name=f"Z[{i}]")
     L, dims = len(Z), [int(z.shape[1]) for z in Z]
@@ -302,7 +306,7 @@ def check_sparse_settings(Z: Array, **counts: int | None) -> None:
     """
     if Z is None:
         raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-    validation.check_inputs(Z, x_name="Z")
+    validation.check_inputs(validation.as_array(Z), x_name="Z")
     for name, value in counts.items():
         validation.check_count(name, value, minimum=1, optional=True)
 

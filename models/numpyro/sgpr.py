@@ -40,7 +40,7 @@ class SGPR(GPModel):
             raise ValueError(f"likelihood: SGPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
         if self.Z is None:
             raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-        validation.check_inputs(self.Z, x_name="Z")
+        validation.check_inputs(validation.as_array(self.Z), x_name="Z")
         super().__post_init__()
 
     def parameter_names(self) -> set[str]:

@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
-from ppl_sparsegp.validation import check_count
+from ppl_sparsegp.validation import as_array, check_count
 
 Array = Any
 
@@ -134,7 +134,8 @@ def fit_svi(
 
     Args:
         model, guide: NumPyro programs called as ``model(*args, **kwargs)``.
-        *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments.
+        *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments (pandas
+            DataFrames and Series go in as their numpy arrays).
         optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``) or a ``numpyro.optim``.
         num_steps: number of SVI steps (or the total, counting steps already in a resumed checkpoint).
         key: integer seed or JAX PRNG key.
@@ -169,6 +170,7 @@ def fit_svi(
             written with another fingerprint (every difference named) or for another model, guide or optimiser, or
             holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
+    args, kwargs = tuple(map(as_array, args)), {name: as_array(value) for name, value in kwargs.items()}
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)

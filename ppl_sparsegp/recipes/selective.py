@@ -214,6 +214,7 @@ def fit_selective(
         A :class:`SelectiveFit`.
     """
     config = configure(SelectiveConfig, config, overrides)
+    X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     c = config
     settings = None
@@ -389,6 +390,7 @@ def fit_selective_deep(
         A :class:`SelectiveDeepFit`.
     """
     c = configure(SelectiveDeepConfig, config, overrides)
+    X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
     if likelihood is not None and not isinstance(likelihood, Likelihood):
@@ -625,6 +627,7 @@ def fit_selective_gplvm(
     """
     c = configure(SelectiveGPLVMConfig, config, overrides)
     Y = np.asarray(Y)
+    Y = validation.as_array(Y)
     validation.check_inputs(Y, x_name="Y")
     if not isinstance(key, int | np.integer | jax.Array) or isinstance(key, bool):
         raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")

@@ -2,6 +2,7 @@
 
 import dataclasses
 import sys
+import types
 from typing import NamedTuple
 
 import jax
@@ -83,12 +84,16 @@ def test_progress_moves_about_twenty_times_and_leaves_the_draws_and_checkpoints_
 
 
 def test_progress_is_shown_in_a_terminal_or_notebook_unless_told(monkeypatch):
+    class ZMQInteractiveShell:  # the class of IPython's shell in a Jupyter kernel
+        pass
+
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
-    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setitem(sys.modules, "ipykernel", sys)  # imported, as pytest.importorskip does: not a notebook
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
     assert not progress.shown(None) and progress.shown(True) and not progress.shown(False)
-    monkeypatch.setitem(sys.modules, "ipykernel", sys)
-    assert progress.shown(None)
-    monkeypatch.delitem(sys.modules, "ipykernel")
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=ZMQInteractiveShell))
+    assert progress.shown(None) and not progress.shown(False)
+    monkeypatch.delitem(sys.modules, "IPython")
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert progress.shown(None) and not progress.shown(False)
 
