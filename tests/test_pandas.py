@@ -14,6 +14,7 @@ from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM
 from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
@@ -70,3 +71,13 @@ def test_the_selection_recipe_takes_a_dataframe():
     settings = {"candidates": 8, "pre_steps": 5, "selection_steps": 5, "post_steps": 5, "key": 0}
     from_pandas, from_numpy = fit_selective(FRAME, SERIES, **settings), fit_selective(X, Y, **settings)
     np.testing.assert_array_equal(from_pandas.mask, from_numpy.mask)
+
+
+def test_a_gplvm_takes_its_initial_latents_and_observations_as_dataframes():
+    def elbo(X_init, Y):
+        gp = BayesianGPLVM(RBF(1.0, np.ones(2)), Gaussian(0.1), Z=X[:5], num_latent=2, X_init=X_init)
+        fit = fit_svi(gp.model, gp.guide, Y, optimizer=optax.adam(0.01), num_steps=5, validate=gp.check_data)
+        return fit.losses
+
+    Y_obs = np.column_stack([Y, -Y])
+    np.testing.assert_array_equal(elbo(FRAME, pd.DataFrame(Y_obs)), elbo(X, Y_obs))

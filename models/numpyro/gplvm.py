@@ -206,6 +206,7 @@ class BayesianGPLVM(GPModel):
             raise ValueError("whiten: BayesianGPLVM parameterises q(u) over u itself (unwhitened); pass whiten=False")
         if self.num_data is not None:
             raise ValueError("num_data: the latents are indexed by row, so minibatch through batch_size instead")
+        self.X_init = validation.as_array(self.X_init)
         self.latents = LatentInputs(self.X_init, self.X_scale_init)
         self.svgp = SVGP(**base_fields(self, SVGP))  # the sparse GP at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
@@ -306,6 +307,7 @@ class CollapsedGPLVM(GPModel):
     predicts_from_data = True
 
     def __post_init__(self) -> None:
+        self.X_init = validation.as_array(self.X_init)
         self.latents = LatentInputs(self.X_init, self.X_scale_init)
         self.sgpr = SGPR(**base_fields(self, SGPR))  # Titsias' bound at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
