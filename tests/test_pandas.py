@@ -59,6 +59,7 @@ def test_models_predicting_from_the_training_data_take_it_as_pandas(model_class)
     assert np.shape(gp.predict_log_density({}, FRAME.iloc[:5], SERIES.iloc[:5], X=FRAME, y=SERIES)) == (5,)
 
 
+@pytest.mark.slow
 def test_mcmc_takes_a_dataframe():
     kernel, likelihood = RBF(1.0, np.ones(2)), Gaussian(0.1)
     gp = SGPMC(kernel, likelihood, Z=X[:5], priors=default_priors(kernel, likelihood))
@@ -67,12 +68,14 @@ def test_mcmc_takes_a_dataframe():
     np.testing.assert_array_equal(from_pandas.samples["u"], from_numpy.samples["u"])
 
 
+@pytest.mark.slow
 def test_the_selection_recipe_takes_a_dataframe():
     settings = {"candidates": 8, "pre_steps": 5, "selection_steps": 5, "post_steps": 5, "key": 0}
     from_pandas, from_numpy = fit_selective(FRAME, SERIES, **settings), fit_selective(X, Y, **settings)
     np.testing.assert_array_equal(from_pandas.mask, from_numpy.mask)
 
 
+@pytest.mark.slow
 def test_a_gplvm_takes_its_initial_latents_and_observations_as_dataframes():
     def elbo(X_init, Y):
         gp = BayesianGPLVM(RBF(1.0, np.ones(2)), Gaussian(0.1), Z=X[:5], num_latent=2, X_init=X_init)

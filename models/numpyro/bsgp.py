@@ -165,21 +165,25 @@ class BSGP(GPModel):
     def input_dim(self) -> int:
         return int(np.shape(self.Z)[1])
 
-    def model(self, X: Array, y: Array) -> None:
-        """θ ~ p(θ), Z ~ p_ξ(Z | θ), v ~ N(0, I), then exp ℓ_n per point of a minibatch (scaled by N/B)."""
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """θ ~ p(θ), Z ~ p_ξ(Z | θ), v ~ N(0, I), then exp ℓ_n per point of a minibatch (scaled by N/B); with
+        ``y=None`` (NumPyro's ``Predictive``), f and y at every row of X given Z, v and θ as ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        if (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
+        if y is not None and (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
             raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
         kernel, likelihood = self.hyperparameters()
         Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
         v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
+        if y is None:  # NumPyro's Predictive: f and y at every row of X given v
+            sites.predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
+            return
         with sites.data_plate(y.shape[0], self.batch_size) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
             ell = data_log_likelihood(likelihood, self.likelihood_term, Yb, mean, var)
             numpyro.factor("y", jnp.sum(ell, axis=0))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS (see fit_bsgp)")
 
     def point_estimate_sites(self) -> tuple[str, ...]:

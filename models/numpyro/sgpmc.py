@@ -75,21 +75,25 @@ class SGPMC(GPModel):
     def num_inducing(self) -> int:
         return int(np.shape(self.Z)[0])
 
-    def model(self, X: Array, y: Array) -> None:
+    def model(self, X: Array, y: Array | None = None) -> None:
         """θ ~ p(θ), v ~ N(0, I), and the variational potential Σ_n E_{p(f_n | v, θ)}[log p(y_n | f_n)]
-        (thesis eq 5.26), on a minibatch when ``batch_size`` is set."""
+        (thesis eq 5.26), on a minibatch when ``batch_size`` is set; with ``y=None`` (NumPyro's ``Predictive``), f
+        and y at every row of X given v and θ as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        if (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
+        if y is not None and (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
             raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
         kernel, likelihood = self.hyperparameters()
         Z = jnp.asarray(self.Z)
         v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
+        if y is None:  # NumPyro's Predictive: f and y at every row of X given v
+            sites.predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
+            return
         with sites.data_plate(y.shape[0], self.batch_size) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")
 
     def variational_twin(self) -> SVGP:

@@ -91,15 +91,20 @@ class SVGP(GPModel):
         if P != self.num_latent:
             raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent), got {P}")
 
-    def model(self, X: Array, y: Array) -> None:
-        """u ~ p(u) and the data term of the batch as the factor ``"y"`` (see the module docstring)."""
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """u ~ p(u) and the data term of the batch as the factor ``"y"`` (see the module docstring); with ``y=None``
+        (NumPyro's ``Predictive``), f and y at every row of X given u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        self._check_outputs(y)
+        if y is not None:
+            self._check_outputs(y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
         Kmm = kernel(Z)
         Lmm = None if self.whiten else ops.cholesky(Kmm)  # whitened, the fused projection below forms it
         u = sites.inducing_outputs(self.num_latent, self.num_inducing, Lmm, Z.dtype)
+        if y is None:
+            sites.predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, u, whiten=self.whiten))
+            return
         if self.data_term == "analytic":
             q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
         else:
@@ -113,7 +118,7 @@ class SVGP(GPModel):
             )
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors and u ~ q(u)."""
         self.hyperparameter_guide()
         dtype = jnp.asarray(self.Z).dtype

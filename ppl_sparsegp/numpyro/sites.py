@@ -34,7 +34,7 @@ from numpyro.distributions import constraints
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
-from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior
+from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior, observation_distribution
 from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
@@ -66,6 +66,23 @@ def batch(X: Array | None, y: Array, idx: Array | None) -> tuple[Array | None, A
     Xb = X if idx is None or X is None else X[idx]
     yb = y if idx is None else y[idx]
     return Xb, (yb[None, :] if yb.ndim == 1 else yb.T)
+
+
+def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of a model, NumPyro's ``Predictive`` idiom: f ~ N(mean, var) independently per point
+    and output as the site ``"f"`` and y ~ p(y | f) as ``"y"``, both [S] (one output) or [S, P].
+
+    Args:
+        likelihood: p(y | f), as :func:`ppl_sparsegp.numpyro.distributions.observation_distribution` gives it.
+        mean, var: f's distribution at the S points given the model's other sites, [P, S] (outputs first, the
+            layout of the conditionals).
+
+    Returns:
+        The draws (f, y).
+    """
+    mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
+    f = numpyro.sample("f", dist.Normal(mean, jnp.sqrt(var)).to_event(mean.ndim))
+    return f, numpyro.sample("y", observation_distribution(likelihood, f).to_event(f.ndim))
 
 
 def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Any]:

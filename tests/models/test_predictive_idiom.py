@@ -1,0 +1,77 @@
+"""NumPyro's prediction idiom, ``Predictive(model, guide=..., params=...)(key, X_new, None)`` or with
+``posterior_samples``: with ``y=None`` a model draws f and y at X_new as the sites ``"f"`` and ``"y"``, and their
+moments are those of :meth:`predict_f` / :meth:`predict_y`."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from numpyro.infer import Predictive
+
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
+from ppl_sparsegp.models.numpyro.bsgp import BSGP
+from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.svgp import SVGP
+
+RNG = np.random.default_rng(3)
+X = RNG.uniform(-2.0, 2.0, (30, 1))
+X_NEW = np.linspace(-2.5, 2.5, 7)[:, None]
+DRAWS = 4000
+
+
+def _moments_agree(draws, mean, var):
+    """Monte Carlo mean and variance of ``draws`` [K, ...] against ``mean`` and ``var`` (5 standard errors)."""
+    mean, var = np.asarray(mean), np.asarray(var)
+    np.testing.assert_array_less(np.abs(draws.mean(0) - mean), 5 * np.sqrt(var / len(draws)) + 1e-9)
+    np.testing.assert_allclose(draws.var(0), var, rtol=0.15)
+
+
+def _q_parameters(outputs: int, M: int = 6) -> dict[str, np.ndarray]:
+    """A q(u) away from the prior: a random mean [P, M] and lower-triangular square root [P, M, M]."""
+    rng = np.random.default_rng(outputs)
+    scale = np.tril(0.3 * rng.normal(size=(outputs, M, M)), -1) + np.eye(M) * rng.uniform(0.2, 0.8, (outputs, M, 1))
+    return {"u_loc": rng.normal(size=(outputs, M)), "u_scale_tril": scale}
+
+
+@pytest.mark.parametrize(
+    "whiten, data_term, outputs",
+    [(True, "analytic", 1), (False, "analytic", 1), (True, "sampled", 1), (False, "sampled", 1), (True, "analytic", 2)],
+)
+def test_svgp_predictive_draws_f_and_y_with_the_moments_of_its_predictions(whiten, data_term, outputs):
+    gp = SVGP(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6], num_latent=outputs, whiten=whiten, data_term=data_term)
+    params = _q_parameters(outputs)
+    drawn = Predictive(gp.model, guide=gp.guide, params=params, num_samples=DRAWS)(jax.random.PRNGKey(0), X_NEW)
+    shape = (DRAWS, 7) if outputs == 1 else (DRAWS, 7, 2)
+    assert drawn["f"].shape == shape and drawn["y"].shape == shape
+    _moments_agree(np.asarray(drawn["f"]), *gp.predict_f(params, X_NEW))
+    _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(params, X_NEW))
+
+
+def test_svgp_predictive_draws_class_labels_for_binary_data():
+    gp, params = SVGP(RBF(1.0, 1.0), Bernoulli(), Z=X[:6]), _q_parameters(1)
+    drawn = Predictive(gp.model, guide=gp.guide, params=params, num_samples=DRAWS)(jax.random.PRNGKey(1), X_NEW)
+    assert set(np.unique(drawn["y"])) <= {0, 1}
+    p_one = np.asarray(gp.predict_y(params, X_NEW)[0])
+    np.testing.assert_array_less(np.abs(drawn["y"].mean(0) - p_one), 5 * np.sqrt(0.25 / DRAWS))
+
+
+def _one_prior_draw_repeated(model):
+    """A draw of every latent site (hyperparameters, u, Z) from the prior, repeated DRAWS times as
+    ``posterior_samples``; and that draw as a params dict."""
+    prior = Predictive(model, num_samples=1)(jax.random.PRNGKey(2), X, None)
+    draw = {k: v[0] for k, v in prior.items() if k not in ("f", "y")}
+    return {k: np.repeat(v[None], DRAWS, axis=0) for k, v in draw.items()}, draw
+
+
+@pytest.mark.parametrize("model_class", [SGPMC, BSGP])
+def test_sampled_models_predictive_from_posterior_draws_matches_predict_f(model_class):
+    kernel, likelihood = RBF(1.0, 1.0), Gaussian(0.1)
+    priors = default_priors(kernel, likelihood)
+    gp = model_class(kernel, likelihood, Z=X[:6], priors=priors)
+    samples, draw = _one_prior_draw_repeated(gp.model)
+    drawn = Predictive(gp.model, posterior_samples=samples)(jax.random.PRNGKey(3), X_NEW, None)
+    assert drawn["f"].shape == (DRAWS, 7) and drawn["y"].shape == (DRAWS, 7)
+    _moments_agree(np.asarray(drawn["f"]), *gp.predict_f(draw, X_NEW))
+    _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(draw, X_NEW))
