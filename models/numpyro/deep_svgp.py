@@ -209,8 +209,10 @@ class DeepSVGP:
             roots.append(root * (1.0 if i == self.num_layers - 1 else self.inner_scale))
         return roots
 
-    def model(self, X: Array, y: Array) -> None:
-        """Per layer u^ℓ ~ N(0, K_ℓ(Z^ℓ, Z^ℓ)); the data term of the batch, from S propagated samples, as ``"y"``."""
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """Per layer u^ℓ ~ N(0, K_ℓ(Z^ℓ, Z^ℓ)); the data term of the batch, from S propagated samples, as ``"y"``.
+        With ``y=None`` (NumPyro's ``Predictive``): f and y at every row of X from one pass through the layers given
+        every u^ℓ, as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
         kernels, likelihood = self.hyperparameters()
         layers = []
@@ -218,8 +220,12 @@ class DeepSVGP:
             Z = sites.inducing_inputs(self.Z[i], name=f"layer{i}.Z")
             layer = Layer.at(kernel, Z, self.variational_parameters(i))
             Lmm = None if self.whiten else layer.Lmm
-            sites.inducing_outputs(self.widths[i], Z.shape[0], Lmm, Z.dtype, name=f"layer{i}.u")
-            layers.append(layer)
+            u = sites.inducing_outputs(self.widths[i], Z.shape[0], Lmm, Z.dtype, name=f"layer{i}.u")
+            layers.append(layer if y is not None else layer._replace(q_mu=u, q_sqrt=None))
+        if y is None:
+            mean, var = self._propagate(layers, X, numpyro.prng_key(), 1)
+            sites.predictive(likelihood, mean[0], var[0])
+            return
         self.data_factor(layers, likelihood, X, y)
 
     def data_factor(self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array) -> None:
@@ -232,7 +238,7 @@ class DeepSVGP:
             Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
             numpyro.factor("y", self.expected_log_likelihood(layers, likelihood, Xb, yb, key, self.num_samples))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         """q(u^ℓ) of every layer."""
         for i in range(self.num_layers):
             sites.inducing_posterior(*self.variational_parameters(i), name=f"layer{i}.u")

@@ -12,6 +12,7 @@ from numpyro.infer import Predictive
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 from ppl_sparsegp.models.numpyro.bsgp import BSGP
+from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
@@ -75,3 +76,16 @@ def test_sampled_models_predictive_from_posterior_draws_matches_predict_f(model_
     assert drawn["f"].shape == (DRAWS, 7) and drawn["y"].shape == (DRAWS, 7)
     _moments_agree(np.asarray(drawn["f"]), *gp.predict_f(draw, X_NEW))
     _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(draw, X_NEW))
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+def test_deep_svgp_predictive_draws_one_pass_per_sample_with_the_moments_of_its_mixture(whiten):
+    Z = [np.linspace(-2.0, 2.0, 5)[:, None], np.linspace(-1.0, 1.0, 4)[:, None]]
+    deep = DeepSVGP(Z, [1, 1], Gaussian(0.1), [RBF(1.0, 1.0), RBF(1.0, 1.0)], [np.eye(1)], whiten=whiten)
+    rng = np.random.default_rng(4)
+    params = {f"layer{i}.{name}": value for i in range(2) for name, value in _q_parameters(1, M=len(Z[i])).items()}
+    params["layer0.u_loc"] = rng.normal(size=(1, 5))
+    drawn = Predictive(deep.model, guide=deep.guide, params=params, num_samples=DRAWS)(jax.random.PRNGKey(5), X_NEW)
+    assert drawn["f"].shape == (DRAWS, 7) and drawn["y"].shape == (DRAWS, 7)
+    mixture = deep.predict_y(params, X_NEW, key=jax.random.PRNGKey(6), num_samples=20_000)
+    _moments_agree(np.asarray(drawn["y"]), *mixture)
