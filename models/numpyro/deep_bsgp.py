@@ -35,7 +35,7 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.numpyro.sites import batch, data_plate
+from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
 from ._base import as_output_columns, checked_jitter, checked_layers, scoped_methods
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
@@ -165,14 +165,18 @@ class DeepBSGP:
             F = F @ jnp.asarray(self.mean_weights[i], F.dtype) + (mean + jnp.sqrt(jnp.maximum(var, 0.0)) * eps).T
         raise AssertionError("unreachable: a deep GP has at least one layer")
 
-    def model(self, X: Array, y: Array) -> None:
-        """Sample every layer, then score a minibatch with one doubly-stochastic pass (BSGP Eq. 16)."""
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """Sample every layer, then score a minibatch with one doubly-stochastic pass (BSGP Eq. 16); with ``y=None``
+        (NumPyro's ``Predictive``), f and y at every row of X from one pass, as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
         likelihood = self._likelihood_sample()
         layers = [self._layer_sample(i) for i in range(self.num_layers)]
         key = numpyro.prng_key()
         if key is None:
             raise ValueError("DeepBSGP.model needs a PRNG key (run it under numpyro.handlers.seed or an MCMC kernel)")
+        if y is None:
+            predictive(likelihood, *self._propagate(layers, X, key))
+            return
         with data_plate(X.shape[0], self.batch_size) as idx:
             Xb, Yb = batch(X, y, idx)
             mean, var = self._propagate(layers, Xb, key)

@@ -216,20 +216,28 @@ class BayesianGPLVM(GPModel):
     def num_inducing(self) -> int:
         return self.svgp.num_inducing
 
-    def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
-        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``) and of initial
-        hyperparameters (traced values skipped)."""
-        self.latents.check_observations(Y, self.num_latent)
+    def check_data(self, Y: Array | None, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``; None: to be drawn)
+        and of initial hyperparameters (traced values skipped)."""
+        if Y is not None:
+            self.latents.check_observations(Y, self.num_latent)
         super().check_data(jnp.asarray(self.X_init), init_params=init_params)
 
-    def model(self, Y: Array) -> None:
-        """u_d ~ N(0, Kmm); for the rows of the batch, x_n ~ N(0, I) and the data term as the factor ``"y"``."""
-        Y = jnp.asarray(Y)
+    def model(self, Y: Array | None = None) -> None:
+        """u_d ~ N(0, Kmm); for the rows of the batch, x_n ~ N(0, I) and the data term as the factor ``"y"``. With
+        ``Y=None`` (NumPyro's ``Predictive``): x_n for every row, then f and y there given u as the sites ``"f"``
+        and ``"y"`` [N, D]."""
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
         Lmm = ops.cholesky(kernel(Z))
         u = sites.inducing_outputs(self.num_latent, self.num_inducing, Lmm, Z.dtype)
+        if Y is None:
+            with sites.data_plate(self.latents.num_points):
+                X = sites.latent_inputs(self.latents.num_points, self.latents.latent_dim, self.latents.dtype)
+            sites.predictive(likelihood, *conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), u, whiten=False))
+            return
+        Y = jnp.asarray(Y)
         if self.data_term == "analytic":
             q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
         else:
@@ -242,15 +250,16 @@ class BayesianGPLVM(GPModel):
             mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=False)
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def guide(self, Y: Array) -> None:
-        """Point masses of the hyperparameters with priors, u ~ q(u), and x_n ~ q(x_n) for the rows of the batch."""
+    def guide(self, Y: Array | None = None) -> None:
+        """Point masses of the hyperparameters with priors, u ~ q(u), and x_n ~ q(x_n) for the rows of the batch
+        (every row when ``Y`` is None, as the model's ``Predictive`` branch has them)."""
         self.hyperparameter_guide()
         dtype = jnp.asarray(self.Z).dtype
         sites.inducing_posterior(
             *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
         )
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
-        with sites.data_plate(self.latents.num_points, self.batch_size) as idx:
+        with sites.data_plate(self.latents.num_points, None if Y is None else self.batch_size) as idx:
             sites.latent_posterior(loc, scale, idx)
 
     def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:

@@ -21,6 +21,7 @@ import numpyro.distributions as dist
 
 from ppl_sparsegp.core import bounds, ops
 from ppl_sparsegp.core.likelihoods import Gaussian
+from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns
 
@@ -38,16 +39,21 @@ class GPR(GPModel):
             raise ValueError(f"likelihood: GPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
         super().__post_init__()
 
-    def model(self, X: Array, y: Array) -> None:
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """y ~ N(0, K_XX + σ² I), each output column; with ``y=None`` (NumPyro's ``Predictive``) the prior f and y
+        at X as the sites ``"f"`` and ``"y"`` (:func:`ppl_sparsegp.numpyro.sites.prior_predictive`)."""
         self.check_data(X, y)
         kernel, likelihood = self.hyperparameters()
+        if y is None:
+            sites.prior_predictive(kernel, likelihood, X)
+            return
         N = X.shape[0]
         K = kernel(X) + likelihood.variance * jnp.eye(N, dtype=X.dtype)
         L = ops.cholesky(K)
         Y = y[:, None] if y.ndim == 1 else y
         numpyro.sample("y", dist.MultivariateNormal(scale_tril=L).expand([Y.shape[1]]), obs=Y.T)
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         self.hyperparameter_guide()
 
     def log_marginal_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:

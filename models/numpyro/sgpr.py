@@ -20,6 +20,7 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import bounds, conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian
+from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns
 
@@ -50,13 +51,19 @@ class SGPR(GPModel):
     def inducing_inputs(self) -> Array:
         return numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
 
-    def model(self, X: Array, y: Array) -> None:
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """Titsias' collapsed bound as the factor ``"collapsed_bound"``; with ``y=None`` (NumPyro's ``Predictive``)
+        the prior f and y at X as the sites ``"f"`` and ``"y"`` (:func:`~ppl_sparsegp.numpyro.sites.prior_predictive`).
+        """
         self.check_data(X, y)
         kernel, likelihood = self.hyperparameters()
         Z = self.inducing_inputs()
+        if y is None:
+            sites.prior_predictive(kernel, likelihood, X)
+            return
         numpyro.factor("collapsed_bound", self.collapsed_bound(kernel, likelihood, Z, X, y))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         self.hyperparameter_guide()
 
     def elbo(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:

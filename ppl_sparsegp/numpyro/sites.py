@@ -31,6 +31,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import constraints
 
+from ppl_sparsegp.core import ops
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
@@ -83,6 +84,16 @@ def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, 
     mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
     f = numpyro.sample("f", dist.Normal(mean, jnp.sqrt(var)).to_event(mean.ndim))
     return f, numpyro.sample("y", observation_distribution(likelihood, f).to_event(f.ndim))
+
+
+def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of the models without inducing outputs (GPR, SGPR): f ~ N(0, k(X, X)) jointly at the S
+    rows of X as the site ``"f"`` [S] and y ~ p(y | f) as ``"y"`` [S], one output. Their model has no other
+    latent site, so ``Predictive`` draws the prior predictive (with fitted hyperparameters when ``params`` are
+    given); their ``predict_f`` conditions on the training data."""
+    K = kernel(X)
+    f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(X.shape[0], K.dtype), scale_tril=ops.cholesky(K)))
+    return f, numpyro.sample("y", observation_distribution(likelihood, f).to_event(1))
 
 
 def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Any]:

@@ -12,8 +12,12 @@ from numpyro.infer import Predictive
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 from ppl_sparsegp.models.numpyro.bsgp import BSGP
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
 from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM
+from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 RNG = np.random.default_rng(3)
@@ -89,3 +93,37 @@ def test_deep_svgp_predictive_draws_one_pass_per_sample_with_the_moments_of_its_
     assert drawn["f"].shape == (DRAWS, 7) and drawn["y"].shape == (DRAWS, 7)
     mixture = deep.predict_y(params, X_NEW, key=jax.random.PRNGKey(6), num_samples=20_000)
     _moments_agree(np.asarray(drawn["y"]), *mixture)
+
+
+def test_deep_bsgp_predictive_from_posterior_draws_matches_one_layer_predictions_and_shapes_with_two():
+    one = DeepBSGP([X[:6]], [1], Gaussian(0.1))
+    samples, draw = _one_prior_draw_repeated(one.model)
+    drawn = Predictive(one.model, posterior_samples=samples)(jax.random.PRNGKey(7), X_NEW)
+    _moments_agree(np.asarray(drawn["f"]), *one.predict_f(draw, X_NEW, key=jax.random.PRNGKey(8)))
+    two = DeepBSGP([X[:6], X[:4]], [1, 1], Gaussian(0.1), [np.eye(1)])
+    samples, _ = _one_prior_draw_repeated(two.model)
+    drawn = Predictive(two.model, posterior_samples=samples)(jax.random.PRNGKey(9), X_NEW)
+    assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7) and np.all(np.isfinite(drawn["y"]))
+
+
+@pytest.mark.parametrize("model_class", [GPR, SGPR])
+def test_models_without_inducing_outputs_draw_the_prior_predictive(model_class):
+    kernel, likelihood = RBF(0.7, 0.8), Gaussian(0.1)
+    gp = GPR(kernel, likelihood) if model_class is GPR else SGPR(kernel, likelihood, Z=X[:5])
+    drawn = Predictive(gp.model, num_samples=DRAWS)(jax.random.PRNGKey(10), X_NEW)
+    f, y = np.asarray(drawn["f"]), np.asarray(drawn["y"])
+    assert f.shape == y.shape == (DRAWS, 7)
+    K = np.asarray(kernel(X_NEW))
+    np.testing.assert_allclose(np.cov(f.T), K, atol=0.06)  # f ~ N(0, K): correlated across points
+    np.testing.assert_allclose(np.cov(y.T), K + 0.1 * np.eye(7), atol=0.06)
+    np.testing.assert_array_less(np.abs(f.mean(0)), 5 * np.sqrt(np.diag(K) / DRAWS))
+
+
+def test_the_bayesian_gplvm_draws_f_and_y_at_its_latents():
+    latents = np.linspace(-1.5, 1.5, 7)[:, None]
+    gp = BayesianGPLVM(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6], num_latent=2, batch_size=3, X_init=latents)
+    params = {**_q_parameters(2), "X_loc": latents, "X_scale": np.full((7, 1), 1e-6)}  # q(X) a point: f at X_loc
+    drawn = Predictive(gp.model, guide=gp.guide, params=params, num_samples=DRAWS)(jax.random.PRNGKey(11))
+    assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7, 2)
+    _moments_agree(np.asarray(drawn["f"]), *gp.predict_f(params, latents))
+    _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(params, latents))
