@@ -168,20 +168,23 @@ class SubsetSelection:
         return out
 
 
-def selected_inducing_outputs(gp: Any, kernel: Kernel, s: Array) -> tuple[Array, Array, Array, Array | None]:
+def selected_inducing_outputs(
+    gp: Any, kernel: Kernel, s: Array, given_u: bool = False
+) -> tuple[Array, Array, Array, Array | None]:
     """Model side of the inducing outputs of an uncollapsed selective model whose ordinary model ``gp`` (an SVGP or
     Bayesian GP-LVM) has P = ``gp.num_latent`` outputs over the K candidates ``gp.Z``, given the mask ``s`` [K].
 
     Registers the candidates (param ``"Z"``, unless fixed) and u | s ~ N(0, K̂mm) at site ``"u"`` [P, K] (the selected
     block of Kmm; :func:`~ppl_sparsegp.core.masking.masked_cholesky`), and returns Z [K, D], the masked Cholesky
     factor [K, K] and the q(u_s) the data term is scored under: the marginal N(m_s, S_ss) of the guide's q(u) over
-    all K (``data_term="analytic"``) or a point mass at the sampled u (``"sampled"``, q_sqrt None).
+    all K (``data_term="analytic"``) or a point mass at the sampled u (``"sampled"``, or ``given_u``: f given u, as
+    NumPyro's ``Predictive`` draws it; q_sqrt None).
     """
     P, K = gp.num_latent, int(np.shape(gp.Z)[0])
     Z = sites.inducing_inputs(gp.Z, gp.learn_Z)
     Lmm = masked_cholesky(kernel(Z), s)
     u = sites.inducing_outputs(P, K, Lmm, Z.dtype)
-    if gp.data_term == "sampled":
+    if gp.data_term == "sampled" or given_u:
         return Z, Lmm, u, None
     return Z, Lmm, *masked_q(*sites.inducing_posterior_parameters(P, K, Z.dtype, gp.q_diag), s)
 
@@ -260,17 +263,21 @@ class SelectiveSGPR(SelectiveModel):
 
     ordinary_class = SGPR
 
-    def model(self, X: Array, y: Array) -> None:
-        """s ~ p_α(s), then L(s) = Titsias' bound of the candidates in s, as the factor ``"collapsed_bound"``."""
+    def model(self, X: Array, y: Array | None = None) -> None:
+        """s ~ p_α(s), then L(s) = Titsias' bound of the candidates in s, as the factor ``"collapsed_bound"``; with
+        ``y=None`` (NumPyro's ``Predictive``), the prior f and y at X as SGPR draws them."""
         self.check_data(X, y)
         gp = self.ordinary
         kernel, likelihood = gp.hyperparameters()
         Z = sites.inducing_inputs(gp.Z, gp.learn_Z)
         s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
+        if y is None:
+            sites.prior_predictive(kernel, likelihood, X)
+            return
         bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
         numpyro.factor("collapsed_bound", bound)
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors; s ~ q_λ(s)."""
         self.ordinary.hyperparameter_guide()
         sites.inclusion_posterior(self.num_candidates, self.initial_inclusion, jnp.asarray(self.ordinary.Z).dtype)
@@ -301,21 +308,26 @@ class SelectiveSVGP(SelectiveModel):
                 "not the marginal of the selected u, so q(u) must be parameterised over u itself"
             )
 
-    def model(self, X: Array, y: Array) -> None:
+    def model(self, X: Array, y: Array | None = None) -> None:
         """s ~ p_α(s), u | s ~ N(0, K̂mm) (the selected block of Kmm; :mod:`ppl_sparsegp.core.masking`), and the
-        data term of the SVGP on Z*_s for the batch as the factor ``"y"``."""
+        data term of the SVGP on Z*_s for the batch as the factor ``"y"``; with ``y=None`` (NumPyro's
+        ``Predictive``), f and y at every row of X given s and u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
         gp = self.ordinary
-        gp._check_outputs(y)
+        if y is not None:
+            gp._check_outputs(y)
         s = sites.inclusion(self.num_candidates, self.alpha, jnp.asarray(gp.Z).dtype)
         kernel, likelihood = gp.hyperparameters()
-        Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(gp, kernel, s)
+        Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(gp, kernel, s, given_u=y is None)
+        if y is None:
+            sites.predictive(likelihood, *masked_conditional(kernel(Z, X), Lmm, kernel.diag(X), s, q_mu, q_sqrt))
+            return
         with sites.data_plate(y.shape[0], gp.batch_size, gp.num_data) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = masked_conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), s, q_mu, q_sqrt)
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         """s ~ q_λ(s), point masses of the hyperparameters with priors, and u ~ q(u_s) (the marginal of q(u))."""
         gp = self.ordinary
         P, K, dtype = gp.num_latent, self.num_candidates, jnp.asarray(gp.Z).dtype

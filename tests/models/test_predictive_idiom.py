@@ -16,6 +16,7 @@ from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
 from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM
 from ppl_sparsegp.models.numpyro.gpr import GPR
+from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR, SelectiveSVGP
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
@@ -82,6 +83,7 @@ def test_sampled_models_predictive_from_posterior_draws_matches_predict_f(model_
     _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(draw, X_NEW))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("whiten", [True, False])
 def test_deep_svgp_predictive_draws_one_pass_per_sample_with_the_moments_of_its_mixture(whiten):
     Z = [np.linspace(-2.0, 2.0, 5)[:, None], np.linspace(-1.0, 1.0, 4)[:, None]]
@@ -91,10 +93,11 @@ def test_deep_svgp_predictive_draws_one_pass_per_sample_with_the_moments_of_its_
     params["layer0.u_loc"] = rng.normal(size=(1, 5))
     drawn = Predictive(deep.model, guide=deep.guide, params=params, num_samples=DRAWS)(jax.random.PRNGKey(5), X_NEW)
     assert drawn["f"].shape == (DRAWS, 7) and drawn["y"].shape == (DRAWS, 7)
-    mixture = deep.predict_y(params, X_NEW, key=jax.random.PRNGKey(6), num_samples=20_000)
+    mixture = deep.predict_y(params, X_NEW, key=jax.random.PRNGKey(6), num_samples=5000)
     _moments_agree(np.asarray(drawn["y"]), *mixture)
 
 
+@pytest.mark.slow
 def test_deep_bsgp_predictive_from_posterior_draws_matches_one_layer_predictions_and_shapes_with_two():
     one = DeepBSGP([X[:6]], [1], Gaussian(0.1))
     samples, draw = _one_prior_draw_repeated(one.model)
@@ -127,3 +130,22 @@ def test_the_bayesian_gplvm_draws_f_and_y_at_its_latents():
     assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7, 2)
     _moments_agree(np.asarray(drawn["f"]), *gp.predict_f(params, latents))
     _moments_agree(np.asarray(drawn["y"]), *gp.predict_y(params, latents))
+
+
+@pytest.mark.slow
+def test_selective_models_draw_f_and_y_given_the_subset():
+    svgp = SVGP(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6], whiten=False)
+    selective, params = SelectiveSVGP(svgp, alpha=0.1), _q_parameters(1)
+    everything = {**params, "inclusion_probs": np.ones(6)}  # every candidate kept: the SVGP's own predictions
+    drawn = Predictive(selective.model, guide=selective.guide, params=everything, num_samples=DRAWS)(
+        jax.random.PRNGKey(12), X_NEW
+    )
+    _moments_agree(np.asarray(drawn["f"]), *svgp.predict_f(params, X_NEW))
+    half = {**params, "inclusion_probs": np.full(6, 0.5)}
+    drawn = Predictive(selective.model, guide=selective.guide, params=half, num_samples=50)(
+        jax.random.PRNGKey(13), X_NEW
+    )
+    assert drawn["f"].shape == drawn["y"].shape == (50, 7) and np.all(np.isfinite(drawn["y"]))
+    collapsed = SelectiveSGPR(SGPR(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6]), alpha=0.1)
+    drawn = Predictive(collapsed.model, num_samples=50)(jax.random.PRNGKey(14), X_NEW)
+    assert drawn["f"].shape == drawn["y"].shape == (50, 7)
