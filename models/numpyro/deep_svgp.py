@@ -223,10 +223,15 @@ class DeepSVGP:
             u = sites.inducing_outputs(self.widths[i], Z.shape[0], Lmm, Z.dtype, name=f"layer{i}.u")
             layers.append(layer if y is not None else layer._replace(q_mu=u, q_sqrt=None))
         if y is None:
-            mean, var = self._propagate(layers, X, numpyro.prng_key(), 1)
-            sites.predictive(likelihood, mean[0], var[0])
+            self.predictive_draws(layers, likelihood, X)
             return
         self.data_factor(layers, likelihood, X, y)
+
+    def predictive_draws(self, layers: Sequence[Layer], likelihood: Likelihood, X: Array) -> None:
+        """Model side of NumPyro's ``Predictive`` (``y=None``): f and y at every row of X [N, D] from one pass through
+        ``layers`` (each at its drawn u: q_mu = u, q_sqrt None), as the sites ``"f"`` and ``"y"``."""
+        mean, var = self._propagate(layers, X, numpyro.prng_key(), 1)
+        sites.predictive(likelihood, mean[0], var[0])
 
     def data_factor(self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array) -> None:
         """Model side of the data term: :meth:`expected_log_likelihood` of the batch of the ``"data"`` plate from

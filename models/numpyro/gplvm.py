@@ -322,22 +322,28 @@ class CollapsedGPLVM(GPModel):
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
         super().__post_init__()
 
-    def check_data(self, Y: Array, *, init_params: Mapping | None = None) -> None:
-        """Eager checks of the observations Y [N, D] and of initial hyperparameters (traced values skipped)."""
-        self.latents.check_observations(Y)
+    def check_data(self, Y: Array | None, *, init_params: Mapping | None = None) -> None:
+        """Eager checks of the observations Y [N, D] (None: to be drawn) and of initial hyperparameters (traced
+        values skipped)."""
+        if Y is not None:
+            self.latents.check_observations(Y)
         super().check_data(jnp.asarray(self.X_init), init_params=init_params)
 
-    def model(self, Y: Array) -> None:
-        """x_n ~ N(0, I) for every row, and Titsias' bound at X as the factor ``"collapsed_bound"``."""
-        Y = jnp.asarray(Y)
+    def model(self, Y: Array | None = None) -> None:
+        """x_n ~ N(0, I) for every row, and Titsias' bound at X as the factor ``"collapsed_bound"``; with ``Y=None``
+        (NumPyro's ``Predictive``), the prior f and y of one output at X (:func:`sites.prior_predictive`)."""
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
         with sites.data_plate(self.latents.num_points):
             X = sites.latent_inputs(self.latents.num_points, self.latents.latent_dim, self.latents.dtype)
+        if Y is None:
+            sites.prior_predictive(kernel, likelihood, X)
+            return
+        Y = jnp.asarray(Y)
         numpyro.factor("collapsed_bound", SGPR.collapsed_bound(kernel, likelihood, Z, X, Y))
 
-    def guide(self, Y: Array) -> None:
+    def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors and x_n ~ q(x_n); no q(u) (it is collapsed)."""
         self.hyperparameter_guide()
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)

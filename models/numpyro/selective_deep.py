@@ -129,9 +129,10 @@ class SelectiveDeepSVGP:
         """The checks of :meth:`DeepSVGP.check_data`."""
         self.ordinary.check_data(X, y, init_params=init_params)
 
-    def model(self, X: Array, y: Array) -> None:
+    def model(self, X: Array, y: Array | None = None) -> None:
         """s^ℓ ~ p_{α_ℓ}(s^ℓ) and u^ℓ | s^ℓ ~ N(0, K̂_ℓ) per layer; the data term of the deep GP on the selected
-        inducing inputs, from S propagated samples of the batch, as the factor ``"y"``."""
+        inducing inputs, from S propagated samples of the batch, as the factor ``"y"``. With ``y=None`` (NumPyro's
+        ``Predictive``): f and y at every row of X from one pass given every s^ℓ and u^ℓ, as ``"f"`` and ``"y"``."""
         deep = self.ordinary
         masks = [
             sites.inclusion(sel.num_candidates, sel.alpha, jnp.asarray(Z).dtype, sel.prefix)
@@ -143,11 +144,14 @@ class SelectiveDeepSVGP:
         for i, (kernel, mask) in enumerate(zip(kernels, masks, strict=True)):
             Z = sites.inducing_inputs(deep.Z[i], name=f"layer{i}.Z")
             layer = Layer.at(kernel, Z, deep.variational_parameters(i), mask)
-            sites.inducing_outputs(deep.widths[i], Z.shape[0], layer.Lmm, Z.dtype, name=f"layer{i}.u")
-            layers.append(layer)
+            u = sites.inducing_outputs(deep.widths[i], Z.shape[0], layer.Lmm, Z.dtype, name=f"layer{i}.u")
+            layers.append(layer if y is not None else layer._replace(q_mu=u, q_sqrt=None))
+        if y is None:
+            deep.predictive_draws(layers, likelihood, X)
+            return
         deep.data_factor(layers, likelihood, X, y)
 
-    def guide(self, X: Array, y: Array) -> None:
+    def guide(self, X: Array, y: Array | None = None) -> None:
         """s^ℓ ~ q_{λ^ℓ}(s^ℓ) of every layer (one baseline), then q(u^ℓ_s), the marginal of q(u^ℓ) over all K_ℓ."""
         masks = [
             sites.inclusion_posterior(

@@ -86,32 +86,38 @@ class SelectiveGPLVM(SelectiveModel):
     elbo = selection_elbo
     subset_bound = pruned_bound
 
-    def model(self, Y: Array) -> None:
+    def model(self, Y: Array | None = None) -> None:
         """s ~ p_α(s), u_d | s ~ N(0, K̂mm); for the rows of the batch, x_n ~ N(0, I) and the data term of the
-        GP-LVM on Z*_s as the factor ``"y"``."""
-        Y = jnp.asarray(Y)
+        GP-LVM on Z*_s as the factor ``"y"``. With ``Y=None`` (NumPyro's ``Predictive``): x_n for every row, then
+        f and y there given s and u as the sites ``"f"`` and ``"y"`` [N, D]."""
         self.check_data(Y)
         lvm = self.ordinary
         N, latents = lvm.latents.num_points, lvm.latents
         s = sites.inclusion(self.num_candidates, self.alpha, jnp.asarray(lvm.Z).dtype)
         kernel, likelihood = lvm.hyperparameters()
-        Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(lvm, kernel, s)
+        Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(lvm, kernel, s, given_u=Y is None)
+        if Y is None:
+            with sites.data_plate(N):
+                X = sites.latent_inputs(N, latents.latent_dim, latents.dtype)
+            sites.predictive(likelihood, *masked_conditional(kernel(Z, X), Lmm, kernel.diag(X), s, q_mu, q_sqrt))
+            return
+        Y = jnp.asarray(Y)
         with sites.data_plate(N, lvm.batch_size) as idx:
             X = sites.latent_inputs(N if idx is None else idx.shape[0], latents.latent_dim, latents.dtype)
             _, Yb = sites.batch(None, Y, idx)
             mean, var = masked_conditional(kernel(Z, X), Lmm, kernel.diag(X), s, q_mu, q_sqrt)
             numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
 
-    def guide(self, Y: Array) -> None:
+    def guide(self, Y: Array | None = None) -> None:
         """s ~ q_λ(s), point masses of the hyperparameters with priors, u ~ q(u_s) (the marginal of q(u)), and
-        x_n ~ q(x_n) for the rows of the batch."""
+        x_n ~ q(x_n) for the rows of the batch (every row when ``Y`` is None)."""
         lvm = self.ordinary
         D, K, dtype = lvm.num_latent, self.num_candidates, jnp.asarray(lvm.Z).dtype
         s = sites.inclusion_posterior(K, self.initial_inclusion, dtype)
         lvm.hyperparameter_guide()
         sites.inducing_posterior(*masked_q(*sites.inducing_posterior_parameters(D, K, dtype, lvm.q_diag), s))
         loc, scale = sites.latent_posterior_parameters(lvm.X_init, lvm.X_scale_init)
-        with sites.data_plate(lvm.latents.num_points, lvm.batch_size) as idx:
+        with sites.data_plate(lvm.latents.num_points, None if Y is None else lvm.batch_size) as idx:
             sites.latent_posterior(loc, scale, idx)
 
 
@@ -127,10 +133,10 @@ class SelectiveCollapsedGPLVM(SelectiveModel):
     elbo = selection_elbo
     subset_bound = pruned_bound
 
-    def model(self, Y: Array) -> None:
+    def model(self, Y: Array | None = None) -> None:
         """x_n ~ N(0, I) for every row, s ~ p_α(s), and Titsias' bound of the candidates in s at X as the factor
-        ``"collapsed_bound"`` (sites in the guide's order)."""
-        Y = jnp.asarray(Y)
+        ``"collapsed_bound"`` (sites in the guide's order); with ``Y=None`` (NumPyro's ``Predictive``), the prior f
+        and y of one output at X (:func:`~ppl_sparsegp.numpyro.sites.prior_predictive`)."""
         self.check_data(Y)
         lvm = self.ordinary
         kernel, likelihood = lvm.hyperparameters()
@@ -138,10 +144,14 @@ class SelectiveCollapsedGPLVM(SelectiveModel):
         with sites.data_plate(lvm.latents.num_points):
             X = sites.latent_inputs(lvm.latents.num_points, lvm.latents.latent_dim, lvm.latents.dtype)
         s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
+        if Y is None:
+            sites.prior_predictive(kernel, likelihood, X)
+            return
+        Y = jnp.asarray(Y)
         bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), Y, likelihood.variance, s)
         numpyro.factor("collapsed_bound", bound)
 
-    def guide(self, Y: Array) -> None:
+    def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors, x_n ~ q(x_n), and s ~ q_λ(s); no q(u) (collapsed)."""
         lvm = self.ordinary
         lvm.hyperparameter_guide()

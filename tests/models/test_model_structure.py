@@ -53,3 +53,13 @@ def test_every_model_derives_from_one_base_or_nothing_and_writes_its_own_model_a
     assert cls.__mro__[1:] in ((object,), (GPModel, object), (SelectiveModel, object)), cls.__mro__
     assert "model" in vars(cls)
     assert "guide" in vars(cls) or not hasattr(cls, "guide")  # DeepBSGP is sampled by MCMC only
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_follows_the_predictive_idiom(name):
+    """``model(X, y=None)`` (GP-LVMs: ``model(Y=None)``) and its guide, where it has one, default the observations
+    to None, which draws them (tests/models/test_predictive_idiom.py checks what each draws)."""
+    cls = MODELS[name]
+    for method in (cls.model, *([cls.guide] if hasattr(cls, "guide") else [])):
+        observed = list(inspect.signature(method).parameters.values())[-1]
+        assert observed.name in ("y", "Y") and observed.default is None, (name, method.__name__)

@@ -14,9 +14,11 @@ from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian
 from ppl_sparsegp.models.numpyro.bsgp import BSGP
 from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
 from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP
-from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM
+from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM
 from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.selective import SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.numpyro.selective_deep import SelectiveDeepSVGP
+from ppl_sparsegp.models.numpyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
 from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
@@ -149,3 +151,41 @@ def test_selective_models_draw_f_and_y_given_the_subset():
     collapsed = SelectiveSGPR(SGPR(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6]), alpha=0.1)
     drawn = Predictive(collapsed.model, num_samples=50)(jax.random.PRNGKey(14), X_NEW)
     assert drawn["f"].shape == drawn["y"].shape == (50, 7)
+
+
+LATENTS = np.linspace(-1.5, 1.5, 7)[:, None]
+POINT_LATENTS = {"X_loc": LATENTS, "X_scale": np.full((7, 1), 1e-6)}  # q(X) a point: f at X_loc
+
+
+@pytest.mark.slow
+def test_selective_gplvms_draw_f_and_y_at_their_latents():
+    lvm = BayesianGPLVM(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6], num_latent=2, whiten=False, X_init=LATENTS)
+    params = {**_q_parameters(2), **POINT_LATENTS}
+    kept = {**params, "inclusion_probs": np.ones(6)}  # every candidate kept: the GP-LVM's own predictions
+    selective = SelectiveGPLVM(lvm, alpha=0.1)
+    drawn = Predictive(selective.model, guide=selective.guide, params=kept, num_samples=DRAWS)(jax.random.PRNGKey(15))
+    assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7, 2)
+    _moments_agree(np.asarray(drawn["f"]), *lvm.predict_f(params, LATENTS))
+    collapsed = SelectiveCollapsedGPLVM(
+        CollapsedGPLVM(RBF(1.0, 1.0), Gaussian(0.1), Z=X[:6], X_init=LATENTS), alpha=0.1
+    )
+    for model in (collapsed, collapsed.ordinary):
+        drawn = Predictive(model.model, guide=model.guide, params=POINT_LATENTS, num_samples=DRAWS)(
+            jax.random.PRNGKey(16)
+        )
+        assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7)
+        np.testing.assert_allclose(np.cov(np.asarray(drawn["f"]).T), np.asarray(RBF(1.0, 1.0)(LATENTS)), atol=0.08)
+
+
+@pytest.mark.slow
+def test_the_selective_deep_gp_keeping_every_candidate_draws_as_the_deep_gp():
+    Z = [np.linspace(-2.0, 2.0, 5)[:, None], np.linspace(-1.0, 1.0, 4)[:, None]]
+    deep = DeepSVGP(Z, [1, 1], Gaussian(0.1), [RBF(1.0, 1.0), RBF(1.0, 1.0)], [np.eye(1)], whiten=False)
+    params = {f"layer{i}.{name}": value for i in range(2) for name, value in _q_parameters(1, M=len(Z[i])).items()}
+    kept = {**params, "layer0.inclusion_probs": np.ones(5), "layer1.inclusion_probs": np.ones(4)}
+    selective = SelectiveDeepSVGP(deep, alpha=0.1)
+    drawn = Predictive(selective.model, guide=selective.guide, params=kept, num_samples=DRAWS)(
+        jax.random.PRNGKey(17), X_NEW
+    )
+    assert drawn["f"].shape == drawn["y"].shape == (DRAWS, 7)
+    _moments_agree(np.asarray(drawn["y"]), *deep.predict_y(params, X_NEW, key=jax.random.PRNGKey(18), num_samples=5000))
