@@ -48,11 +48,14 @@ def data_plate(n: int, batch_size: int | None = None, num_data: int | None = Non
 
     ``batch_size=B < n`` draws B i.i.d. indices (the data term is scaled by n/B); otherwise the plate covers all
     n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
+    A model run without a PRNG key (no ``seed`` handler: ``numpyro.infer.log_likelihood``, which ``az.from_numpyro``
+    calls) draws no batch either: the plate covers all n points, so pointwise log-likelihoods come for every point.
     """
-    if batch_size is not None and batch_size < n:
+    key = numpyro.prng_key() if batch_size is not None and batch_size < n else None
+    if key is not None:
         # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
         # batch); an outer handler that substitutes the "data" plate still takes precedence.
-        draw = jax.random.randint(numpyro.prng_key(), (batch_size,), 0, n)
+        draw = jax.random.randint(key, (batch_size,), 0, n)
         with handlers.substitute(data={"data": draw}), numpyro.plate("data", n, subsample_size=batch_size) as idx:
             yield idx
     else:
@@ -64,8 +67,8 @@ def data_plate(n: int, batch_size: int | None = None, num_data: int | None = Non
 def batch(X: Array | None, y: Array, idx: Array | None) -> tuple[Array | None, Array]:
     """The rows of the current batch: X [N, D] -> [B, D] (None stays None: latent inputs) and y [N] or [N, P] ->
     Y [P, B] (outputs first, the layout of the conditionals)."""
-    Xb = X if idx is None or X is None else X[idx]
-    yb = y if idx is None else y[idx]
+    Xb = X if idx is None or X is None else jnp.asarray(X)[idx]  # numpy data under a traced idx: index as jax
+    yb = y if idx is None else jnp.asarray(y)[idx]
     return Xb, (yb[None, :] if yb.ndim == 1 else yb.T)
 
 
