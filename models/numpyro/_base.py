@@ -297,6 +297,17 @@ def checked_layers(
     return Z, widths, mean_weights, kernels
 
 
+def check_output_columns(y: Array | None, num_latent: int) -> None:
+    """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y).
+
+    Raises:
+        ValueError: naming ``y`` and ``num_latent``.
+    """
+    P = None if y is None else 1 if y.ndim == 1 else y.shape[1]
+    if P not in (None, num_latent):
+        raise ValueError(f"y: expected {num_latent} output column(s) (num_latent), got {P}")
+
+
 def check_sparse_settings(Z: Array, **counts: int | None) -> None:
     """Eager checks shared by the sparse models: inducing inputs ``Z`` [M, D] given and finite, and each of
     ``counts`` (e.g. ``num_latent``, ``batch_size``) None or a positive integer.

@@ -45,7 +45,7 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
-from ._base import GPModel, as_output_columns, check_sparse_settings
+from ._base import GPModel, as_output_columns, check_output_columns, check_sparse_settings
 
 Array = Any
 
@@ -169,8 +169,7 @@ class BSGP(GPModel):
         """θ ~ p(θ), Z ~ p_ξ(Z | θ), v ~ N(0, I), then exp ℓ_n per point of a minibatch (scaled by N/B); with
         ``y=None`` (NumPyro's ``Predictive``), f and y at every row of X given Z, v and θ as ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        if y is not None and (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
-            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
+        check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
         Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
         v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)

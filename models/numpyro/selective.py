@@ -61,7 +61,7 @@ from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from ._base import scoped_methods
+from ._base import check_output_columns, scoped_methods
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -314,8 +314,7 @@ class SelectiveSVGP(SelectiveModel):
         ``Predictive``), f and y at every row of X given s and u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
         gp = self.ordinary
-        if y is not None:
-            gp._check_outputs(y)
+        check_output_columns(y, gp.num_latent)
         s = sites.inclusion(self.num_candidates, self.alpha, jnp.asarray(gp.Z).dtype)
         kernel, likelihood = gp.hyperparameters()
         Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(gp, kernel, s, given_u=y is None)

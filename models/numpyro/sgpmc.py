@@ -36,7 +36,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, base_fields, check_sparse_settings
+from ._base import GPModel, base_fields, check_output_columns, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -80,8 +80,7 @@ class SGPMC(GPModel):
         (thesis eq 5.26), on a minibatch when ``batch_size`` is set; with ``y=None`` (NumPyro's ``Predictive``), f
         and y at every row of X given v and θ as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        if y is not None and (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
-            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
+        check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
         Z = jnp.asarray(self.Z)
         v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)

@@ -39,7 +39,7 @@ import numpyro
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_sparse_settings, q_parameter
+from ._base import GPModel, as_output_columns, check_output_columns, check_sparse_settings, q_parameter
 
 Array = Any
 
@@ -86,17 +86,11 @@ class SVGP(GPModel):
     def num_inducing(self) -> int:
         return int(jnp.shape(self.Z)[0])
 
-    def _check_outputs(self, y: Array) -> None:
-        P = 1 if y.ndim == 1 else y.shape[1]
-        if P != self.num_latent:
-            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent), got {P}")
-
     def model(self, X: Array, y: Array | None = None) -> None:
         """u ~ p(u) and the data term of the batch as the factor ``"y"`` (see the module docstring); with ``y=None``
         (NumPyro's ``Predictive``), f and y at every row of X given u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        if y is not None:
-            self._check_outputs(y)
+        check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
         Kmm = kernel(Z)
