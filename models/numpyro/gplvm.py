@@ -227,6 +227,7 @@ class BayesianGPLVM(GPModel):
         """u_d ~ N(0, Kmm); for the rows of the batch, x_n ~ N(0, I) and the data term as the factor ``"y"``. With
         ``Y=None`` (NumPyro's ``Predictive``): x_n for every row, then f and y there given u as the sites ``"f"``
         and ``"y"`` [N, D]."""
+        Y = None if Y is None else jnp.asarray(Y)
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
@@ -237,7 +238,6 @@ class BayesianGPLVM(GPModel):
                 X = sites.latent_inputs(self.latents.num_points, self.latents.latent_dim, self.latents.dtype)
             sites.predictive(likelihood, *conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), u, whiten=False))
             return
-        Y = jnp.asarray(Y)
         if self.data_term == "analytic":
             q_mu, q_sqrt = sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, Z.dtype, self.q_diag)
         else:
@@ -332,6 +332,7 @@ class CollapsedGPLVM(GPModel):
     def model(self, Y: Array | None = None) -> None:
         """x_n ~ N(0, I) for every row, and Titsias' bound at X as the factor ``"collapsed_bound"``; with ``Y=None``
         (NumPyro's ``Predictive``), the prior f and y of one output at X (:func:`sites.prior_predictive`)."""
+        Y = None if Y is None else jnp.asarray(Y)
         self.check_data(Y)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
@@ -340,7 +341,6 @@ class CollapsedGPLVM(GPModel):
         if Y is None:
             sites.prior_predictive(kernel, likelihood, X)
             return
-        Y = jnp.asarray(Y)
         numpyro.factor("collapsed_bound", SGPR.collapsed_bound(kernel, likelihood, Z, X, Y))
 
     def guide(self, Y: Array | None = None) -> None:

@@ -90,6 +90,7 @@ class SelectiveGPLVM(SelectiveModel):
         """s ~ p_α(s), u_d | s ~ N(0, K̂mm); for the rows of the batch, x_n ~ N(0, I) and the data term of the
         GP-LVM on Z*_s as the factor ``"y"``. With ``Y=None`` (NumPyro's ``Predictive``): x_n for every row, then
         f and y there given s and u as the sites ``"f"`` and ``"y"`` [N, D]."""
+        Y = None if Y is None else jnp.asarray(Y)
         self.check_data(Y)
         lvm = self.ordinary
         N, latents = lvm.latents.num_points, lvm.latents
@@ -101,7 +102,6 @@ class SelectiveGPLVM(SelectiveModel):
                 X = sites.latent_inputs(N, latents.latent_dim, latents.dtype)
             sites.predictive(likelihood, *masked_conditional(kernel(Z, X), Lmm, kernel.diag(X), s, q_mu, q_sqrt))
             return
-        Y = jnp.asarray(Y)
         with sites.data_plate(N, lvm.batch_size) as idx:
             X = sites.latent_inputs(N if idx is None else idx.shape[0], latents.latent_dim, latents.dtype)
             _, Yb = sites.batch(None, Y, idx)
@@ -137,6 +137,7 @@ class SelectiveCollapsedGPLVM(SelectiveModel):
         """x_n ~ N(0, I) for every row, s ~ p_α(s), and Titsias' bound of the candidates in s at X as the factor
         ``"collapsed_bound"`` (sites in the guide's order); with ``Y=None`` (NumPyro's ``Predictive``), the prior f
         and y of one output at X (:func:`~ppl_sparsegp.numpyro.sites.prior_predictive`)."""
+        Y = None if Y is None else jnp.asarray(Y)
         self.check_data(Y)
         lvm = self.ordinary
         kernel, likelihood = lvm.hyperparameters()
@@ -147,7 +148,6 @@ class SelectiveCollapsedGPLVM(SelectiveModel):
         if Y is None:
             sites.prior_predictive(kernel, likelihood, X)
             return
-        Y = jnp.asarray(Y)
         bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), Y, likelihood.variance, s)
         numpyro.factor("collapsed_bound", bound)
 
