@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,11 @@ def as_array(x: Any) -> Any:
     through this, so that pandas data work wherever arrays do.
     """
     return x.to_numpy() if type(x).__module__.startswith("pandas") and hasattr(x, "to_numpy") else x
+
+
+def as_arrays(args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    """:func:`as_array` of every positional and keyword argument of a call: ``(args, kwargs)``."""
+    return tuple(map(as_array, args)), {name: as_array(value) for name, value in kwargs.items()}
 
 
 def check_inputs(

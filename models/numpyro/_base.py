@@ -76,8 +76,7 @@ def _entry(method: Callable) -> Callable:
     @functools.wraps(method)
     def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _IN_ENTRY.get():
-            args = tuple(map(validation.as_array, args))
-            kwargs = {name: validation.as_array(value) for name, value in kwargs.items()}
+            args, kwargs = validation.as_arrays(args, kwargs)
             try:
                 arguments = signature.bind(self, *args, **kwargs).arguments
             except TypeError:  # the call below raises Python's own message (e.g. an unexpected keyword argument)

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
-from ppl_sparsegp.validation import as_array, check_count
+from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
 
@@ -396,8 +396,7 @@ def run_mcmc(
             fingerprint (every difference named) or for another kernel; all found before anything is compiled,
             except the last.
     """
-    model_args = tuple(map(as_array, model_args))
-    model_kwargs = {name: as_array(value) for name, value in model_kwargs.items()}
+    model_args, model_kwargs = as_arrays(model_args, model_kwargs)
     num_warmup = check_count("num_warmup", num_warmup)
     num_samples = check_count("num_samples", num_samples, minimum=1)
     num_chains = check_count("num_chains", num_chains, minimum=1)

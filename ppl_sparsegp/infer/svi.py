@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
-from ppl_sparsegp.validation import as_array, check_count
+from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
 
@@ -170,7 +170,7 @@ def fit_svi(
             written with another fingerprint (every difference named) or for another model, guide or optimiser, or
             holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
-    args, kwargs = tuple(map(as_array, args)), {name: as_array(value) for name, value in kwargs.items()}
+    args, kwargs = as_arrays(args, kwargs)
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
