@@ -31,10 +31,12 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "CollapsedGPLVM": ("ppl_sparsegp.models.numpyro.gplvm", "CollapsedGPLVM"),
     "SelectiveSGPR": ("ppl_sparsegp.models.numpyro.selective", "SelectiveSGPR"),
     "SelectiveSVGP": ("ppl_sparsegp.models.numpyro.selective", "SelectiveSVGP"),
+    "IDSGP": ("ppl_sparsegp.models.numpyro.idsgp", "IDSGP"),
     # multi-phase procedures from the papers
     "fit_sgpmc": ("ppl_sparsegp.recipes.sgpmc", "fit_sgpmc"),
     "fit_bsgp": ("ppl_sparsegp.recipes.bsgp", "fit_bsgp"),
     "fit_selective": ("ppl_sparsegp.recipes.selective", "fit_selective"),
+    "fit_idsgp": ("ppl_sparsegp.recipes.idsgp", "fit_idsgp"),
     # engines
     "fit_svi": ("ppl_sparsegp.infer.svi", "fit_svi"),
     "run_mcmc": ("ppl_sparsegp.infer.mcmc", "run_mcmc"),

@@ -286,6 +286,25 @@ class Dataset:
         return 1 if self.y_train.ndim == 1 else int(self.y_train.shape[1])
 
 
+def random_split(dataset: Dataset, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """``dataset``'s rows (training and test together) split at random again: a share ``test_fraction`` of them
+    (rounded) for testing, the rest for training, by a permutation from ``numpy.random.default_rng(seed)`` (the
+    protocol of papers that draw their own splits, e.g. IDSGP's 5 random 80/20 splits). The name and task are
+    kept; ``meta`` records ``resplit_from``, ``test_fraction``, ``seed`` and the row indices into the pooled data.
+    """
+    if dataset.y_test is None:
+        raise ValueError(f"dataset: {dataset.name} has no test targets to pool with its training rows")
+    if not 0.0 < float(test_fraction) < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+    seed = _check_seed("seed", seed)
+    X = np.concatenate([dataset.X_train, dataset.X_test])
+    y = np.concatenate([dataset.y_train, dataset.y_test])
+    order = np.random.default_rng(seed).permutation(X.shape[0])
+    n_test = int(round(float(test_fraction) * X.shape[0]))
+    meta = {"resplit_from": dataset.meta.get("split"), "test_fraction": float(test_fraction), "seed": seed}
+    return _indexed_split(X, y, np.sort(order[n_test:]), np.sort(order[:n_test]), dataset.name, dataset.task, **meta)
+
+
 def _check_index(name: str, value: Any, valid: range | tuple[int, ...], what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) not in valid:
         shown = f"[{valid.start}, {valid.stop})" if isinstance(valid, range) else str(list(valid))

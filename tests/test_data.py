@@ -459,3 +459,16 @@ def test_no_warning_for_single_output_bsgp():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_bsgp_uci("concrete", fold=7).y_test.shape == (206,)
+
+
+def test_random_split_pools_the_rows_and_draws_a_reproducible_split():
+    ds = data.load_dataset("diabetes", 0)
+    again = data.random_split(ds, 0.2, seed=3)
+    assert again.X_test.shape[0] == round(0.2 * 442) and again.X_train.shape[0] + again.X_test.shape[0] == 442
+    pooled = np.concatenate([ds.X_train, ds.X_test])
+    rows = {tuple(r) for r in pooled}
+    assert {tuple(r) for r in np.concatenate([again.X_train, again.X_test])} == rows
+    np.testing.assert_array_equal(data.random_split(ds, 0.2, seed=3).X_test, again.X_test)
+    assert not np.array_equal(data.random_split(ds, 0.2, seed=4).X_test, again.X_test)
+    with pytest.raises(ValueError, match="test_fraction"):
+        data.random_split(ds, 1.0)

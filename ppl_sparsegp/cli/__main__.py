@@ -21,13 +21,13 @@ from types import ModuleType
 
 import jax
 
-from ppl_sparsegp.cli import bsgp, diagnose, gpr, selective, sgpmc, sgpr, svgp
+from ppl_sparsegp.cli import bsgp, diagnose, gpr, idsgp, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
 from ppl_sparsegp.data import DataIntegrityError
 from ppl_sparsegp.infer.checkpoint import CheckpointError
 
 METHODS: dict[str, ModuleType] = {
-    "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective
+    "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective, "idsgp": idsgp
 }  # fmt: skip
 """The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``, ``METHOD_DEFAULTS``)."""
 

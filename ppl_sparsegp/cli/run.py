@@ -259,8 +259,11 @@ def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, f
 
 
 def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
-    """params.npz: fitted parameters (standardised units) and the standardisation (``standardizer.<name>``)."""
-    arrays = {k: np.asarray(v) for k, v in params.items()}
+    """params.npz: fitted parameters (standardised units; a site holding a pytree, such as a network's weights, as
+    one array per leaf, ``<site><path>``, e.g. ``network$params.layers[0].weight``) and the standardisation
+    (``standardizer.<name>``)."""
+    leaves = {k: jax.tree_util.tree_flatten_with_path(v)[0] for k, v in params.items()}
+    arrays = {k + jax.tree_util.keystr(path): np.asarray(a) for k, found in leaves.items() for path, a in found}
     return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
 
 

@@ -71,13 +71,20 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
         progress=shared.progress(opts), checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
         key=opts["seed"], fingerprint=settings, validate=gp.check_data,
     )  # fmt: skip
-    m, mean, var, curve = shared.predict_gp(gp, fit.params, d)
+    return finish_svi(opts, d, argv, gp, fit, train_seconds, resumed_from)
+
+
+def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit: Any, train_seconds: float,
+               resumed_from: int, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """Evaluate ``gp`` fitted by SVI (``fit``: a :class:`ppl_sparsegp.infer.svi.SVIResult`), then write the outputs
+    and print the summary (:func:`ppl_sparsegp.cli.run.finish`); ``extra`` joins the method's record."""
+    (m, mean, var, curve), predict_seconds = shared.timed(shared.predict_gp, gp, fit.params, d)
     steps = int(len(fit.losses))
     record = {
         "metrics": m, "steps": steps, "steps_this_run": steps - resumed_from, "resumed_from_step": resumed_from,
         "final_loss": float(fit.losses[-1]), "stopped_early": fit.stopped_early, "train_seconds": train_seconds,
         "compile_seconds": fit.compile_seconds, "run_seconds": fit.run_seconds,
-        "steps_per_second": fit.steps_per_second,
+        "steps_per_second": fit.steps_per_second, "predict_seconds": predict_seconds, **extra,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
     resumed = f", resumed from step {resumed_from}" if resumed_from else ""

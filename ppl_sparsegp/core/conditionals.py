@@ -118,7 +118,7 @@ def _sqrt_times(q_sqrt: Array, B: Array) -> Array:
 
 
 def per_input_conditional(
-    Kmm: Array, kmn: Array, knn: Array, q_mu: Array, q_sqrt: Array | None = None, *, whiten: bool = True
+    Lmm: Array, kmn: Array, knn: Array, q_mu: Array, q_sqrt: Array | None = None, *, whiten: bool = True
 ) -> tuple[Array, Array]:
     """Marginals of q(f(x_n)) when every input x_n has its own inducing inputs Z_n and its own q(u_n).
 
@@ -131,7 +131,7 @@ def per_input_conditional(
     The caller evaluates the kernel blocks (e.g. with ``jax.vmap`` over n), so this stays backend-neutral.
 
     Args:
-        Kmm: K(Z_n, Z_n) for every input, [N, M, M].
+        Lmm: the lower Cholesky factor L_n of K(Z_n, Z_n) for every input, [N, M, M].
         kmn: k(Z_n, x_n), [N, M].
         knn: k(x_n, x_n), [N].
         q_mu: mean of q(u_n) (of q(v_n) when ``whiten``), [N, M].
@@ -141,10 +141,9 @@ def per_input_conditional(
     Returns:
         (mean [N], var [N]).
     """
-    xp = ops.namespace(Kmm, kmn, q_mu)
-    L = ops.cholesky(Kmm)
-    a = ops.solve_triangular(L, kmn[..., None], lower=True)  # [N, M, 1]
-    b = a if whiten else ops.solve_triangular(L, a, lower=True, transpose=True)
+    xp = ops.namespace(Lmm, kmn, q_mu)
+    a = ops.solve_triangular(Lmm, kmn[..., None], lower=True)  # [N, M, 1]
+    b = a if whiten else ops.solve_triangular(Lmm, a, lower=True, transpose=True)
     mean = xp.sum(q_mu * b[..., 0], axis=-1)
     var = knn - xp.sum(a[..., 0] * a[..., 0], axis=-1)
     if q_sqrt is not None:

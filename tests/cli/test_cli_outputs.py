@@ -29,6 +29,7 @@ import pytest
 
 from ppl_sparsegp import data
 from ppl_sparsegp.cli import bsgp as cli_bsgp
+from ppl_sparsegp.cli import idsgp as cli_idsgp
 from ppl_sparsegp.cli import main
 from ppl_sparsegp.cli import selective as cli_selective
 from ppl_sparsegp.cli import sgpmc as cli_sgpmc
@@ -43,6 +44,7 @@ RUNS = {
     "sgpmc": ("--inducing", "5", "--steps", "20", "--warmup", "10", "--samples", "10", "--chains", "1"),
     "bsgp": ("--iterations", "2", "--kept", "2", "--inducing", "5"),
     "selective": ("--candidates", "10", "--pre-steps", "5", "--selection-steps", "5", "--post-steps", "5"),
+    "idsgp": ("--inducing", "4", "--hidden", "8", "--epochs", "3", "--checkpoint-every", "4"),
 }
 """A tiny run of every method on diabetes."""
 CHECKPOINT = {
@@ -52,6 +54,7 @@ CHECKPOINT = {
     "sgpmc": "mcmc.ckpt",
     "bsgp": "mcmc.ckpt",
     "selective": "selective_pre.npz",
+    "idsgp": "checkpoint.npz",
 }
 CHANGES = {
     "svgp": [
@@ -68,6 +71,7 @@ CHANGES = {
     "sgpmc": [("--seed", "1"), ("--inducing", "6"), ("--lr", "0.1"), ("--prior", "lognormal")],
     "bsgp": [("--seed", "1"), ("--inducing", "6"), ("--z-prior", "uniform"), ("--step-size", "0.02")],
     "selective": [("--alpha", "0.5"), ("--seed", "1"), ("--candidates", "8")],
+    "idsgp": [("--hidden", "6"), ("--white", "0"), ("--activation", "tanh"), ("--inducing", "3")],
 }
 """Per method, options that change the result; the first of each is the one named in the refusal."""
 FLAGS = {"--no-whiten": "--whiten/--no-whiten"}
@@ -94,6 +98,7 @@ def trap_work(monkeypatch) -> None:
         (cli_sgpmc, "fit_sgpmc"),
         (cli_bsgp, "fit_bsgp"),
         (cli_selective, "fit_selective"),
+        (cli_idsgp, "fit_idsgp"),
     ]:
         monkeypatch.setattr(module, name, trap)
 

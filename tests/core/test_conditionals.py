@@ -180,11 +180,11 @@ def test_per_input_conditional_equals_the_shared_conditional_input_by_input(rng,
     ]
     mean_ref = np.array([m[0, 0] for m, _ in expected])
     var_ref = np.array([v[0, 0] for _, v in expected])
-    Kmm = np.stack([k(Z[n]) for n in range(N)])
+    Lmm = np.stack([ops.cholesky(k(Z[n])) for n in range(N)])
     kmn = np.stack([k(Z[n], X[n : n + 1])[:, 0] for n in range(N)])
     for conv, back in ((np.asarray, np.asarray), (jnp.asarray, np.asarray), (torch.as_tensor, lambda t: t.numpy())):
         mean, var = conditionals.per_input_conditional(
-            conv(Kmm), conv(kmn), conv(k.diag(X)), conv(q_mu), conv(q_sqrt), whiten=whiten
+            conv(Lmm), conv(kmn), conv(k.diag(X)), conv(q_mu), conv(q_sqrt), whiten=whiten
         )
         np.testing.assert_allclose(back(mean), mean_ref, rtol=1e-9)
         np.testing.assert_allclose(back(var), var_ref, rtol=1e-9)

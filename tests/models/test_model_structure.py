@@ -38,6 +38,7 @@ def test_every_model_is_found():
         "selective_gplvm.SelectiveCollapsedGPLVM",
         "deep_svgp.DeepSVGP",
         "selective_deep.SelectiveDeepSVGP",
+        "idsgp.IDSGP",
     }
     assert expected <= set(MODELS)
 

@@ -1,0 +1,147 @@
+"""IDSGP's recipe (Jafrasteh et al. 2022, §5.2 with the authors' code's defaults; spec 002 §2): Adam on the network,
+the kernel and the likelihood, in minibatches, for a number of epochs.
+
+:func:`fit_idsgp` builds :class:`models.numpyro.idsgp.IDSGP` from :class:`IDSGPConfig` and fits it with
+:func:`ppl_sparsegp.infer.svi.fit_svi`. An epoch is ``ceil(N / batch_size)`` steps; every step draws its batch
+i.i.d. with replacement (the data plate), so an epoch sees N points on average, not each point once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ppl_sparsegp.core.kernels import Kernel, White, kernel_from_name
+from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi
+from ppl_sparsegp.models.numpyro.idsgp import IDSGP
+from ppl_sparsegp.numpyro.nn import ACTIVATIONS
+from ppl_sparsegp.validation import check_count, check_positive_float
+
+from .phases import check_choice, configure
+
+Array = Any
+
+
+@dataclass(frozen=True)
+class IDSGPConfig:
+    """The settings of :func:`fit_idsgp`, each default written here only (the authors' UCI setting).
+
+    num_inducing: M per input; hidden: the network's hidden widths; activation: theirs (a name in
+    :data:`ppl_sparsegp.numpyro.nn.ACTIVATIONS`); kernel: an ARD kernel by name
+    (:func:`ppl_sparsegp.core.kernels.kernel_from_name`), lengthscales and variance starting at 1; white_variance:
+    the initial variance of a learned white-noise term added to the kernel, which puts it on K(Z(x), Z(x)) and
+    k(x, x) but not between them, as the authors' code does (it keeps the per-input Choleskys well conditioned
+    while the network moves Z; it also adds to the latent variance), or None for none; learning_rate: Adam's;
+    batch_size: B; num_epochs: epochs of ``ceil(N / B)`` steps.
+    """
+
+    num_inducing: int = 50
+    hidden: tuple[int, ...] = (50,)
+    activation: str = "sigmoid"
+    kernel: str = "matern32"
+    white_variance: float | None = 1.0
+    learning_rate: float = 0.01
+    batch_size: int = 100
+    num_epochs: int = 100
+
+    def __post_init__(self) -> None:
+        check_count("num_inducing", self.num_inducing, 1)
+        for width in self.hidden:
+            check_count("hidden", width, 1)
+        check_choice("activation", self.activation, tuple(ACTIVATIONS))
+        kernel_from_name(self.kernel, 1)  # an unknown name is refused here, by name
+        if self.white_variance is not None:
+            check_positive_float("white_variance", self.white_variance)
+        check_positive_float("learning_rate", self.learning_rate)
+        check_count("batch_size", self.batch_size, 1)
+        check_count("num_epochs", self.num_epochs, 1)
+
+    def steps_per_epoch(self, num_data: int) -> int:
+        """``ceil(N / batch_size)``."""
+        return math.ceil(num_data / self.batch_size)
+
+
+def idsgp_kernel(config: IDSGPConfig, input_dim: int, dtype: Any = np.float64) -> Kernel:
+    """The initial kernel of ``config``: ``kernel`` over D inputs (ARD), plus the white term when it has one."""
+    kernel = kernel_from_name(config.kernel, input_dim, dtype=dtype)
+    return kernel if config.white_variance is None else kernel + White(np.asarray(config.white_variance, dtype))
+
+
+@dataclass
+class IDSGPFit:
+    """What :func:`fit_idsgp` returns: the model, its SVI fit and the epoch length in steps."""
+
+    model: IDSGP
+    svi: SVIResult
+    steps_per_epoch: int
+
+    @property
+    def params(self) -> dict[str, Array]:
+        return self.svi.params
+
+    @property
+    def epochs_run(self) -> float:
+        """Epochs run in this call (a resumed call runs only the rest)."""
+        return self.svi.steps_run / self.steps_per_epoch
+
+    @property
+    def seconds_per_epoch(self) -> float | None:
+        """Training seconds per epoch in this call, compilation excluded (None if no step ran)."""
+        return self.svi.run_seconds / self.epochs_run if self.svi.steps_run else None
+
+
+def build_idsgp(config: IDSGPConfig, X: Array, likelihood: Likelihood, seed: int = 0,
+                kernel: Kernel | None = None) -> IDSGP:  # fmt: skip
+    """The IDSGP model that :func:`fit_idsgp` fits to X [N, D] (its batch size capped at N: full batch)."""
+    N, D = X.shape
+    return IDSGP(
+        idsgp_kernel(config, D, X.dtype) if kernel is None else kernel, likelihood, input_dim=D,
+        num_inducing=config.num_inducing, hidden=config.hidden, activation=config.activation, seed=seed,
+        batch_size=config.batch_size if config.batch_size < N else None,
+    )  # fmt: skip
+
+
+def fit_idsgp(
+    X: Array,
+    y: Array,
+    config: IDSGPConfig | None = None,
+    *,
+    likelihood: Likelihood,
+    seed: int = 0,
+    kernel: Kernel | None = None,
+    checkpoint: str | None = None,
+    checkpoint_every: int = 1000,
+    progress: bool | None = None,
+    callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> IDSGPFit:
+    """Fit IDSGP to X [N, D], y [N] by Adam for ``num_epochs`` epochs (module docstring).
+
+    Args:
+        config: the settings (:class:`IDSGPConfig`); ``overrides``: fields of it, e.g. ``num_epochs=10``.
+        likelihood: p(y | f) with its initial values (Gaussian, probit or logit Bernoulli, ...).
+        seed: the seed of the network's initial weights and of the batches.
+        kernel: the initial kernel (default :func:`idsgp_kernel` of the config at X's dtype).
+        checkpoint, checkpoint_every, progress, callback: those of :func:`ppl_sparsegp.infer.svi.fit_svi`; the
+            checkpoint records ``fingerprint`` and the config, and is refused by a run that differs in either.
+    """
+    c = configure(IDSGPConfig, config, overrides)
+    X, y = jnp.asarray(X), jnp.asarray(y)
+    model = build_idsgp(c, X, likelihood, seed, kernel)
+    steps_per_epoch = c.steps_per_epoch(X.shape[0])
+    own = {f"idsgp.{k}": v for k, v in vars(c).items() if k != "num_epochs"}  # more epochs may resume a run
+    svi = fit_svi(
+        model.model, model.guide, X, y, optimizer=optax.adam(c.learning_rate),
+        num_steps=c.num_epochs * steps_per_epoch, key=seed, progress=progress, label="IDSGP", callback=callback,
+        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint={**own, **dict(fingerprint or {})},
+        validate=model.check_data,
+    )  # fmt: skip
+    return IDSGPFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
