@@ -472,3 +472,19 @@ def test_random_split_pools_the_rows_and_draws_a_reproducible_split():
     assert not np.array_equal(data.random_split(ds, 0.2, seed=4).X_test, again.X_test)
     with pytest.raises(ValueError, match="test_fraction"):
         data.random_split(ds, 1.0)
+
+
+def test_a_local_large_set_is_read_checked_and_split(tmp_path):
+    rng = np.random.default_rng(0)
+    table = np.column_stack([rng.normal(size=(50, 8)), rng.choice([-1.0, 1.0], 50)])
+    np.save(tmp_path / "airline.npy", table)
+    ds = data.load_local("airline", tmp_path / "airline.npy", seed=1)
+    assert ds.task == "binary" and ds.X_train.shape == (40, 8) and ds.X_test.shape == (10, 8)
+    assert set(np.unique(np.concatenate([ds.y_train, ds.y_test]))) == {0, 1}
+    np.savetxt(tmp_path / "song.csv", rng.normal(size=(20, 12)), delimiter=",")
+    with pytest.raises(ValueError, match=r"song.csv: found shape \(20, 12\); song expects N rows of 90 inputs"):
+        data.load_local("song", tmp_path / "song.csv")
+    with pytest.raises(FileNotFoundError, match=r"3droad expects N rows of 3 inputs"):
+        data.load_local("3droad", tmp_path / "absent.csv")
+    with pytest.raises(ValueError, match="unknown local dataset 'sng'"):
+        data.load_local("sng", tmp_path / "song.csv")
