@@ -25,6 +25,7 @@ same settings are skipped when the script runs again, and each cell's SVI state 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shlex
 import sys
@@ -151,6 +152,24 @@ def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[
     }  # fmt: skip
 
 
+def _key(cell: dict[str, Any]) -> tuple:
+    return cell["dataset"], cell["split"], cell["method"], cell["epochs"]
+
+
+def _read(out: Path) -> dict[str, Any]:
+    return json.loads(out.read_text()) if out.exists() else {"cells": []}
+
+
+def _save(out: Path, cell: dict[str, Any]) -> None:
+    """Add ``cell`` to the results file (replacing an older run of the same dataset, split and method), re-read
+    under a lock so that several processes can run cells side by side."""
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = _read(out)
+        record["cells"] = [c for c in record["cells"] if _key(c)[:3] != _key(cell)[:3]] + [cell]
+        results.write_json(out, {**record, "paper": PAPER})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=list(SOURCES), choices=list(SOURCES))
@@ -168,20 +187,15 @@ def main(argv: list[str] | None = None) -> int:
         args.epochs, args.svgp_epochs, args.svgp_inducing = 1, 1, 64
     out = RUNS / "quick.json" if args.quick else RESULTS
     RUNS.mkdir(parents=True, exist_ok=True)
-    record = json.loads(out.read_text()) if out.exists() else {"cells": []}
     command = "python benchmarks/idsgp_uci.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     for name in args.datasets:
         for split in args.splits:
             for method in args.methods:
                 epochs = args.epochs if method == "idsgp" else args.svgp_epochs or args.epochs
-                key = (name, split, method, epochs)
-                if any((c["dataset"], c["split"], c["method"], c["epochs"]) == key for c in record["cells"]):
+                if (name, split, method, epochs) in {_key(c) for c in _read(out)["cells"]}:
                     continue
                 cell = {**_cell(name, split, method, args), "command": command, **results.provenance()}
-                record["cells"] = [c for c in record["cells"] if (c["dataset"], c["split"], c["method"]) != key[:3]]
-                record["cells"].append(cell)
-                record["paper"] = PAPER
-                results.write_json(out, record)
+                _save(out, cell)
                 m = cell["metrics"]
                 print(
                     f"{name} split {split} {method}: NLL {m['nll']:.3f}, {cell['train_seconds_per_epoch']:.1f} s/epoch"

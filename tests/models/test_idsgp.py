@@ -69,7 +69,11 @@ def _objective(gp: IDSGP, y) -> float:
     )
 
 
-@pytest.mark.parametrize("likelihood, y", [(Gaussian(0.3), Y), (Bernoulli(), LABELS)])
+@pytest.mark.parametrize(
+    "likelihood, y",
+    [(Gaussian(0.3), Y), (Bernoulli(), LABELS), (Bernoulli(link="logit"), LABELS)],
+    ids=["gaussian", "probit", "logit"],
+)
 def test_a_constant_network_gives_the_svgp_elbo(likelihood, y):
     """T2: with Z(x), m(x), L(x) constant the objective is SVGP's ELBO, full batch and on a minibatch."""
     gp = _constant(IDSGP(_kernel(), likelihood, input_dim=D, num_inducing=M))
@@ -130,6 +134,7 @@ def test_gradients_through_the_network_are_finite_at_both_precisions(x64):
         assert any(float(jnp.max(jnp.abs(g))) > 0 for g in leaves)
 
 
+@pytest.mark.slow  # about 11 s; `make test-slow` runs it
 def test_plain_numpyro_svi_fits_and_predictive_matches_predict_f():
     """The model runs under NumPyro's own SVI and Predictive, not only through fit_svi."""
     gp = IDSGP(Matern32(1.0, np.ones(D)) + White(0.1), Gaussian(0.1), input_dim=D, num_inducing=M, hidden=(10,))
