@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -159,8 +160,6 @@ class IDSGP(GPModel):
 
     def _network(self, params: Mapping[str, Array]) -> Any:
         """The network with the fitted weights ``params["network$params"]`` (the initial ones if absent)."""
-        import equinox as eqx
-
         weights, static = eqx.partition(self.network, eqx.is_inexact_array)
         return eqx.combine(params.get(NETWORK_PARAMS, weights), static)
 
@@ -171,7 +170,7 @@ class IDSGP(GPModel):
         out = jax.vmap(self._network(params))(jnp.asarray(X_new))
         return nn.split_inducing_outputs(out, self.num_inducing, self.input_dim)
 
-    def _marginals(self, params: Mapping[str, Array], X: Array) -> tuple[Array, Array, Array, Array]:
+    def _marginals(self, params: Mapping[str, Array], X: Array) -> tuple[Array, Array, Array]:
         """q(f(x_n)) [N], [N] at every row of X, and each input's KL[q(u | x_n) || p(u | x_n)] [N]."""
         kernel, _ = self.fitted(params)
         Lmm, kmn, knn, m, L = self._per_input(kernel, self._network(params), jnp.asarray(X))
