@@ -17,7 +17,7 @@ from typing import Any
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.svgp import CHECKPOINT, NOISE_VARIANCE, finish_svi
 from ppl_sparsegp.numpyro.nn import ACTIVATIONS
-from ppl_sparsegp.recipes.idsgp import IDSGPConfig, fit_idsgp, idsgp_kernel
+from ppl_sparsegp.recipes.idsgp import IDSGPConfig, fit_idsgp
 
 CONFIG = IDSGPConfig()
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing}
@@ -57,8 +57,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batch_size=opts["batch_size"] or CONFIG.batch_size, num_epochs=opts["epochs"],
     )  # fmt: skip
     fit, train_seconds = shared.timed(
-        fit_idsgp, d.X, d.y, config, likelihood=d.likelihood, seed=opts["seed"],
-        kernel=idsgp_kernel(config, d.X.shape[1], d.X.dtype), checkpoint=str(checkpoint),
+        fit_idsgp, d.X, d.y, config, likelihood=d.likelihood, seed=opts["seed"], checkpoint=str(checkpoint),
         checkpoint_every=opts["checkpoint_every"], progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip
     per_epoch = {"epochs": opts["epochs"], "steps_per_epoch": fit.steps_per_epoch,

@@ -38,7 +38,9 @@ class IDSGPConfig:
     (:func:`ppl_sparsegp.core.kernels.kernel_from_name`), lengthscales and variance starting at 1; white_variance:
     the initial variance of a learned white-noise term added to the kernel, which puts it on K(Z(x), Z(x)) and
     k(x, x) but not between them, as the authors' code does (it keeps the per-input Choleskys well conditioned
-    while the network moves Z; it also adds to the latent variance), or None for none; learning_rate: Adam's;
+    while the network moves Z; it also adds to the latent variance), or None for none; white_floor: a fixed white
+    variance added beside the learned one (the authors' code adds 1e-3: the learned term can then not fall to
+    zero), or None for none; learning_rate: Adam's;
     batch_size: B; num_epochs: epochs of ``ceil(N / B)`` steps.
     """
 
@@ -47,6 +49,7 @@ class IDSGPConfig:
     activation: str = "sigmoid"
     kernel: str = "matern32"
     white_variance: float | None = 1.0
+    white_floor: float | None = None
     learning_rate: float = 0.01
     batch_size: int = 100
     num_epochs: int = 100
@@ -57,8 +60,9 @@ class IDSGPConfig:
             check_count("hidden", width, 1)
         check_choice("activation", self.activation, tuple(ACTIVATIONS))
         kernel_from_name(self.kernel, 1)  # an unknown name is refused here, by name
-        if self.white_variance is not None:
-            check_positive_float("white_variance", self.white_variance)
+        for name in ("white_variance", "white_floor"):
+            if getattr(self, name) is not None:
+                check_positive_float(name, getattr(self, name))
         check_positive_float("learning_rate", self.learning_rate)
         check_count("batch_size", self.batch_size, 1)
         check_count("num_epochs", self.num_epochs, 1)
@@ -69,9 +73,18 @@ class IDSGPConfig:
 
 
 def idsgp_kernel(config: IDSGPConfig, input_dim: int, dtype: Any = np.float64) -> Kernel:
-    """The initial kernel of ``config``: ``kernel`` over D inputs (ARD), plus the white term when it has one."""
+    """The initial kernel of ``config``: ``kernel`` over D inputs (ARD), plus the learned white term and the fixed
+    floor where it has them (in that order, so the floor's site is the last part's ``variance``)."""
     kernel = kernel_from_name(config.kernel, input_dim, dtype=dtype)
-    return kernel if config.white_variance is None else kernel + White(np.asarray(config.white_variance, dtype))
+    for variance in (config.white_variance, config.white_floor):
+        if variance is not None:
+            kernel = kernel + White(np.asarray(variance, dtype))
+    return kernel
+
+
+def _floor_site(kernel: Kernel) -> str:
+    """The site of the last part's variance: ``"kernel.k<i>.variance"``."""
+    return f"kernel.{[name for name in kernel.parameters() if name.endswith('.variance')][-1]}"
 
 
 @dataclass
@@ -99,12 +112,14 @@ class IDSGPFit:
 
 def build_idsgp(config: IDSGPConfig, X: Array, likelihood: Likelihood, seed: int = 0,
                 kernel: Kernel | None = None) -> IDSGP:  # fmt: skip
-    """The IDSGP model that :func:`fit_idsgp` fits to X [N, D] (its batch size capped at N: full batch)."""
+    """The IDSGP model that :func:`fit_idsgp` fits to X [N, D] (its batch size capped at N: full batch), with
+    ``kernel`` or :func:`idsgp_kernel`; with ``white_floor`` set, the last part's variance is held fixed."""
     N, D = X.shape
+    kernel = idsgp_kernel(config, D, X.dtype) if kernel is None else kernel
     return IDSGP(
-        idsgp_kernel(config, D, X.dtype) if kernel is None else kernel, likelihood, input_dim=D,
-        num_inducing=config.num_inducing, hidden=config.hidden, activation=config.activation, seed=seed,
-        batch_size=config.batch_size if config.batch_size < N else None,
+        kernel, likelihood, input_dim=D, num_inducing=config.num_inducing, hidden=config.hidden,
+        activation=config.activation, seed=seed, batch_size=config.batch_size if config.batch_size < N else None,
+        fixed=(_floor_site(kernel),) if config.white_floor is not None else (),
     )  # fmt: skip
 
 
