@@ -57,9 +57,10 @@ def split_inducing_outputs(out: Array, num_inducing: int, input_dim: int) -> tup
     m = out[..., M * D : M * D + M]
     rows, cols = np.tril_indices(M)
     raw = jnp.zeros(out.shape[:-1] + (M, M), out.dtype).at[..., rows, cols].set(out[..., M * D + M :])
-    diagonal = jnp.diagonal(raw, axis1=-2, axis2=-1)
-    L = raw + (jnp.exp(diagonal) - diagonal)[..., None, :] * jnp.eye(M, dtype=out.dtype)
-    return Z, m, L
+    # The diagonal is replaced, not corrected by adding exp(r) - r: for r far below 0 that sum cancels to rounding
+    # error (or to 0, whose log in the KL is -inf), where exp(r) itself is still a tiny positive number.
+    on_diagonal = jnp.eye(M, dtype=bool)
+    return Z, m, jnp.where(on_diagonal, jnp.exp(raw), raw)
 
 
 def inducing_network_constants(Z: Array, m: Array, L: Array) -> Array:

@@ -37,3 +37,12 @@ def test_constants_are_read_back_as_the_given_z_m_and_l():
 def test_ragged_hidden_widths_are_refused_by_name():
     with pytest.raises(ValueError, match="hidden"):
         nn.inducing_network(2, 3, (10, 20), "sigmoid", jax.random.PRNGKey(0), jnp.float64)
+
+
+def test_a_very_negative_diagonal_output_gives_its_exponential_not_rounding_error():
+    """exp(r) for r = -40 is 4.2e-18; adding exp(r) - r to r would leave rounding error of r's size (7e-15)."""
+    M, D = 2, 1
+    out = jnp.array([0.0, 0.0, 0.0, 0.0, -40.0, 0.5, -700.0])
+    _, _, L = nn.split_inducing_outputs(out, M, D)
+    np.testing.assert_allclose(np.diagonal(L), np.exp([-40.0, -700.0]), rtol=1e-14)
+    assert L[1, 0] == 0.5 and L[0, 1] == 0.0
