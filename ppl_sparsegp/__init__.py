@@ -48,6 +48,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     # after the engine
     "predict": ("ppl_sparsegp.posterior.predict", None),
     "diagnostics": ("ppl_sparsegp.posterior.diagnostics", None),
+    "to_inference_data": ("ppl_sparsegp.posterior.diagnostics", "from_fit"),
+    "load_run": ("ppl_sparsegp.cli.load", "load_run"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -729,6 +729,66 @@ def load_local(name: str, path: str | os.PathLike, test_fraction: float = 0.2, s
     return _split_at_random(X, y, f"local/{name}", task, test_fraction, seed, source=str(path))
 
 
+TABLE_SUFFIXES = (".csv", ".npz")
+"""The files :func:`load_table` reads (and :func:`load_dataset` takes for a path)."""
+
+
+def load_table(
+    path: str | os.PathLike, target: str | None = None, split: int = 0, test_fraction: float = 0.2
+) -> Dataset:
+    """A dataset of the user's: a CSV with a header line (the column ``target`` is y, every other column an
+    input) or an ``.npz`` with arrays ``X`` [N, D] and ``target`` (default ``"y"``) [N]; split at random, a share
+    ``test_fraction`` for testing, with ``split`` as the seed (as the embedded datasets). The task is binary when y
+    holds two classes 0/1 or -1/+1 (mapped to 0/1), else regression.
+
+    Raises:
+        ValueError: a missing file, another suffix, no ``target`` for a CSV or a target that is not a column, a
+            non-numeric column or a missing value; each names the file, and the column where there is one.
+    """
+    path = Path(path).expanduser().absolute()
+    if path.suffix not in TABLE_SUFFIXES:
+        raise ValueError(f"{path}: expected a {' or '.join(TABLE_SUFFIXES)} file")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    if path.suffix == ".npz":
+        from ppl_sparsegp.results import read_npz  # results imports data: read here, not at import
+
+        arrays = read_npz(path)
+        target = target or "y"
+        for key in ("X", target):
+            if key not in arrays:
+                raise ValueError(
+                    f"{path}: no array {key!r} (found {', '.join(arrays)}); expected X [N, D] and {target} [N]"
+                )
+        X, y = np.asarray(arrays["X"], dtype=np.float64), np.asarray(arrays[target], dtype=np.float64)
+    else:
+        import pandas as pd
+
+        if target is None:
+            raise ValueError(f"target: {path} is a CSV; name its target column (--target COL)")
+        table = pd.read_csv(path)
+        if target not in table.columns:
+            raise ValueError(f"target: {path} has no column {target!r}; columns: {', '.join(map(str, table.columns))}")
+        for column in table.columns:
+            if not pd.api.types.is_numeric_dtype(table[column]):
+                raise ValueError(f"{path}: column {column!r} is not numeric")
+        y, X = table[target].to_numpy(np.float64), table.drop(columns=[target]).to_numpy(np.float64)
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise ValueError(f"{path}: expected inputs [N, D] and a target [N], got {X.shape} and {y.shape}")
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
+        raise ValueError(f"{path}: missing or non-finite values")
+    classes = np.unique(y)
+    binary = classes.size == 2 and (set(classes) <= {0.0, 1.0} or set(classes) <= {-1.0, 1.0})
+    y = (y > 0).astype(np.int64) if binary else y
+    task = "binary" if binary else "regression"
+    return _split_at_random(X, y, str(path), task, test_fraction, split, source=str(path), target=target)
+
+
+def is_table_path(name: str) -> bool:
+    """Whether :func:`load_dataset` reads ``name`` as a file of the user's (a path ending in .csv or .npz)."""
+    return Path(name).suffix in TABLE_SUFFIXES
+
+
 def known_datasets() -> list[str]:
     """Every name :func:`load_dataset` accepts in ``<collection>/<name>`` form (bare names also work)."""
     return (
@@ -742,8 +802,8 @@ def known_datasets() -> list[str]:
     )
 
 
-def load_dataset(name: str, split: int = 0) -> Dataset:
-    """Load a dataset by name.
+def load_dataset(name: str, split: int = 0, target: str | None = None) -> Dataset:
+    """Load a dataset by name, or a file of the user's by its path (:func:`load_table`, with ``target``).
 
     Names: ``"<collection>/<name>"`` with collection ``uci``, ``wilson`` (or ``uci_wilson``), ``raetsch``,
     ``uci_classification``, ``bsgp``, ``embedded``; or ``"mnist"``, ``"oilflow"``, ``"snelson"``. A bare name
@@ -756,6 +816,10 @@ def load_dataset(name: str, split: int = 0) -> Dataset:
             ``split + 1`` (raetsch), the split seed (uci_classification, embedded) or the fold (bsgp).
             Must be 0 for mnist, oilflow and snelson.
     """
+    if is_table_path(name):
+        return load_table(name, target, split)
+    if target is not None:
+        raise ValueError(f"target: applies to a .csv or .npz file of yours, not to the dataset {name!r}")
     collection, _, short = name.partition("/") if "/" in name else ("", "", name)
     collection = {"uci_wilson": "wilson"}.get(collection, collection)
     loaders = {

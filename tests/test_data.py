@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.stats import norm
+from sklearn.datasets import load_diabetes
 from sklearn.model_selection import train_test_split
 
 from ppl_sparsegp import data
@@ -488,3 +489,54 @@ def test_a_local_large_set_is_read_checked_and_split(tmp_path):
         data.load_local("3droad", tmp_path / "absent.csv")
     with pytest.raises(ValueError, match="unknown local dataset 'sng'"):
         data.load_local("sng", tmp_path / "song.csv")
+
+
+def test_a_csv_of_the_users_is_split_with_the_target_named(tmp_path):
+    frame = load_diabetes(as_frame=True).frame
+    path = tmp_path / "mine.csv"
+    frame.to_csv(path, index=False)
+    ds = data.load_dataset(str(path), 3, target="target")
+    assert ds.task == "regression" and ds.name == str(path) and ds.meta["target"] == "target"
+    assert ds.X_train.shape == (354, 10) and ds.X_test.shape == (88, 10)
+    rows = np.concatenate([ds.meta["train_index"], ds.meta["test_index"]])
+    np.testing.assert_array_equal(np.sort(rows), np.arange(442))
+    np.testing.assert_array_equal(ds.X_train, frame.drop(columns=["target"]).to_numpy()[ds.meta["train_index"]])
+    np.testing.assert_array_equal(ds.y_test, frame["target"].to_numpy()[ds.meta["test_index"]])
+    again = data.load_table(path, "target", split=3)
+    np.testing.assert_array_equal(again.meta["train_index"], ds.meta["train_index"])
+
+
+def test_a_table_whose_target_has_two_classes_is_binary(tmp_path):
+    rng = np.random.default_rng(0)
+    X, labels = rng.normal(size=(50, 3)), np.where(rng.random(50) < 0.5, -1.0, 1.0)
+    path = tmp_path / "pm1.npz"
+    np.savez(path, X=X, label=labels)
+    ds = data.load_table(path, "label")
+    assert ds.task == "binary" and ds.y_train.dtype == np.int64
+    assert set(np.unique(np.concatenate([ds.y_train, ds.y_test]))) == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no target", "target: {path} is a CSV; name its target column (--target COL)"),
+        ("unknown target", "target: {path} has no column 'price'; columns: a, b"),
+        ("text column", "{path}: column 'b' is not numeric"),
+        ("missing value", "{path}: missing or non-finite values"),
+        ("suffix", "{path}: expected a .csv or .npz file"),
+        (
+            "target for a named dataset",
+            "target: applies to a .csv or .npz file of yours, not to the dataset 'diabetes'",
+        ),
+    ],
+)
+def test_a_bad_table_is_refused_naming_the_file_and_column(case, message, tmp_path):
+    path = tmp_path / ("mine.txt" if case == "suffix" else "mine.csv")
+    body = {"text column": "a,b\n1,x\n2,y\n", "missing value": "a,b\n1,2\n3,\n"}.get(case, "a,b\n1,2\n3,4\n")
+    path.write_text(body)
+    target = {"no target": None, "unknown target": "price"}.get(case, "a")
+    name = "diabetes" if case == "target for a named dataset" else str(path)
+    load = data.load_table if case == "suffix" else data.load_dataset  # a .txt is no table path to load_dataset
+    with pytest.raises(ValueError) as err:
+        load(name, target=target)
+    assert str(err.value) == message.format(path=path)

@@ -24,6 +24,8 @@ from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns
+from .sgpr import SGPR
+from .svgp import SVGP
 
 Array = Any
 
@@ -60,6 +62,12 @@ class GPR(GPModel):
         """log p(y | θ) at fitted hyperparameters (scalar, summed over output columns)."""
         kernel, likelihood = self.fitted(params)
         return bounds.gaussian_log_marginal(kernel(X), y, likelihood.variance)
+
+    def as_svgp(self, params: Mapping[str, Array], X: Array, y: Array) -> tuple[SVGP, dict[str, Array]]:
+        """This fit as an SVGP with u = f(X) (Z = X) and q(u) = p(f(X) | y), the exact posterior (:meth:`SGPR.as_svgp`
+        with every training input inducing, where the collapsed bound is the marginal likelihood)."""
+        sgpr = SGPR(self.kernel, self.likelihood, self.priors, self.fixed, jitter=self.jitter, Z=X, learn_Z=False)
+        return sgpr.as_svgp(params, X, y)
 
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None

@@ -193,12 +193,22 @@ class IDSGP(GPModel):
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
-        """q(f(x*)) with the network run at each test input (paper eq 7): mean and variance [S]."""
+        """q(f(x*)) with the network run at each test input (paper eq 7): mean and variance [S]; given a draw of
+        every input's own u, ``params["u"]`` [S, M] (ArviZ output), p(f(x*) | u(x*)) instead."""
         if full_cov:
             raise ValueError(
                 "full_cov: IDSGP predicts every input from its own inducing set and has no joint covariance; "
                 "use full_cov=False"
             )
         validation.check_same_dim(np.zeros((1, self.input_dim)), X_new, z_name="input_dim", x_name="X_new")
-        mean, var, _ = self._marginals(params, X_new)
-        return mean, var
+        if "u" not in params:
+            mean, var, _ = self._marginals(params, X_new)
+            return mean, var
+        u = jnp.asarray(params["u"])
+        if u.shape != (X_new.shape[0], self.num_inducing):
+            raise ValueError(
+                f"params['u']: expected one u per input, [{X_new.shape[0]}, {self.num_inducing}], got {u.shape}"
+            )
+        kernel, _ = self.fitted(params)
+        Lmm, kmn, knn, _, L = self._per_input(kernel, self._network(params), X_new)
+        return conditionals.per_input_conditional(Lmm, kmn, knn, u, jnp.zeros_like(L), whiten=False)

@@ -23,6 +23,7 @@ from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
 from ._base import GPModel, as_output_columns
+from .svgp import SVGP
 
 Array = Any
 
@@ -85,6 +86,17 @@ class SGPR(GPModel):
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.Z))
         return bounds.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
+
+    def as_svgp(self, params: Mapping[str, Array], X: Array, y: Array) -> tuple[SVGP, dict[str, Array]]:
+        """This fit as the whitened SVGP on the same Z whose q(u) is the optimal q*(u), and its parameters: the same
+        predictions, and an ELBO equal to the collapsed bound (thesis §4.3), with a q(u) to draw u from (ArviZ
+        output, PSIS-LOO). X [N, D], y [N] or [N, P]: the training data."""
+        q_mu, q_sqrt = self.optimal_qu(params, X, y, whiten=True)
+        Z = jnp.asarray(params.get("Z", self.Z))
+        svgp = SVGP(self.kernel, self.likelihood, self.priors, self.fixed, jitter=self.jitter, Z=Z,
+                    num_latent=int(q_mu.shape[0]))  # fmt: skip
+        names = self.hyperparameter_sites()
+        return svgp, {**{k: v for k, v in params.items() if k in names}, "Z": Z, "u_loc": q_mu, "u_scale_tril": q_sqrt}
 
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None

@@ -2,13 +2,17 @@
 
 Usage::
 
-    ppl-sparsegp fit {svgp,sgpr,gpr,sgpmc,bsgp,selective} [--data diabetes] [--split 0] ... [--out DIR]
+    ppl-sparsegp fit {svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp} [--data diabetes] [--split 0] ... [--out DIR]
+    ppl-sparsegp predict RUN_DIR --input new.csv --out preds.csv
+    ppl-sparsegp compare RUN_DIR RUN_DIR ... [--out DIR]
     ppl-sparsegp diagnose RUN_DIR
 
 Defaults are those of the method's recipe config (:mod:`ppl_sparsegp.recipes`) or of
 :class:`ppl_sparsegp.cli.run.Defaults`. Layout: :mod:`.__main__` (the parser, exit codes), :mod:`.run` (what the
-methods share), and one module per method plus ``diagnose``, each with ``add_arguments(parser)`` and ``run(args,
-argv)`` (which writes the outputs and returns results.json); docs/architecture.md follows one run through them.
+methods share), one module per method plus ``predict``, ``compare`` and ``diagnose``, each with
+``add_arguments(parser)`` and ``run(args, argv)`` (which writes the outputs and returns results.json), and
+:mod:`.load` (a run folder loaded back by each method's ``model_from_run``); docs/architecture.md follows one run
+through them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ from types import ModuleType
 
 import jax
 
-from ppl_sparsegp.cli import bsgp, diagnose, gpr, idsgp, selective, sgpmc, sgpr, svgp
+from ppl_sparsegp import data
+from ppl_sparsegp.cli import bsgp, compare, diagnose, gpr, idsgp, predict, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
 from ppl_sparsegp.data import DataIntegrityError
 from ppl_sparsegp.infer.checkpoint import CheckpointError
@@ -29,7 +30,10 @@ from ppl_sparsegp.infer.checkpoint import CheckpointError
 METHODS: dict[str, ModuleType] = {
     "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective, "idsgp": idsgp
 }  # fmt: skip
-"""The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``, ``METHOD_DEFAULTS``)."""
+"""The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``model_from_run``, ``CHECKPOINT``,
+``METHOD_DEFAULTS``)."""
+COMMANDS: dict[str, ModuleType] = {"predict": predict, "compare": compare, "diagnose": diagnose}
+"""The commands beside ``fit``, each a module with ``add_arguments`` and ``run``."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,8 +59,8 @@ def _by_value(option: str) -> str:
 
 
 def build_parser(argv: Sequence[str] = ()) -> Parser:
-    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]`` and ``diagnose RUN_DIR``; for ``argv`` that name a
-    method, only that method's options are added (a run reads no other method's module)."""
+    """The parser of ``ppl-sparsegp``: ``fit METHOD [options]``, ``predict``, ``compare`` and ``diagnose``; for
+    ``argv`` that name a method, only that method's options are added (a run reads no other method's module)."""
     only = argv[1] if len(argv) > 1 and argv[0] == "fit" and argv[1] in METHODS else None
     parser = Parser(prog="ppl-sparsegp", description="Sparse Gaussian processes as NumPyro programs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -75,10 +79,11 @@ def build_parser(argv: Sequence[str] = ()) -> Parser:
         fit.sections.append(methods.add_parser(name, help=summary, description=module.__doc__))
         if only in (None, name):
             module.add_arguments(fit.sections[-1])
-    summary = diagnose.__doc__.splitlines()[0]
-    diagnose_parser = commands.add_parser("diagnose", help=summary, description=diagnose.__doc__)
-    if only is None:
-        diagnose.add_arguments(diagnose_parser)
+    for name, module in COMMANDS.items():
+        summary = module.__doc__.splitlines()[0]
+        command = commands.add_parser(name, help=summary, description=module.__doc__)
+        if only is None:
+            module.add_arguments(command)
     return parser
 
 
@@ -89,9 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(argv).parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
-    module = diagnose if args.command == "diagnose" else METHODS[args.method]
+    module = METHODS[args.method] if args.command == "fit" else COMMANDS[args.command]
     if args.command == "fit" and args.out is None:
-        args.out = Path("runs") / f"{args.method}-{args.data.replace('/', '_')}-{args.split}"
+        name = Path(args.data).stem if data.is_table_path(args.data) else args.data.replace("/", "_")
+        args.out = Path("runs") / f"{args.method}-{name}-{args.split}"
     precision = jax.enable_x64(args.dtype == "float64") if args.command == "fit" else contextlib.nullcontext()
     try:
         with precision:  # --dtype float64 (the default) computes in 64 bits whatever the process's x64 flag
@@ -102,7 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {' '.join(str(err).split())}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
     except KeyboardInterrupt:
-        print(f"interrupted; run the same command again to resume from {args.out / module.CHECKPOINT}", file=sys.stderr)
+        resume = (
+            f"; run the same command again to resume from {args.out / module.CHECKPOINT}"
+            if args.command == "fit"
+            else ""
+        )
+        print(f"interrupted{resume}", file=sys.stderr)
         return 130
     return 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.checkpoint import prepare
+from ppl_sparsegp.models.numpyro.idsgp import IDSGP
+from ppl_sparsegp.posterior import diagnostics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
@@ -52,7 +54,9 @@ class Defaults:
 
 DEFAULTS = Defaults()
 OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "data": ("dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston", {"metavar": "NAME"}),
+    "data": ("dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston, or a .csv or .npz file of yours "
+             "(split at random 80/20, --split the seed)", {"metavar": "NAME"}),
+    "target": ("the target column of a --data .csv (an .npz holds X and this array)", {"metavar": "COL"}),
     "split": ("split index or fold", {"type": int}),
     "seed": ("seed of every key and of the initialisation", {"type": int}),
     "dtype": ("floating-point precision", {"choices": ("float64", "float32")}),
@@ -75,7 +79,7 @@ FILLED_BY_THE_RUN = ("noise_variance", "likelihood", "batch_size")
 """Options that parse to None unless given: the run fills them in (the noise and likelihood from the data's task,
 the batch from the engine); their help states the default."""
 SHOWN_FOR_NONE = {"lengthscale": "sqrt(D)", "likelihood": "gaussian for regression, probit for binary",
-                  "batch_size": "full batch"}  # fmt: skip
+                  "batch_size": "full batch", "target": "y for an .npz"}  # fmt: skip
 """What the help states as the default of an option whose default is None."""
 KERNEL_OPTIONS = ("kernel", "kernel_variance", "lengthscale")
 
@@ -105,7 +109,7 @@ def add_options(parser: Any, names: Iterable[str], batch_note: str = "", **defau
 
 def add_common_arguments(parser: argparse.ArgumentParser, method: str) -> None:
     """Data, seed, precision and output: every method."""
-    add_options(parser, ("data", "split", "seed", "dtype"))
+    add_options(parser, ("data", "target", "split", "seed", "dtype"))
     group = parser.add_argument_group("output")
     add(group, "out", None, "output folder", "runs/<method>-<data>-<split>", type=Path, metavar="DIR")
     group.add_argument("--restart", action="store_true", help="discard the checkpoints in --out and start afresh")
@@ -175,7 +179,7 @@ def start(args: argparse.Namespace, check: Callable[[dict], None], noise: float,
     check(opts)
     name = name or opts["data"]
     try:
-        ds = data.load_dataset(name, opts["split"])
+        ds = data.load_dataset(name, opts["split"], opts["target"])
     except ValueError as err:
         raise ValueError(f"--data {name!r} (--split {opts['split']}): {err}") from None
     kind = f"--data: {ds.name} is a {ds.task} dataset"
@@ -264,7 +268,54 @@ def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
     (``standardizer.<name>``)."""
     leaves = {k: jax.tree_util.tree_flatten_with_path(v)[0] for k, v in params.items()}
     arrays = {k + jax.tree_util.keystr(path): np.asarray(a) for k, found in leaves.items() for path, a in found}
-    return results.npz_file({**arrays, **{f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}})
+    return results.npz_file({**arrays, **standardizer_arrays(d)})
+
+
+def nested_params(arrays: Mapping[str, np.ndarray], templates: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`params_file`'s flattening: each site of ``templates`` (site -> a pytree of the
+    site's structure, e.g. a network's initial weights) rebuilt from its ``<site><path>`` arrays; other sites as
+    they are.
+
+    Raises:
+        ValueError: an array of a templated site is missing or has another shape.
+    """
+    nested = {k: v for k, v in arrays.items() if not any(k.startswith(site) for site in templates)}
+    for site, template in templates.items():
+        found, treedef = jax.tree_util.tree_flatten_with_path(template)
+        leaves = []
+        for path, like in found:
+            name = site + jax.tree_util.keystr(path)
+            if name not in arrays or np.shape(arrays[name]) != np.shape(like):
+                got = np.shape(arrays[name]) if name in arrays else "nothing"
+                raise ValueError(f"params.npz: expected {name} of shape {np.shape(like)}, got {got}")
+            leaves.append(arrays[name])
+        nested[site] = jax.tree_util.tree_unflatten(treedef, leaves)
+    return nested
+
+
+POSTERIOR_FLOPS = 10**11
+"""Budget of the predictive log-likelihood of an SVI fit's posterior.nc: draws x N x M^2 (IDSGP: x M^3, a
+factorisation per input), with 10 to 100 draws."""
+
+
+def svi_posterior(gp: Any, params: Mapping[str, Any], d: Data) -> Any:
+    """posterior.nc of a fit by SVI: draws of q(u) (sgpr, gpr: of the optimal q*(u), :meth:`as_svgp`; IDSGP: of
+    every input's own q(u | x_n), used but not kept), the hyperparameters' point estimates, the ``"predictive"``
+    log-likelihood of every training point (:data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`, what
+    ``compare`` reads), posterior predictive draws of y and the observed y, standardised units."""
+    model, params = gp.as_svgp(params, d.X, d.y) if hasattr(gp, "as_svgp") else (gp, params)
+    per_input = isinstance(model, IDSGP)
+    model = replace(model, batch_size=None)  # u of every training input, not of a minibatch
+    M = model.num_inducing
+    cost = d.X.shape[0] * (M**3 if per_input else M**2)
+    draws = int(np.clip(POSTERIOR_FLOPS // cost, 10, 100))
+    return diagnostics.from_svi(model, params, d.X, d.y, num_draws=draws, log_likelihood_of="predictive",
+                                local=("u",) if per_input else ())  # fmt: skip
+
+
+def standardizer_arrays(d: Data) -> dict[str, np.ndarray]:
+    """The standardisation as ``standardizer.<name>`` arrays (params.npz, posterior.nc's constant_data)."""
+    return {f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}
 
 
 def scores(m: Mapping[str, float], d: Data, regression: Sequence[str], binary: Sequence[str], sep: str = "  ",

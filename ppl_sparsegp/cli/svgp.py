@@ -8,17 +8,19 @@ resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
 import optax
 
 from ppl_sparsegp.cli import run as shared
+from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.run import DEFAULTS, Data
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
+from ppl_sparsegp.posterior import diagnostics
 
 CHECKPOINT = "checkpoint.npz"
 NOISE_VARIANCE = DEFAULTS.noise_variance
@@ -45,14 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         shared.add_options(parser, ("batch_size",))
 
 
+def svgp_model(opts: Mapping[str, Any], parts: dict[str, Any], num_outputs: int, batch_size: int | None = None) -> SVGP:
+    """The SVGP of options ``opts`` (``--whiten``, ``--q-diag``) from its ``kernel``, ``likelihood`` and ``Z``."""
+    return SVGP(**parts, num_latent=num_outputs, whiten=opts["whiten"], q_diag=opts["q_diag"], batch_size=batch_size)
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> SVGP:
-        batch = shared.batch(opts, d.X.shape[0])
-        return SVGP(
-            **parts, num_latent=d.ds.num_outputs, whiten=opts["whiten"], q_diag=opts["q_diag"], batch_size=batch
-        )
+        return svgp_model(opts, parts, d.ds.num_outputs, shared.batch(opts, d.X.shape[0]))
 
     return fit_by_svi(args, argv, build)
+
+
+def model_from_run(opts: Mapping[str, Any], stored: StoredRun) -> tuple[SVGP, dict[str, Any]]:
+    """The fitted SVGP of a saved run and its parameters (:func:`ppl_sparsegp.cli.load.load_run`)."""
+    return svgp_model(opts, stored.parts(), stored.num_outputs), stored.arrays
 
 
 def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..., Any], regression_only=None) -> dict:
@@ -87,6 +96,11 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
         "steps_per_second": fit.steps_per_second, "predict_seconds": predict_seconds, **extra,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
+    files = {"params.npz": shared.params_file(fit.params, d)}
+    posterior = shared.svi_posterior(gp, fit.params, d)
+    if posterior is not None:
+        files["posterior.nc"] = diagnostics.netcdf_file(posterior)
+        record["files"]["posterior"] = "posterior.nc"
     resumed = f", resumed from step {resumed_from}" if resumed_from else ""
     scored = shared.scores(m, d, ("rmse", "mae", "nlpd"), ("accuracy", "nll", "ece", "auc"), units="")
     if d.ds.task == "regression":
@@ -98,4 +112,4 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
         f"  {scored}",
     ]  # fmt: skip
     figure = d.plot(fit.losses, mean, var, curve)
-    return shared.finish(opts, d, argv, record, {"params.npz": shared.params_file(fit.params, d)}, figure, summary)
+    return shared.finish(opts, d, argv, record, files, figure, summary)

@@ -13,6 +13,7 @@ Groups written (ArviZ conventions, so ``az.summary``, ``az.rhat``, ``az.ess``, `
 * ``posterior_predictive``: ``"y"`` drawn once per posterior draw at the training inputs, from the draw's
   marginal p(f(x_n) | draw) and the likelihood.
 * ``observed_data``: ``"y"``.
+* ``constant_data`` (:func:`with_constant_data`): fixed inputs of the model, e.g. a fixed Z.
 
 ArviZ 0.x builds an ``az.InferenceData``; ArviZ >= 1.0 (Python >= 3.12) an ``xarray.DataTree`` with the same
 groups, which its functions take in place of InferenceData.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,9 @@ import numpy as np
 import xarray as xr
 from numpyro.infer import MCMC
 
-from ppl_sparsegp import results
+from ppl_sparsegp import results, validation
 from ppl_sparsegp.infer.mcmc import MCMCResult
+from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.numpyro.distributions import observation_distribution
 from ppl_sparsegp.posterior.predict import guide_draws
 
@@ -135,7 +137,7 @@ def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[s
     """``fn(draw, index)`` over every draw of [C, S, ...] samples -> [C, S, ...]."""
     C, S = next(iter(samples.values())).shape[:2]
     flat = {k: jnp.asarray(v).reshape((C * S, *v.shape[2:])) for k, v in samples.items()}
-    fixed = {k: jnp.asarray(v) for k, v in (params or {}).items()}
+    fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
     out = jax.jit(lambda d: jax.lax.map(lambda x: fn({**fixed, **x[0]}, x[1]), (d, jnp.arange(C * S)), batch_size=64))(
         flat
     )
@@ -144,6 +146,14 @@ def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[s
 
 def _observation_dims(y: Array) -> list[str]:
     return ["obs"] if np.ndim(y) == 1 else ["obs", "output"]
+
+
+LOG_LIKELIHOODS = ("potential", "predictive")
+"""What a ``log_likelihood`` group holds per draw and data point: the model's own factor of y_n given the draw
+(``"potential"``, :meth:`pointwise_log_likelihood`; for SVGP/SGPMC log φ(y_n | u, θ) = E_{p(f_n | u, θ)}[log
+p(y_n | f_n)], the factor the sampler targets), or the predictive density of y_n given the draw, f_n integrated
+out (``"predictive"``: log ∫ p(y_n | f) p(f | draw, x_n) df, :meth:`predict_log_density`), which every model has
+and which puts PSIS-LOO of different methods on one footing (``ppl-sparsegp compare``)."""
 
 
 def _data_groups(
@@ -155,14 +165,18 @@ def _data_groups(
     key: Array,
     log_likelihood: bool | None,
     posterior_predictive: bool,
+    log_likelihood_of: str = "potential",
 ) -> dict[str, Any]:
+    validation.check_choice("log_likelihood_of", log_likelihood_of, LOG_LIKELIHOODS)
     X, y = jnp.asarray(X), jnp.asarray(y)
     groups: dict[str, Any] = {"observed_data": {"y": np.asarray(y)}}
     if log_likelihood is not False:
+        if log_likelihood_of == "predictive":
+            pointwise = lambda d: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
+        else:
+            pointwise = lambda d: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
         try:
-            groups["log_likelihood"] = {
-                "y": _per_draw(lambda d, _: model.pointwise_log_likelihood(d, X, y), samples, params)
-            }
+            groups["log_likelihood"] = {"y": _per_draw(lambda d, _: pointwise(d), samples, params)}
         except NotImplementedError:
             if log_likelihood:
                 raise
@@ -211,6 +225,7 @@ def from_mcmc(
     key: Array | None = None,
     log_likelihood: bool | None = None,
     posterior_predictive: bool = True,
+    log_likelihood_of: str = "potential",
 ) -> Any:
     """InferenceData for an MCMC run (NUTS, HMC or an SG-MCMC kernel) of a model from :mod:`ppl_sparsegp.models`.
 
@@ -222,11 +237,14 @@ def from_mcmc(
         key: PRNG key for the posterior predictive draws (default key 0).
         log_likelihood: None (include when the model has pointwise terms), True (require) or False.
         posterior_predictive: include posterior predictive draws of y at X.
+        log_likelihood_of: what the log_likelihood group holds, ``"potential"`` or ``"predictive"``
+            (:data:`LOG_LIKELIHOODS`); recorded as the attribute ``log_likelihood``.
     """
     samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
-    groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive)
+    groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
     dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y)}
+    attrs = {**attrs, "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
 
 
@@ -240,18 +258,56 @@ def from_svi(
     key: Array | None = None,
     log_likelihood: bool | None = None,
     posterior_predictive: bool = True,
+    log_likelihood_of: str = "potential",
+    local: Collection[str] = (),
 ) -> Any:
     """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain.
 
-    Hyperparameters with priors appear at their point estimates (the guide's point masses); u at draws of q(u).
+    u at draws of q(u); the hyperparameters at their point estimates (constant over the draws; the attribute
+    ``point_estimates`` names them). ``local``: sites with one value per data point (IDSGP's u [N, M]) that are
+    drawn for the log-likelihood and the predictive but not kept in the posterior group. Other arguments as
+    :func:`from_mcmc`.
     """
     key = jax.random.PRNGKey(0) if key is None else key
     draw_key, data_key = jax.random.split(key)
     draws = guide_draws(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y), key=draw_key)
     samples = {k: v[None] for k, v in draws.items()}
-    groups = _data_groups(model, samples, X, y, params, data_key, log_likelihood, posterior_predictive)
-    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y)}
-    return to_inference_data(samples, dims=dims, attrs={"engine": "SVI"}, **groups)
+    groups = _data_groups(
+        model, samples, X, y, params, data_key, log_likelihood, posterior_predictive, log_likelihood_of
+    )
+    points = [s for s in model.hyperparameter_sites() if s in params and s not in samples]
+    kept = {k: v for k, v in samples.items() if k not in local}
+    kept.update({s: np.broadcast_to(np.asarray(params[s]), (1, num_draws, *np.shape(params[s]))) for s in points})
+    dims = {**site_dims(kept, np.shape(X)[1]), "y": _observation_dims(y)}
+    attrs = {"engine": "SVI", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
+             "point_estimates": ", ".join(points)}  # fmt: skip
+    return to_inference_data(kept, dims=dims, attrs=attrs, **groups)
+
+
+def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array, **options: Any) -> Any:
+    """InferenceData of any engine's result (``psg.to_inference_data``): :func:`from_svi` for an ``SVIResult``
+    (:func:`ppl_sparsegp.infer.svi.fit_svi`, its fitted ``params``), :func:`from_mcmc` for an ``MCMCResult`` or a
+    ``numpyro.infer.MCMC`` that has run; ``options`` go to that function.
+
+    Raises:
+        ValueError: ``fit`` is none of these.
+    """
+    if isinstance(fit, SVIResult):
+        return from_svi(model, fit.params, X, y, **options)
+    if isinstance(fit, MCMCResult | MCMC):
+        return from_mcmc(fit, model, X, y, **options)
+    raise ValueError(f"fit: expected an SVIResult, an MCMCResult or a numpyro.infer.MCMC, got {type(fit).__name__}")
+
+
+def with_constant_data(idata: Any, arrays: Mapping[str, Array]) -> Any:
+    """``idata`` with a ``constant_data`` group of ``arrays`` (name -> array: fixed inputs of the model such as a
+    fixed Z, the data's standardisation), which :func:`ppl_sparsegp.cli.load.load_run` reads back."""
+    group = _dataset(arrays, {}, [])
+    if ARVIZ_MAJOR >= 1:
+        idata["constant_data"] = xr.DataTree(group)
+    else:
+        idata.add_groups(constant_data=group)
+    return idata
 
 
 def save(idata: Any, path: str | os.PathLike) -> Path:

@@ -107,11 +107,13 @@ class BSGPFit:
         key = self._key(key)
         return posterior_predictive(self.model, self.mcmc.flat_samples(), X_new, standardizer=standardizer, key=key)
 
-    def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000) -> tuple[Any, list[str]]:
+    def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000,
+                       log_likelihood_of: str = "potential") -> tuple[Any, list[str]]:  # fmt: skip
         """ArviZ InferenceData of the kept draws (standardised units) and the names of its groups.
 
         The shallow model's sites get :mod:`ppl_sparsegp.posterior.diagnostics`' dims and, when N x draws x
-        outputs <= ``max_log_likelihood``, a ``log_likelihood`` group; the deep model's ``layer<l>.Z``, ``.u`` and
+        outputs <= ``max_log_likelihood``, a ``log_likelihood`` group (``log_likelihood_of``: see
+        :data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`); the deep model's ``layer<l>.Z``, ``.u`` and
         ``.kernel.lengthscale`` get the widths' dims (F^0 = X is input_dim, F^l hidden<l>, F^L latent).
         """
         result, model = self.mcmc, self.model
@@ -120,7 +122,9 @@ class BSGPFit:
             entries = X.shape[0] * result.num_chains * result.num_draws * (1 if y.ndim == 1 else y.shape[1])
             with_ll = entries <= max_log_likelihood
             ll = None if with_ll else False
-            idata = diagnostics.from_mcmc(result, model, X, y, log_likelihood=ll, posterior_predictive=False)
+            idata = diagnostics.from_mcmc(
+                result, model, X, y, log_likelihood=ll, posterior_predictive=False, log_likelihood_of=log_likelihood_of
+            )
             return idata, groups + (["log_likelihood"] if with_ll else [])
         width = {0: "input_dim", model.num_layers: "latent"}
         dims = {"y": ["obs"] if y.ndim == 1 else ["obs", "output"]}

@@ -193,6 +193,7 @@ def test_help_lists_every_option_with_its_default(capsys):
     text = " ".join(capsys.readouterr().out.split())
     options = [
         "--data",
+        "--target",
         "--split",
         "--inducing",
         "--init",

@@ -98,7 +98,8 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert np.all(noise == noise.flat[0]) and noise.flat[0] < 1.0
     assert idata.log_likelihood["y"].shape == (1, 4, 246)
     assert np.all(np.isfinite(idata.log_likelihood["y"].values)) and "lp" in idata.sample_stats
-    assert record["files"]["posterior_groups"] == ["posterior", "sample_stats", "observed_data", "log_likelihood"]
+    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data"]
+    assert record["files"]["posterior_groups"] == groups
 
     # the checkpoint was written for these settings: another Z prior in the same folder is refused, uncompiled
     before = (folder / "results.json").read_text()
@@ -223,7 +224,7 @@ def test_two_layer_bsgp_on_diabetes(tmp_path):
     record = fit(folder, "--layers", "2", "--z-prior", "uniform", *TINY, "--quiet")
     assert record["layers"] == 2 and record["data"] == "embedded/diabetes"
     assert math.isfinite(record["metrics"]["mnll"]) and record["updates_per_second"] > 0
-    assert record["files"]["posterior_groups"] == ["posterior", "sample_stats", "observed_data"]
+    assert record["files"]["posterior_groups"] == ["posterior", "sample_stats", "observed_data", "constant_data"]
     idata = diagnostics.load(folder / "posterior.nc")
     post = idata.posterior
     assert post["layer0.Z"].dims == ("chain", "draw", "inducing_point", "input_dim")

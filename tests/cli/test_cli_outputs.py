@@ -250,7 +250,7 @@ def test_a_write_failing_midway_leaves_the_old_outputs_byte_identical(tmp_path, 
     folder = tmp_path / "out"
     assert main(command("sgpr", folder)) == 0
     old = files(folder, but=("checkpoint.npz",))
-    assert set(old) == {"params.npz", "fit.png", "results.json"}
+    assert set(old) == {"params.npz", "posterior.nc", "fit.png", "results.json"}
 
     def full_disk(self, *args, **kwargs):  # the figure is written after params.npz
         raise OSError(errno.ENOSPC, "No space left on device")

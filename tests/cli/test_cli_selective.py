@@ -21,7 +21,7 @@ from ppl_sparsegp.cli import selective as cli_selective
 
 TINY = ("--candidates", "20", "--pre-steps", "50", "--selection-steps", "30", "--post-steps", "30", "--no-progress")
 CHECKPOINTS = [f"selective_{phase}.npz" for phase in ("pre", "selection", "post")]
-OUTPUTS = {"results.json", "params.npz", "selection.npz", "fit.png", *CHECKPOINTS}
+OUTPUTS = {"results.json", "params.npz", "posterior.nc", "selection.npz", "fit.png", *CHECKPOINTS}
 
 
 @pytest.fixture

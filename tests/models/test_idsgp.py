@@ -96,6 +96,20 @@ def test_a_constant_network_predicts_as_svgp():
         np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
+def test_given_a_draw_of_each_inputs_u_it_predicts_as_svgp_given_that_u():
+    """With Z(x) = Z for every input, f(x_n) given a draw u_n is SVGP's p(f(x_n) | u = u_n), input by input."""
+    gp = _constant(IDSGP(_kernel(), Gaussian(0.3), input_dim=D, num_inducing=M))
+    svgp, _ = _svgp(Gaussian(0.3))
+    X_new = RNG.uniform(-3.0, 3.0, (5, D))
+    u = RNG.standard_normal((5, M))
+    mean, var = gp.predict_f({**_params(gp), "u": u}, X_new)
+    for n in range(5):
+        m_n, v_n = svgp.predict_f({"u": u[n][None]}, X_new[n : n + 1])
+        np.testing.assert_allclose([mean[n], var[n]], [m_n[0], v_n[0]], rtol=1e-10)
+    with pytest.raises(ValueError, match=r"params\['u'\]: expected one u per input, \[5, 3\]"):
+        gp.predict_f({**_params(gp), "u": u[:4]}, X_new)
+
+
 def test_the_prior_of_f_does_not_depend_on_the_network():
     """T1: with q(u | x) = p(u | x) the marginal of f(x) is the GP prior N(0, k(x, x)), whatever Z(x) is."""
     gp = IDSGP(_kernel(), Gaussian(0.3), input_dim=D, num_inducing=M, hidden=(5,))

@@ -11,6 +11,7 @@ import xarray as xr
 from numpyro.infer import MCMC, NUTS
 from scipy.special import logsumexp
 
+import ppl_sparsegp as psg
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.data import Standardizer
@@ -173,3 +174,53 @@ def test_predict_rejects_mismatched_inputs(problem):
         predict.posterior_predictive(model, samples, X)
     with pytest.raises(ValueError, match="y_new"):
         predict.log_predictive_density(model, {"u": np.zeros((4, 1, 5))}, X, y[:3])
+
+
+@pytest.fixture(scope="module")
+def svi_fit(problem):
+    X, y, model = problem
+    svgp = SVGP(kernel=model.kernel, likelihood=model.likelihood, Z=model.Z)
+    fit = fit_svi(svgp.model, svgp.guide, X, y, optimizer=optax.adam(0.05), num_steps=100, progress=False)
+    return svgp, fit.params
+
+
+def test_the_predictive_log_likelihood_of_a_draw_integrates_f_out(problem, svi_fit):
+    """log_likelihood_of="predictive" holds log N(y_n | mean_n(u), var_n(u) + σ²) for each draw u of q(u), and
+    the hyperparameters appear at their point estimates, constant over the draws."""
+    X, y, _ = problem
+    svgp, params = svi_fit
+    idata = diagnostics.from_svi(svgp, params, X, y, num_draws=7, log_likelihood_of="predictive")
+    assert idata.log_likelihood.attrs["log_likelihood"] == "predictive"
+    assert idata.log_likelihood["y"].shape == (1, 7, 30)
+    draw = {**params, "u": jnp.asarray(idata.posterior["u"].values[0, 3])}
+    mean, var = svgp.predict_f(draw, X)
+    scale = np.sqrt(np.asarray(var) + float(params["likelihood.variance"]))
+    expected = -0.5 * np.log(2 * np.pi * scale**2) - 0.5 * ((np.asarray(y) - np.asarray(mean)) / scale) ** 2
+    np.testing.assert_allclose(idata.log_likelihood["y"].values[0, 3], expected, rtol=1e-10)
+    lengthscales = idata.posterior["kernel.lengthscale"].values
+    np.testing.assert_array_equal(lengthscales, np.broadcast_to(params["kernel.lengthscale"], (1, 7, 2)))
+    assert "kernel.lengthscale" in idata.posterior.attrs["point_estimates"]
+    with pytest.raises(ValueError, match="log_likelihood_of"):
+        diagnostics.from_svi(svgp, params, X, y, num_draws=2, log_likelihood_of="exact")
+
+
+def test_local_sites_are_drawn_for_the_log_likelihood_but_not_kept(problem, svi_fit):
+    X, y, _ = problem
+    svgp, params = svi_fit
+    idata = diagnostics.from_svi(svgp, params, X, y, num_draws=4, log_likelihood_of="predictive", local=("u",))
+    assert "u" not in idata.posterior and "kernel.variance" in idata.posterior
+    assert idata.log_likelihood["y"].shape == (1, 4, 30)
+
+
+def test_to_inference_data_takes_the_result_of_either_engine(problem, svi_fit):
+    """psg.to_inference_data dispatches on the result: an SVIResult to from_svi, an MCMC run to from_mcmc."""
+    X, y, model = problem
+    svgp, _ = svi_fit
+    fit = fit_svi(svgp.model, svgp.guide, X, y, optimizer=optax.adam(0.05), num_steps=5, progress=False)
+    from_svi = psg.to_inference_data(fit, svgp, X, y, num_draws=3)
+    assert from_svi.posterior.attrs["engine"] == "SVI" and from_svi.posterior["u"].shape[:2] == (1, 3)
+    mcmc = MCMC(NUTS(model.model, max_tree_depth=2), num_warmup=3, num_samples=4, progress_bar=False)
+    mcmc.run(jax.random.PRNGKey(0), X, y)
+    assert psg.to_inference_data(mcmc, model, X, y).posterior["u"].shape[:2] == (1, 4)
+    with pytest.raises(ValueError, match="fit: expected an SVIResult, an MCMCResult or a numpyro.infer.MCMC"):
+        psg.to_inference_data({"u": 1}, model, X, y)
