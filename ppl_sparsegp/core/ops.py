@@ -238,9 +238,22 @@ def failure_message(level: float) -> str:
     )
 
 
+COMPILED_FAILURE = (
+    " This factorisation ran inside a compiled program (an SVI step, an MCMC proposal or NUTS's search for a step "
+    "size), where it returns NaN rather than raising: an MCMC proposal through it has non-finite energy and is "
+    "rejected (a divergence if it comes after warmup; the chain keeps its last state, so the draws are not "
+    "corrupted), and fit_svi stops with NonFiniteLossError. A run that ends without an error is unaffected; many "
+    "such warnings mean the sampler is exploring hyperparameters where K is singular (tighten their priors)."
+)
+"""What a failed factorisation inside a compiled program means for the result (appended to its warning)."""
+
+
 def warn_jitter(level: float, ok: bool) -> None:
-    """The :class:`JitterWarning` of an escalation that ended at ``level``, successfully or not."""
-    warnings.warn((jitter_message if ok else failure_message)(level), JitterWarning, stacklevel=3)
+    """The :class:`JitterWarning` of an escalation inside a compiled program (the jax backend's) that ended at
+    ``level``, successfully or not; a failure's warning says what it means for the result (:data:`COMPILED_FAILURE`).
+    """
+    message = jitter_message(level) if ok else failure_message(level) + COMPILED_FAILURE
+    warnings.warn(message, JitterWarning, stacklevel=3)
 
 
 def cholesky(A: Array, jitter: float | None = None) -> Array:

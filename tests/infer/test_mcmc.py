@@ -15,6 +15,7 @@ import pytest
 from numpyro.infer import NUTS
 from numpyro.infer.mcmc import MCMCKernel
 
+from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import progress
 from ppl_sparsegp.infer.mcmc import DivergingChainError, init_from_svi, run_mcmc
 from ppl_sparsegp.infer.svi import fit_svi
@@ -253,3 +254,23 @@ def test_engines_by_name_and_plain_hmc_runs(data):
     reference.run(jax.random.PRNGKey(1), data)
     assert np.std(ours.samples["mu"]) > 0.02
     np.testing.assert_allclose(ours.samples["mu"][0], reference.get_samples()["mu"], rtol=1e-9)
+
+
+def _factorised_beyond_two(X=None):
+    """x ~ N(0, 1) and a factor through the Cholesky of a matrix that is NaN where x > 2 (a proposal there fails)."""
+    x = numpyro.sample("x", dist.Normal(0.0, 1.0))
+    A = jnp.eye(2) * jnp.where(x > 2.0, jnp.nan, 1.0 + x**2)
+    numpyro.factor("through_cholesky", jnp.sum(jnp.log(jnp.diagonal(ops.cholesky(A)))))
+
+
+def test_a_failed_cholesky_inside_mcmc_is_a_rejected_proposal_and_its_warning_says_so():
+    """issue 27 §5: the JitterWarning raised from inside JAX says where it happened and what it means, and what it
+    says holds: the proposals through the failed factorisation are rejected, every kept draw is finite and below 2."""
+    with pytest.warns(ops.JitterWarning) as record:
+        result = run_mcmc(NUTS(_factorised_beyond_two), num_warmup=300, num_samples=600, key=jax.random.PRNGKey(1))
+    failures = [str(w.message) for w in record if "failed" in str(w.message)]
+    assert failures, "no proposal reached x > 2"
+    assert all("inside a compiled program" in m and "is rejected" in m for m in failures)
+    draws = np.asarray(result.samples["x"])
+    assert np.all(np.isfinite(draws)) and draws.max() <= 2.0
+    assert np.all(np.isfinite(result.extra_fields["potential_energy"]))
