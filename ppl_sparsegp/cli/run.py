@@ -302,15 +302,17 @@ def svi_posterior(gp: Any, params: Mapping[str, Any], d: Data) -> Any:
     """posterior.nc of a fit by SVI: draws of q(u) (sgpr, gpr: of the optimal q*(u), :meth:`as_svgp`; IDSGP: of
     every input's own q(u | x_n), used but not kept), the hyperparameters' point estimates, the ``"predictive"``
     log-likelihood of every training point (:data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`, what
-    ``compare`` reads), posterior predictive draws of y and the observed y, standardised units."""
+    ``compare`` reads; none for IDSGP, see :data:`ppl_sparsegp.cli.compare.NOT_COMPARED`), posterior predictive
+    draws of y and the observed y, standardised units."""
     model, params = gp.as_svgp(params, d.X, d.y) if hasattr(gp, "as_svgp") else (gp, params)
     per_input = isinstance(model, IDSGP)
     model = replace(model, batch_size=None)  # u of every training input, not of a minibatch
     M = model.num_inducing
     cost = d.X.shape[0] * (M**3 if per_input else M**2)
     draws = int(np.clip(POSTERIOR_FLOPS // cost, 10, 100))
+    per_input_options = {"log_likelihood": False, "local": ("u",)} if per_input else {}
     return diagnostics.from_svi(model, params, d.X, d.y, num_draws=draws, log_likelihood_of="predictive",
-                                local=("u",) if per_input else ())  # fmt: skip
+                                **per_input_options)  # fmt: skip
 
 
 def standardizer_arrays(d: Data) -> dict[str, np.ndarray]:

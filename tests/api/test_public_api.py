@@ -2,7 +2,6 @@
 
 import numpy as np
 import optax
-from sklearn.datasets import load_diabetes
 
 import ppl_sparsegp as psg
 
@@ -36,17 +35,3 @@ def test_unknown_names_raise_attribute_error():
         assert "SVGPP" in str(err)
     else:
         raise AssertionError("psg.SVGPP resolved")
-
-
-def test_pandas_frames_and_series_are_taken_where_arrays_are():
-    frame = load_diabetes(as_frame=True).frame
-    X, y = frame.drop(columns=["target"]), frame["target"]
-    X, y = (X - X.mean()) / X.std(), (y - y.mean()) / y.std()
-    gp = psg.SVGP(
-        kernel=psg.kernels.RBF(lengthscale=np.ones(10)), likelihood=psg.likelihoods.Gaussian(), Z=psg.kmeans(X, 8)
-    )
-    res = psg.fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.02), num_steps=50, validate=gp.check_data)
-    from_frame = gp.predict_y(res.params, X.iloc[:5])
-    from_array = gp.predict_y(res.params, X.to_numpy()[:5])
-    np.testing.assert_array_equal(from_frame[0], from_array[0])
-    assert np.isfinite(res.losses).all()

@@ -163,7 +163,7 @@ def test_a_run_predicting_from_its_data_refuses_other_data(fitted, tmp_path):
         run.predict(np.zeros((2, 10)))
 
 
-COMPARED = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "selective", "idsgp")
+COMPARED = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "selective")
 """Runs on the same data whose posterior.nc carries the predictive log-likelihood."""
 
 
@@ -181,6 +181,8 @@ def test_compare_ranks_runs_of_every_method_by_psis_loo(fitted, tmp_path, capsys
     assert np.isclose(sum(row["weight"] for row in ranks), 1.0)
     for name in names:  # a warning line exactly for the runs with points beyond their Pareto-k limit
         assert (f"warning: {name}: " in printed) == (summary["pareto_k_above_limit"][name] > 0)
+    notes = {name for name in names if f"note: {name} is a fit by SVI" in printed}
+    assert notes == {fitted[m].name for m in ("svgp", "sgpr", "gpr", "selective")}
     assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -191,6 +193,7 @@ def test_compare_ranks_runs_of_every_method_by_psis_loo(fitted, tmp_path, capsys
         ("twice", "RUN_DIR: a run is named twice"),
         ("other data", "RUN_DIR: {svgp} and {svgp-binary} were fitted on different data (data 'embedded/diabetes'"),
         ("no predictive log-likelihood", "RUN_DIR: {bsgp-deep}/posterior.nc has no predictive log-likelihood"),
+        ("idsgp", "RUN_DIR: {idsgp} is an idsgp run, which compare cannot rank: its q(u | x) comes from a network"),
     ],
 )
 def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path, capsys):
@@ -199,6 +202,7 @@ def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path,
         "twice": ["svgp", "svgp"],
         "other data": ["svgp", "svgp-binary"],
         "no predictive log-likelihood": ["bsgp", "bsgp-deep"],
+        "idsgp": ["svgp", "idsgp"],
     }[case]
     out = tmp_path / "cmp"
     assert main(["compare", *(str(fitted[name]) for name in runs), "--out", str(out)]) == 2
