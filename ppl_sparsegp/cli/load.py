@@ -28,7 +28,7 @@ from ppl_sparsegp import data, results
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.posterior import diagnostics
-from ppl_sparsegp.posterior.predict import posterior_predictive
+from ppl_sparsegp.posterior.predict import draw_moments, mixture_moments
 
 STANDARDIZER = "standardizer."
 """Prefix of the standardisation's arrays in params.npz and in posterior.nc's constant_data."""
@@ -147,12 +147,8 @@ class Run:
         return self.scaler.inverse_mean(mean), self.scaler.inverse_var(var)
 
     def _predict_std(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.draws is not None:
-            key = self.key if hasattr(self.model, "num_layers") else None  # a deep model's inner-layer draws
-            pred = posterior_predictive(self.model, self.draws, X, params=self.params, key=key, **self._training)
-            return np.asarray(pred.y_mean), np.asarray(pred.y_var)
-        predict, params, training = self._predictor
-        mean, var = predict(params, jnp.asarray(X), training)
+        predict, state, training = self._predictor
+        mean, var = predict(state, jnp.asarray(X), training)
         return np.asarray(mean), np.asarray(var)
 
     @property
@@ -163,11 +159,21 @@ class Run:
         return dict(zip(("X", "y"), self.stored.training(), strict=True))
 
     @cached_property
-    def _predictor(self) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-        """The compiled ``predict_y`` of a point fit, its parameters and the training data it reads. An SGPR is
-        turned once into the SVGP of its optimal q*(u) (:meth:`SGPR.as_svgp`, the same equations), so that every
-        chunk costs O(chunk M²) rather than the O(N M²) of recomputing q*(u) from the training data."""
+    def _predictor(self) -> tuple[Any, Any, dict[str, Any]]:
+        """The predictor compiled once for every chunk of one size, its state and the training data it reads: the
+        mixture over the draws of an MCMC run (``key``: a deep model's inner-layer draws), else the point fit's
+        ``predict_y``. An SGPR is turned once into the SVGP of its optimal q*(u) (:meth:`SGPR.as_svgp`, the same
+        equations), so that every chunk costs O(chunk M²) rather than the O(N M²) of recomputing q*(u)."""
         model, params, training = self.model, self.params, self._training
+        if self.draws is not None:
+            key = self.key if hasattr(model, "num_layers") else None
+
+            def mixture(state: tuple, X: jax.Array, data: dict) -> tuple[jax.Array, jax.Array]:
+                draws, fixed = state
+                _, _, y_mean, y_var = draw_moments(model, draws, X, params=fixed, key=key, **data)
+                return mixture_moments(y_mean, y_var)
+
+            return jax.jit(mixture), (self.draws, params), training
         if isinstance(model, SGPR):
             model, params = model.as_svgp(params, training["X"], training["y"])
             training = {}

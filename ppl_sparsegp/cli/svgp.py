@@ -96,11 +96,9 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
         "steps_per_second": fit.steps_per_second, "predict_seconds": predict_seconds, **extra,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    files = {"params.npz": shared.params_file(fit.params, d)}
-    posterior = shared.svi_posterior(gp, fit.params, d)
-    if posterior is not None:
-        files["posterior.nc"] = diagnostics.netcdf_file(posterior)
-        record["files"]["posterior"] = "posterior.nc"
+    posterior = diagnostics.netcdf_file(shared.svi_posterior(gp, fit.params, d))
+    files = {"params.npz": shared.params_file(fit.params, d), "posterior.nc": posterior}
+    record["files"]["posterior"] = "posterior.nc"
     resumed = f", resumed from step {resumed_from}" if resumed_from else ""
     scored = shared.scores(m, d, ("rmse", "mae", "nlpd"), ("accuracy", "nll", "ece", "auc"), units="")
     if d.ds.task == "regression":

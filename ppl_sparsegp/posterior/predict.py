@@ -99,9 +99,11 @@ def draw_moments(
     return _map_draws(one, samples, params, batch, key)
 
 
-def _mix(means: Array, variances: Array) -> tuple[np.ndarray, np.ndarray]:
+def mixture_moments(means: Array, variances: Array) -> tuple[Array, Array]:
+    """Mean and variance of the equal-weight mixture of per-draw Gaussians ``means``, ``variances`` [num_draws, ...]
+    (traceable: usable inside a compiled predictor)."""
     mean = jnp.mean(means, axis=0)
-    return np.asarray(mean), np.asarray(jnp.mean(variances + means**2, axis=0) - mean**2)
+    return mean, jnp.mean(variances + means**2, axis=0) - mean**2
 
 
 def posterior_predictive(
@@ -120,7 +122,8 @@ def posterior_predictive(
     Args: as :func:`draw_moments`; ``standardizer`` maps the results back to original units of y.
     """
     f_mean, f_var, y_mean, y_var = draw_moments(model, samples, X_new, params=params, batch=batch, key=key, **data)
-    out = PosteriorPredictive(*_mix(f_mean, f_var), *_mix(y_mean, y_var))
+    moments = (*mixture_moments(f_mean, f_var), *mixture_moments(y_mean, y_var))
+    out = PosteriorPredictive(*(np.asarray(m) for m in moments))
     if standardizer is not None:
         out = PosteriorPredictive(
             standardizer.inverse_mean(out.f_mean),
