@@ -149,6 +149,24 @@ def check_finite(name: str, x: Array) -> Array:
     return x
 
 
+def check_labels(name: str, y: Array, num_classes: int) -> Array:
+    """Check that ``y`` [N] holds class labels: whole numbers in 0 .. ``num_classes`` - 1 (as integers or floats); a
+    traced ``y`` is not checked. Returns ``y`` unchanged. Raises ``ValueError`` naming ``name`` otherwise."""
+    if _shape(y) and len(_shape(y)) != 1:
+        raise ValueError(f"{name}: expected class labels of shape [N], got shape {_shape(y)}")
+    if _is_tracer(y):
+        return y
+    values = np.asarray(y)
+    whole = np.all(np.mod(values, 1) == 0) if values.size else True
+    if not whole or (values.size and (values.min() < 0 or values.max() > num_classes - 1)):
+        shown = np.unique(values)[:8]
+        raise ValueError(
+            f"{name}: expected class labels 0..{num_classes - 1} (whole numbers) for {num_classes} classes, "
+            f"got values {shown.tolist()}{' ...' if np.unique(values).size > 8 else ''}"
+        )
+    return y
+
+
 def check_positive(name: str, value: Any) -> Any:
     """Check that ``value`` (a number or an array of any shape) is finite and strictly positive everywhere.
 

@@ -143,9 +143,12 @@ class GPModel:
     GP-LVM), whose parameter names are the model's too."""
     predicts_from_data: ClassVar[bool] = False
     """Whether :meth:`predict_f` needs the training data ``X``, ``y`` (GPR, SGPR, the collapsed GP-LVM)."""
+    multiclass: ClassVar[bool] = False
+    """Whether the model takes a multi-class likelihood (J latent functions per label: SVGP, SGPMC)."""
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
+        check_latent_functions(self, self.likelihood)
         if getattr(self, "Z", None) is not None:
             self.Z = as_float(validation.as_array(self.Z))
         names = set(self.hyperparameter_sites())
@@ -192,6 +195,8 @@ class GPModel:
         """
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
+        if y is not None and self.likelihood.latent_dim is not None:
+            validation.check_labels("y", y, self.likelihood.latent_dim)
         validation.check_keys("init_params", init_params or {}, self.parameter_names())
         names = self.hyperparameter_sites()
         given = {s: np.asarray(v) for s, v in (init_params or {}).items() if s in names}
@@ -296,13 +301,38 @@ def checked_layers(
     return Z, widths, mean_weights, kernels
 
 
-def check_output_columns(y: Array | None, num_latent: int) -> None:
-    """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y).
+def check_latent_functions(model: Any, likelihood: Likelihood) -> None:
+    """A multi-class ``likelihood`` of J classes goes only to a model that takes one (:attr:`GPModel.multiclass`)
+    and has ``num_latent`` = J latent functions.
+
+    Raises:
+        ValueError: naming ``likelihood`` or ``num_latent``.
+    """
+    J, name = likelihood.latent_dim, type(likelihood).__name__
+    if J is None:
+        return
+    if not getattr(model, "multiclass", False):
+        raise ValueError(
+            f"likelihood: {type(model).__name__} takes an elementwise likelihood; the multi-class {name} needs SVGP "
+            "or SGPMC"
+        )
+    if model.num_latent != J:
+        raise ValueError(f"num_latent: the {name} likelihood of {J} classes needs num_latent = {J}, got "
+                         f"{model.num_latent}")  # fmt: skip
+
+
+def check_output_columns(y: Array | None, num_latent: int, likelihood: Likelihood | None = None) -> None:
+    """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y); with a
+    multi-class ``likelihood``, y [N] holds one label per point.
 
     Raises:
         ValueError: naming ``y`` and ``num_latent``.
     """
     P = None if y is None else 1 if y.ndim == 1 else y.shape[1]
+    if likelihood is not None and likelihood.latent_dim is not None:
+        if y is not None and y.ndim != 1:
+            raise ValueError(f"y: expected one class label per point, shape [N], got shape {tuple(y.shape)}")
+        return
     if P not in (None, num_latent):
         raise ValueError(f"y: expected {num_latent} output column(s) (num_latent), got {P}")
 

@@ -248,7 +248,7 @@ class BayesianGPLVM(GPModel):
             )
             _, Yb = sites.batch(None, Y, idx)
             mean, var = conditionals.conditional(kernel(Z, X), Lmm, kernel.diag(X), q_mu, q_sqrt, whiten=False)
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
 
     def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors, u ~ q(u), and x_n ~ q(x_n) for the rows of the batch

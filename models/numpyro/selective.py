@@ -314,7 +314,7 @@ class SelectiveSVGP(SelectiveModel):
         ``Predictive``), f and y at every row of X given s and u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
         gp = self.ordinary
-        check_output_columns(y, gp.num_latent)
+        check_output_columns(y, gp.num_latent, gp.likelihood)
         s = sites.inclusion(self.num_candidates, self.alpha, jnp.asarray(gp.Z).dtype)
         kernel, likelihood = gp.hyperparameters()
         Z, Lmm, q_mu, q_sqrt = selected_inducing_outputs(gp, kernel, s, given_u=y is None)
@@ -324,7 +324,7 @@ class SelectiveSVGP(SelectiveModel):
         with sites.data_plate(y.shape[0], gp.batch_size, gp.num_data) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = masked_conditional(kernel(Z, Xb), Lmm, kernel.diag(Xb), s, q_mu, q_sqrt)
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         """s ~ q_λ(s), point masses of the hyperparameters with priors, and u ~ q(u_s) (the marginal of q(u))."""

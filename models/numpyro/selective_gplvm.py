@@ -106,7 +106,7 @@ class SelectiveGPLVM(SelectiveModel):
             X = sites.latent_inputs(N if idx is None else idx.shape[0], latents.latent_dim, latents.dtype)
             _, Yb = sites.batch(None, Y, idx)
             mean, var = masked_conditional(kernel(Z, X), Lmm, kernel.diag(X), s, q_mu, q_sqrt)
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
 
     def guide(self, Y: Array | None = None) -> None:
         """s ~ q_λ(s), point masses of the hyperparameters with priors, u ~ q(u_s) (the marginal of q(u)), and

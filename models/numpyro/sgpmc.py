@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -56,6 +56,7 @@ class SGPMC(GPModel):
     Z: Array = None
     num_latent: int = 1
     batch_size: int | None = None
+    multiclass: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
@@ -80,7 +81,7 @@ class SGPMC(GPModel):
         (thesis eq 5.26), on a minibatch when ``batch_size`` is set; with ``y=None`` (NumPyro's ``Predictive``), f
         and y at every row of X given v and θ as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        check_output_columns(y, self.num_latent)
+        check_output_columns(y, self.num_latent, self.likelihood)
         kernel, likelihood = self.hyperparameters()
         Z = jnp.asarray(self.Z)
         v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
@@ -90,7 +91,7 @@ class SGPMC(GPModel):
         with sites.data_plate(y.shape[0], self.batch_size) as idx:
             Xb, Yb = sites.batch(X, y, idx)
             mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")

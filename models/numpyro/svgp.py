@@ -69,6 +69,7 @@ class SVGP(GPModel):
     data_term: Literal["analytic", "sampled"] = "analytic"
 
     DATA_TERMS: ClassVar[tuple[str, ...]] = ("analytic", "sampled")
+    multiclass: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size, num_data=self.num_data)
@@ -90,7 +91,7 @@ class SVGP(GPModel):
         """u ~ p(u) and the data term of the batch as the factor ``"y"`` (see the module docstring); with ``y=None``
         (NumPyro's ``Predictive``), f and y at every row of X given u as the sites ``"f"`` and ``"y"``."""
         self.check_data(X, y)
-        check_output_columns(y, self.num_latent)
+        check_output_columns(y, self.num_latent, self.likelihood)
         kernel, likelihood = self.hyperparameters()
         Z = sites.inducing_inputs(self.Z, self.learn_Z)
         Kmm = kernel(Z)
@@ -110,7 +111,7 @@ class SVGP(GPModel):
             mean, var = conditionals.conditional(
                 Kmn, Lmm, kernel.diag(Xb), q_mu, q_sqrt, whiten=self.whiten, projection=A
             )
-            numpyro.factor("y", jnp.sum(likelihood.variational_expectation(Yb, mean, var), axis=0))
+            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors and u ~ q(u)."""
@@ -152,7 +153,7 @@ class SVGP(GPModel):
         q_mu, q_sqrt = self._q(params)
         mean, var = conditionals.inducing_conditional(kernel, Z, X, q_mu, q_sqrt, whiten=self.whiten)
         Y = y[None, :] if y.ndim == 1 else y.T
-        terms = likelihood.variational_expectation(Y, mean, var)
+        terms = likelihood.expectation_by_output(Y, mean, var)
         return terms[0] if y.ndim == 1 else terms.T
 
     def _posterior_f(

@@ -6,6 +6,8 @@ eagerly, so the jitter escalation is the ordinary Python loop of ``ops``; this m
 
 from __future__ import annotations
 
+import math
+
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,9 +33,10 @@ def stop_gradient(x: Array) -> Array:
 
 
 def special() -> SimpleNamespace:
-    """The special functions ops uses, under the names of ``scipy.special``."""
+    """The special functions ops uses, under the names of ``scipy.special``. ``ndtr`` is ``erfc(-x / sqrt 2) / 2``:
+    ``torch.special.ndtr`` returns 0 below about -8.3 in float64, where the Beta likelihood still needs Phi."""
     return SimpleNamespace(
-        ndtr=torch.special.ndtr,
+        ndtr=lambda x: 0.5 * torch.special.erfc(-x / math.sqrt(2.0)),
         log_ndtr=torch.special.log_ndtr,
         gammaln=torch.lgamma,
         logsumexp=lambda x, axis: torch.logsumexp(x, dim=axis),

@@ -18,7 +18,16 @@ from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core import kl, ops
-from ppl_sparsegp.core.likelihoods import Bernoulli, Gaussian, Likelihood, Poisson, StudentT
+from ppl_sparsegp.core.likelihoods import (
+    Bernoulli,
+    Beta,
+    Gamma,
+    Gaussian,
+    Likelihood,
+    MultiClass,
+    Poisson,
+    StudentT,
+)
 
 Array = Any
 
@@ -101,10 +110,13 @@ def _kl_inducing(q: InducingPosterior, p: InducingPrior):
 
 
 def observation_distribution(likelihood: Likelihood, f: Array) -> dist.Distribution:
-    """p(y | f) as a NumPyro distribution with batch shape ``f.shape``, for posterior predictive draws of y.
+    """p(y | f) as a NumPyro distribution with batch shape ``f.shape`` (a multi-class likelihood: ``f.shape[:-1]``,
+    f [..., J]), for posterior predictive draws of y.
 
     Gaussian: Normal(f, σ); Bernoulli: Bernoulli(link(f)); Poisson: Poisson(binsize · exp f); Student-t:
-    StudentT(df, f, scale). Each matches :meth:`~ppl_sparsegp.core.likelihoods.Likelihood.log_prob`.
+    StudentT(df, f, scale); Gamma and Exponential: Gamma(k, rate exp(-f)); Beta: Beta(s Φ(f), s (1 - Φ(f)));
+    robust-max and softmax: Categorical(p(y = k | f)). Each matches
+    :meth:`~ppl_sparsegp.core.likelihoods.Likelihood.log_prob`.
 
     Raises:
         TypeError: a likelihood class without a NumPyro counterpart here.
@@ -117,4 +129,11 @@ def observation_distribution(likelihood: Likelihood, f: Array) -> dist.Distribut
         return dist.Poisson(likelihood.conditional_mean(f))
     if isinstance(likelihood, StudentT):
         return dist.StudentT(likelihood.df, f, jnp.asarray(likelihood.scale, dtype=f.dtype))
+    if isinstance(likelihood, Gamma):
+        return dist.Gamma(jnp.asarray(likelihood.shape, dtype=f.dtype), jnp.exp(-f))
+    if isinstance(likelihood, Beta):
+        m, s = likelihood.conditional_mean(f), jnp.asarray(likelihood.scale, dtype=f.dtype)
+        return dist.Beta(s * m, s * (1.0 - m))
+    if isinstance(likelihood, MultiClass):
+        return dist.Categorical(probs=likelihood.conditional_mean(f))
     raise TypeError(f"likelihood: no NumPyro distribution of y given f for {type(likelihood).__name__}")

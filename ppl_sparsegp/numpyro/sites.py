@@ -82,11 +82,12 @@ def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, 
             layout of the conditionals).
 
     Returns:
-        The draws (f, y).
+        The draws (f, y); y [S] for a multi-class likelihood (f [S, J]).
     """
     mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
     f = numpyro.sample("f", dist.Normal(mean, jnp.sqrt(var)).to_event(mean.ndim))
-    return f, numpyro.sample("y", observation_distribution(likelihood, f).to_event(f.ndim))
+    y = observation_distribution(likelihood, f)
+    return f, numpyro.sample("y", y.to_event(f.ndim - (likelihood.latent_dim is not None)))
 
 
 def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[Array, Array]:

@@ -31,21 +31,42 @@ GAUSSIAN_PREDICTIVE = {"svgp", "sgpr", "gpr", "idsgp", "selective", "selective-u
 variance."""
 
 
-@pytest.fixture(scope="module")
-def fitted(tmp_path_factory):
-    """Every variant run once into its own folder: name -> folder."""
-    csv = tmp_path_factory.mktemp("table") / "diabetes.csv"
-    load_diabetes(as_frame=True).frame.to_csv(csv, index=False)
-    folders = {}
-    for name, (method, options) in VARIANTS.items():
-        folder = tmp_path_factory.mktemp(name)
+QUICK = ("svgp", "sgpr", "svgp-binary", "sgpr-csv")
+"""The variants the default test run fits; the others are fitted by ``make test-slow`` (a minute or more each
+between them: MCMC, selection, a network)."""
+
+
+class Runs(dict):
+    """Variant name -> its run folder, each variant run on first use (once per test process)."""
+
+    def __init__(self, tmp_path_factory):
+        super().__init__()
+        self.tmp = tmp_path_factory
+
+    def __missing__(self, name):
+        method, options = VARIANTS[name]
+        csv = self.tmp.getbasetemp() / "diabetes.csv"
+        if not csv.exists():
+            load_diabetes(as_frame=True).frame.to_csv(csv, index=False)
+        folder = self.tmp.mktemp(name)
         options = [option.format(csv=csv) for option in options]
         assert main(["fit", method, *options, "--out", str(folder), *QUIET]) == 0
-        folders[name] = folder
-    return folders
+        self[name] = folder
+        return folder
 
 
-@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """Name -> run folder, every variant run once when a test first asks for it."""
+    return Runs(tmp_path_factory)
+
+
+def variant(name):
+    """The variant as a test parameter, marked slow unless it is one of :data:`QUICK`."""
+    return pytest.param(name, marks=() if name in QUICK else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("name", [variant(name) for name in VARIANTS])
 def test_a_loaded_run_predicts_the_test_set_as_the_run_did(name, fitted):
     folder = fitted[name]
     record = json.loads((folder / "results.json").read_text())
@@ -167,6 +188,7 @@ COMPARED = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "selective")
 """Runs on the same data whose posterior.nc carries the predictive log-likelihood."""
 
 
+@pytest.mark.slow  # six runs, sgpmc, bsgp and selective among them
 def test_compare_ranks_runs_of_every_method_by_psis_loo(fitted, tmp_path, capsys):
     out = tmp_path / "cmp"
     assert main(["compare", *(str(fitted[name]) for name in COMPARED), "--out", str(out)]) == 0
@@ -192,8 +214,16 @@ def test_compare_ranks_runs_of_every_method_by_psis_loo(fitted, tmp_path, capsys
         ("one run", "RUN_DIR: compare needs at least two runs, got 1"),
         ("twice", "RUN_DIR: a run is named twice"),
         ("other data", "RUN_DIR: {svgp} and {svgp-binary} were fitted on different data (data 'embedded/diabetes'"),
-        ("no predictive log-likelihood", "RUN_DIR: {bsgp-deep}/posterior.nc has no predictive log-likelihood"),
-        ("idsgp", "RUN_DIR: {idsgp} is an idsgp run, which compare cannot rank: its q(u | x) comes from a network"),
+        pytest.param(
+            "no predictive log-likelihood",
+            "RUN_DIR: {bsgp-deep}/posterior.nc has no predictive log-likelihood",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "idsgp",
+            "RUN_DIR: {idsgp} is an idsgp run, which compare cannot rank: its q(u | x) comes from a network",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path, capsys):
@@ -207,5 +237,5 @@ def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path,
     out = tmp_path / "cmp"
     assert main(["compare", *(str(fitted[name]) for name in runs), "--out", str(out)]) == 2
     error = capsys.readouterr().err
-    assert error.startswith("error: " + message.format(**{k: str(v) for k, v in fitted.items()}))
+    assert error.startswith("error: " + message.format(**{name: str(fitted[name]) for name in runs}))
     assert not out.exists()

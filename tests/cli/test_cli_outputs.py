@@ -152,7 +152,7 @@ def test_a_pickle_planted_as_the_checkpoint_is_refused_and_never_run(method, tmp
 # A checkpoint belongs to one run
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [pytest.param(m, marks=() if m == "svgp" else pytest.mark.slow) for m in METHODS])
 def test_a_changed_run_is_refused_before_any_work_and_restart_starts_afresh(method, tmp_path, capsys, monkeypatch):
     folder = tmp_path / "out"
     assert main(command(method, folder)) == 0

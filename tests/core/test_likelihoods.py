@@ -16,6 +16,9 @@ from scipy import integrate, special, stats
 
 from ppl_sparsegp.core.likelihoods import (
     Bernoulli,
+    Beta,
+    Exponential,
+    Gamma,
     Gaussian,
     Likelihood,
     Poisson,
@@ -33,7 +36,17 @@ PROBIT = Bernoulli(link="probit")
 LOGIT = Bernoulli(link="logit")
 POISSON = Poisson(binsize=0.5)
 STUDENT = StudentT(df=3.0, scale=1.0)
-ALL = {"gaussian": GAUSS, "probit": PROBIT, "logit": LOGIT, "poisson": POISSON, "studentt": STUDENT}
+GAMMA = Gamma(shape=2.5)
+EXPONENTIAL = Exponential()
+BETA = Beta(scale=4.0)
+ALL = {"gaussian": GAUSS, "probit": PROBIT, "logit": LOGIT, "poisson": POISSON, "studentt": STUDENT,
+       "gamma": GAMMA, "exponential": EXPONENTIAL, "beta": BETA}  # fmt: skip
+
+
+def beta_means(f):
+    """The Beta likelihood's (Phi(f), Phi(-f)), each at least the smallest normal float64 as the class documents."""
+    tiny = np.finfo(np.float64).smallest_normal
+    return np.maximum(stats.norm.cdf(f), tiny), np.maximum(stats.norm.sf(f), tiny)
 
 
 def oracle_logpdf(lik: Likelihood, y, f):
@@ -45,6 +58,11 @@ def oracle_logpdf(lik: Likelihood, y, f):
         return stats.norm.logcdf(signed) if lik.link == "probit" else -np.logaddexp(0.0, -signed)
     if isinstance(lik, Poisson):
         return stats.poisson.logpmf(y, lik.binsize * np.exp(f))
+    if isinstance(lik, Gamma):
+        return stats.gamma.logpdf(y, lik.shape, scale=np.exp(f))
+    if isinstance(lik, Beta):
+        m, rest = beta_means(f)
+        return stats.beta.logpdf(y, lik.scale * m, lik.scale * rest)
     return stats.t.logpdf(y, lik.df, loc=f, scale=lik.scale)
 
 
@@ -58,6 +76,11 @@ def oracle_moments(lik: Likelihood, f):
     if isinstance(lik, Poisson):
         rate = lik.binsize * np.exp(f)
         return stats.poisson.mean(rate), stats.poisson.var(rate)
+    if isinstance(lik, Gamma):
+        return stats.gamma.mean(lik.shape, scale=np.exp(f)), stats.gamma.var(lik.shape, scale=np.exp(f))
+    if isinstance(lik, Beta):
+        a, b = (lik.scale * m for m in beta_means(f))
+        return stats.beta.mean(a, b), stats.beta.var(a, b)
     return stats.t.mean(lik.df, loc=f, scale=lik.scale), stats.t.var(lik.df, loc=f, scale=lik.scale)
 
 
@@ -88,6 +111,13 @@ MC_CASES = [
     (STUDENT, 2.5, 0.0, 1.0),
     (STUDENT, 0.3, 0.0, 4.0),
     (StudentT(df=3.0, scale=1.0, quadrature_order=100), -1.0, 1.0, 9.0),
+    (GAMMA, 1.7, 0.2, 0.3),
+    (Gamma(shape=2.5, quadrature_order=100), 0.4, -0.5, 2.0),
+    (EXPONENTIAL, 0.8, 0.0, 0.5),
+    (Exponential(quadrature_order=100), 3.0, 1.0, 2.0),
+    (BETA, 0.3, -0.4, 0.2),
+    (BETA, 0.85, 0.5, 1.0),
+    (Beta(scale=4.0, quadrature_order=100), 0.1, 0.0, 4.0),
 ]
 MC_IDS = [f"{type(c[0]).__name__}-{i}" for i, c in enumerate(MC_CASES)]
 
@@ -105,6 +135,9 @@ def test_log_prob_matches_scipy_and_broadcasts(name):
         "logit": np.array([0.0, 1.0]),
         "poisson": np.array([0.0, 1.0, 4.0, 11.0]),
         "studentt": np.array([-4.0, 0.2, 2.5]),
+        "gamma": np.array([0.1, 1.0, 6.0]),
+        "exponential": np.array([0.1, 1.0, 6.0]),
+        "beta": np.array([0.01, 0.5, 0.97]),
     }[name][:, None]
     got = lik.log_prob(y, f)
     assert got.shape == (y.shape[0], f.shape[0])
@@ -162,6 +195,9 @@ PREDICT_CASES = [
     (POISSON, 1.2, 0.3),
     (POISSON, 0.5, 1.0),
     (StudentT(df=4.0, scale=0.5), -1.0, 3.0),
+    (GAMMA, 0.3, 0.5),
+    (EXPONENTIAL, -0.2, 0.3),
+    (BETA, 0.4, 1.5),
 ]
 
 
@@ -217,6 +253,7 @@ def generic(lik: Likelihood, order: int) -> Likelihood:
 Y_REAL = np.array([0.3, -1.0, 2.0, 0.0, 1.1])
 Y_COUNT = np.array([0.0, 1.0, 3.0, 2.0, 9.0])
 Y_BINARY = np.array([1.0, 0.0, 1.0, 0.0, 1.0])
+Y_POSITIVE = np.array([0.2, 1.5, 0.9, 4.0, 0.05])
 CLOSED_FORMS = [
     (Gaussian(variance=1.5), Y_REAL, "variational_expectation"),
     (Gaussian(variance=1.5), Y_REAL, "log_predictive_density"),
@@ -226,6 +263,10 @@ CLOSED_FORMS = [
     (PROBIT, Y_BINARY, "log_predictive_density"),
     (PROBIT, Y_BINARY, "predict_mean_and_var"),
     (StudentT(df=5.0, scale=0.8), Y_REAL, "predict_mean_and_var"),
+    (GAMMA, Y_POSITIVE, "variational_expectation"),
+    (GAMMA, Y_POSITIVE, "predict_mean_and_var"),
+    (EXPONENTIAL, Y_POSITIVE, "variational_expectation"),
+    (EXPONENTIAL, Y_POSITIVE, "predict_mean_and_var"),
 ]
 
 
@@ -335,6 +376,9 @@ def data_for(name: str, rng):
         "logit": rng.integers(0, 2, size=6).astype(float),
         "poisson": rng.poisson(2.0, size=6).astype(float),
         "studentt": rng.standard_t(3.0, size=6),
+        "gamma": rng.gamma(2.5, size=6),
+        "exponential": rng.exponential(size=6),
+        "beta": rng.uniform(0.05, 0.95, size=6),
     }[name]
     return y, mean, var
 
@@ -400,6 +444,12 @@ def test_parameters_and_with_parameters():
     assert GAUSS.parameters() == {"variance": 0.3}
     assert STUDENT.parameters() == {"scale": 1.0}
     assert PROBIT.parameters() == {} and POISSON.parameters() == {}
+    assert GAMMA.parameters() == {"shape": 2.5} and BETA.parameters() == {"scale": 4.0}
+    assert EXPONENTIAL.parameters() == {} and EXPONENTIAL.shape == 1.0
+    with pytest.raises(TypeError):
+        Exponential(shape=2.0)  # the Exponential is the Gamma of shape 1, not a Gamma of another shape
+    with pytest.raises(ValueError, match="positive"):
+        Gamma(shape=0.0)
     new = STUDENT.with_parameters({"scale": 2.0})
     assert isinstance(new, StudentT) and new.scale == 2.0 and new.df == 3.0 and STUDENT.scale == 1.0
     with pytest.raises(ValueError, match="df"):
@@ -478,6 +528,9 @@ def test_likelihood_from_name():
     assert likelihood_from_name("logit").link == "logit"
     assert likelihood_from_name("poisson", binsize=0.1).binsize == 0.1
     assert likelihood_from_name("studentt", df=4.0).df == 4.0
+    assert isinstance(likelihood_from_name("exponential"), Exponential)
+    assert likelihood_from_name("gamma", shape=3.0).shape == 3.0
+    assert likelihood_from_name("beta", scale=2.0).scale == 2.0
     with pytest.raises(ValueError, match="gaussian, bernoulli, probit, logit, poisson, studentt"):
         likelihood_from_name("laplace")
     with pytest.raises(ValueError, match="cloglog"):
