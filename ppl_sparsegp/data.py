@@ -285,6 +285,41 @@ class Dataset:
         """P: 1 for y [N], else y.shape[1]."""
         return 1 if self.y_train.ndim == 1 else int(self.y_train.shape[1])
 
+    @property
+    def num_classes(self) -> int | None:
+        """C: one more than the largest label of a classification set (training and test), else None."""
+        if self.task not in ("binary", "multiclass"):
+            return None
+        labels = self.y_train if self.y_test is None else np.concatenate([self.y_train, self.y_test])
+        return int(labels.max()) + 1
+
+
+def as_multiclass(dataset: Dataset) -> Dataset:
+    """``dataset`` with its targets read as class labels 0..C-1 (task ``"multiclass"``), for a multi-class
+    likelihood on a table of the user's or on binary data.
+
+    Raises:
+        ValueError: y has several columns, values that are not whole numbers >= 0 (naming some of them), or a
+            class between 0 and the largest label that no point has.
+    """
+    labels = dataset.y_train if dataset.y_test is None else np.concatenate([dataset.y_train, dataset.y_test])
+    if labels.ndim != 1:
+        raise ValueError(
+            f"{dataset.name}: a multi-class likelihood needs one column of class labels, got {labels.shape}"
+        )
+    bad = np.unique(labels[(labels < 0) | (np.mod(labels, 1) != 0)])
+    if bad.size:
+        raise ValueError(f"{dataset.name}: a multi-class likelihood needs class labels 0, 1, 2, ... as y; got values "
+                         f"such as {', '.join(f'{v:g}' for v in bad[:5])}")  # fmt: skip
+    classes = np.unique(labels)
+    if classes.size != int(classes[-1]) + 1:
+        raise ValueError(
+            f"{dataset.name}: a multi-class likelihood needs class labels 0..J-1 with every class present; got "
+            f"{classes.size} distinct labels between {classes[0]:g} and {classes[-1]:g}"
+        )
+    y_test = None if dataset.y_test is None else dataset.y_test.astype(np.int64)
+    return dataclasses.replace(dataset, y_train=dataset.y_train.astype(np.int64), y_test=y_test, task="multiclass")
+
 
 def random_split(dataset: Dataset, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     """``dataset``'s rows (training and test together) split at random again: a share ``test_fraction`` of them

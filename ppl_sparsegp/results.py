@@ -311,14 +311,22 @@ def evaluate(
 
     Args:
         predicted: (mean, var, log density) of y in standardised units, each [S] or [S, P].
-        y_eval: targets in original units, [S] or [S, P] (class labels [S] for binary data).
+        y_eval: targets in original units, [S] or [S, P] (class labels [S] for binary and multi-class data).
         scaler: the training standardisation, to map predictions back.
-        task: "regression" or "binary".
+        task: "regression", "binary" or "multiclass".
 
     Returns:
-        (metrics, mean, variance), the moments of y in original units; for binary data the mean is p(y = 1).
+        (metrics, mean, variance), the moments of y in original units; for binary data the mean is p(y = 1), for
+        multi-class data the class probabilities [S, J].
     """
     mean, var, log_p = (np.asarray(a) for a in predicted)
+    if task == "multiclass":
+        scores = {
+            "accuracy": metrics.accuracy(y_eval, mean),
+            "nll": metrics.multiclass_nll(y_eval, mean),
+            "ece": metrics.expected_calibration_error(y_eval, mean),
+        }
+        return scores, mean, var
     if task == "binary":
         scores = {
             "accuracy": metrics.accuracy(y_eval, mean),
@@ -385,7 +393,8 @@ def plot_fit(
     ``X``/``y``, inducing inputs ``Z`` [M] or absent), the predictive mean +- 2 sd with data and inducing points;
     for other regression, predicted vs observed at the evaluation points (error bars 2 sd on at most
     :data:`MAX_ERROR_BARS` of them); for binary data, a
-    reliability diagram (observed frequency of class 1 against predicted probability, 10 bins).
+    reliability diagram (observed frequency of class 1 against predicted probability, 10 bins); for multi-class
+    data (``mean`` the class probabilities [S, J]), accuracy against the largest class probability.
     """
     import matplotlib.pyplot as plt  # on first use: importing results leaves matplotlib's backend alone
 
@@ -414,14 +423,19 @@ def plot_fit(
         bars = "" if len(barred) == n else f" (± 2 sd on {len(barred)} of {n}, spread over y)"
         ax_fit.set(xlabel="observed y", ylabel="predicted mean ± 2 sd", title=f"{evaluated_on} set{bars}")
     else:
+        multiclass = mean.ndim == 2  # class probabilities [S, J]: the confidence against the accuracy
+        p = mean.max(axis=1) if multiclass else mean
+        hit = (mean.argmax(axis=1) == y_eval) if multiclass else y_eval
         edges = np.linspace(0.0, 1.0, 11)
-        which = np.digitize(mean, edges[1:-1])  # bin 0..9
+        which = np.digitize(p, edges[1:-1])  # bin 0..9
         filled = [b for b in range(10) if np.any(which == b)]
-        predicted = [mean[which == b].mean() for b in filled]
-        observed = [y_eval[which == b].mean() for b in filled]
+        predicted = [p[which == b].mean() for b in filled]
+        observed = [hit[which == b].mean() for b in filled]
         ax_fit.plot([0, 1], [0, 1], "k--", lw=0.8)
         ax_fit.plot(predicted, observed, "o-")
-        ax_fit.set(xlabel="predicted p(y = 1)", ylabel="observed frequency", title=f"reliability, {evaluated_on} set")
+        axes = ("largest class probability", "accuracy") if multiclass else ("predicted p(y = 1)", "observed frequency")
+        xlabel, ylabel = axes
+        ax_fit.set(xlabel=xlabel, ylabel=ylabel, title=f"reliability, {evaluated_on} set")
     fig.tight_layout()
     return fig
 

@@ -217,7 +217,16 @@ CLI_ERRORS = [
         ("sgpr", "--data", "breast_cancer"),
         "error: --data: embedded/breast_cancer is a binary dataset; sgpr needs regression data (use svgp)",
     ),
-    (("svgp", "--data", "digits"), "error: --data: embedded/digits is a multiclass dataset; fit supports"),
+    (
+        ("svgp", "--data", "oilflow"),
+        "error: --data: oilflow is an unsupervised dataset; fit supports regression, "
+        "binary and multi-class classification",
+    ),
+    (
+        ("idsgp", "--data", "digits"),
+        "error: --data: embedded/digits is a multiclass dataset; idsgp fits regression "
+        "and binary data (svgp and sgpmc fit multi-class data)",
+    ),
     (("sgpmc", "--engine", "sgld"), "error: --step-size is required with --engine sgld"),
     (("sgpmc", "--samples", "100", "--thinning", "3"), "error: --samples (100) must be a multiple of --thinning (3)"),
     (("sgpmc", "--step-size", "0.1"), "error: --step-size applies to the sghmc and sgld engines, not nuts"),

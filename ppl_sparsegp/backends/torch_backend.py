@@ -7,7 +7,6 @@ eagerly, so the jitter escalation is the ordinary Python loop of ``ops``; this m
 from __future__ import annotations
 
 import math
-
 from types import SimpleNamespace
 from typing import Any
 

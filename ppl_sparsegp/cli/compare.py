@@ -71,7 +71,12 @@ def _names(folders: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(folder) for folder in folders]
 
 
-def _plot(table: Any) -> Any:
+def _units(task: str) -> str:
+    """What the log-likelihood is of: y in standardised units (regression), or class labels."""
+    return "standardised units" if task == "regression" else "class labels"
+
+
+def _plot(table: Any, units: str) -> Any:
     """elpd_loo ± its standard error of every run, best on top, the best's value dashed (drawn here rather than by
     ``az.plot_compare``, whose return type differs between ArviZ 0.x and 1.x)."""
     elpd = table[next(c for c in ("elpd_loo", "elpd") if c in table.columns)]
@@ -80,7 +85,7 @@ def _plot(table: Any) -> Any:
     ax.errorbar(elpd.to_numpy(), rows, xerr=table["se"].to_numpy(), fmt="o", capsize=3)
     ax.axvline(float(elpd.iloc[0]), linestyle="--", color="grey")
     ax.set_yticks(rows, [str(name) for name in table.index])
-    ax.set_xlabel("elpd_loo (log predictive density, standardised units)")
+    ax.set_xlabel(f"elpd_loo (log predictive density, {units})")
     return figure
 
 
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> Any:
     limits = {name: float(getattr(found, "good_k", PARETO_K_LIMIT)) for name, found in loo.items()}
     unreliable = {name: int(np.sum(np.asarray(found.pareto_k) > limits[name])) for name, found in loo.items()}
     lines = [f"PSIS-LOO on {records[0]['data']} (split {records[0]['split']}, N = {records[0]['n_train']}; "
-             "log-likelihood in standardised units)", table.to_string()]  # fmt: skip
+             f"log-likelihood of {_units(records[0]['task'])})", table.to_string()]  # fmt: skip
     for name, idata in idatas.items():
         if idata["posterior"].attrs.get("point_estimates"):
             lines.append(f"note: {name} is a fit by SVI: its hyperparameters are point estimates fitted to every y_n, "
@@ -116,7 +121,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> Any:
         if count:
             lines.append(f"warning: {name}: {count} of {records[0]['n_train']} points have Pareto k > "
                          f"{limits[name]:.2f}; its elpd_loo is unreliable there")  # fmt: skip
-    figure = _plot(table)
+    figure = _plot(table, _units(records[0]["task"]))
     summary = {
         "runs": {name: {"folder": str(folder), "method": record["method"]}
                  for name, folder, record in zip(names, folders, records, strict=True)},

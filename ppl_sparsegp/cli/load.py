@@ -71,7 +71,8 @@ class StoredRun:
 
     def likelihood(self) -> likelihoods.Likelihood:
         """The likelihood of ``--likelihood`` (its parameters are read from the fitted values)."""
-        return likelihoods.likelihood_with_noise(self.options["likelihood"], self.options["noise_variance"], self.dtype)
+        noise, classes = self.options["noise_variance"], self.record.get("num_classes") or 2
+        return likelihoods.likelihood_with_noise(self.options["likelihood"], noise, self.dtype, classes)
 
     def parts(self) -> dict[str, Any]:
         """The constructor arguments every sparse model shares: the ``--kernel`` over D inputs, the likelihood and,
@@ -126,7 +127,8 @@ class Run:
 
     def predict(self, X_new: Any, *, chunk_size: int = DEFAULT_CHUNK) -> tuple[np.ndarray, np.ndarray]:
         """Predictive mean and variance of y at ``X_new`` [S, D] (original units), ``chunk_size`` points at a time:
-        [S] each (or [S, P]); for binary data the mean is p(y = 1). MCMC runs give the mixture over the draws.
+        [S] each (or [S, P]); for binary data the mean is p(y = 1), for multi-class data it is the class
+        probabilities [S, J] (and the variance p (1 - p)). MCMC runs give the mixture over the draws.
 
         Raises:
             ValueError: ``X_new`` is not a finite [S, D] array, or ``chunk_size`` is not a positive integer.
@@ -142,7 +144,7 @@ class Run:
         with jax.enable_x64(self.stored.dtype == np.float64):
             parts = [self._predict_std(X_std[i : i + chunk_size]) for i in range(0, len(X_std), chunk_size)]
         mean, var = (np.concatenate([p[k] for p in parts]) for k in range(2))
-        if self.task == "binary":
+        if self.task != "regression":
             return mean, var
         return self.scaler.inverse_mean(mean), self.scaler.inverse_var(var)
 

@@ -5,7 +5,8 @@ first line that is not numeric is taken as a header), loads the run with
 :func:`ppl_sparsegp.cli.load.load_run`, predicts in chunks (bounded memory whatever the number of rows) and
 writes, atomically, one row per input: for regression ``mean``, ``variance`` and the central ``--level`` interval
 ``lower``, ``upper`` of a normal with that mean and variance (exact for a Gaussian likelihood's predictive, an
-approximation for mixtures over draws and for Student-t); for binary data ``p1`` = p(y = 1) and ``variance``.
+approximation for mixtures over draws and for Student-t); for binary data ``p1`` = p(y = 1) and ``variance``;
+for multi-class data the class probabilities ``p0`` .. ``p<J-1>``.
 Several outputs get one set of columns each, suffixed ``_<output>``.
 """
 
@@ -60,6 +61,8 @@ def _is_header(line: str) -> bool:
 
 def prediction_columns(mean: np.ndarray, var: np.ndarray, task: str, level: float) -> dict[str, np.ndarray]:
     """Column name -> [S]: the module docstring's columns of ``mean``, ``var`` ([S] or [S, P])."""
+    if task == "multiclass":
+        return {f"p{k}": mean[:, k] for k in range(mean.shape[1])}
     mean, var = np.atleast_2d(mean.T).T, np.atleast_2d(var.T).T
     z = stats.norm.ppf(0.5 + level / 2)
     columns = {}

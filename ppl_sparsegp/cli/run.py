@@ -27,7 +27,14 @@ from ppl_sparsegp.posterior import diagnostics
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 
-LIKELIHOODS_BY_TASK = {"regression": ("gaussian", "studentt"), "binary": ("bernoulli", "probit", "logit")}
+LIKELIHOODS_BY_TASK = {
+    "regression": ("gaussian", "studentt"),
+    "binary": ("bernoulli", "probit", "logit"),
+    "multiclass": likelihoods.MULTICLASS,
+}
+DEFAULT_LIKELIHOOD = {"regression": "gaussian", "binary": "probit", "multiclass": "robustmax"}
+MULTICLASS_METHODS = ("svgp", "sgpmc")
+"""The methods that fit a multi-class likelihood (J latent GPs sharing Z)."""
 NOT_IN_FINGERPRINT = ("out", "no_progress", "quiet", "restart", "checkpoint_every")
 """Options that do not change a run's result (where it writes, what it prints, how often it checkpoints)."""
 RESTART_HINT = "start afresh with --restart or choose another --out"
@@ -65,8 +72,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "lengthscale": ("initial lengthscales", {"type": float, "metavar": "L"}),
     "noise_variance": ("initial noise variance (Student-t: squared scale); not for binary data",
                        {"type": float, "metavar": "V"}),
-    "likelihood": ("gaussian or studentt for regression, bernoulli (= probit), probit or logit for binary data",
-                   {"metavar": "NAME"}),
+    "likelihood": ("gaussian or studentt for regression, bernoulli (= probit), probit or logit for binary data; "
+                   "svgp and sgpmc: robustmax or softmax for class labels 0..J-1", {"metavar": "NAME"}),
     "inducing": ("inducing points (bsgp: per layer)", {"type": int, "metavar": "M"}),
     "init": ("initial inducing inputs from the training inputs", {"choices": initialise.INITIALISERS}),
     "steps": ("SVI steps in all", {"type": int}),
@@ -78,7 +85,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
 FILLED_BY_THE_RUN = ("noise_variance", "likelihood", "batch_size")
 """Options that parse to None unless given: the run fills them in (the noise and likelihood from the data's task,
 the batch from the engine); their help states the default."""
-SHOWN_FOR_NONE = {"lengthscale": "sqrt(D)", "likelihood": "gaussian for regression, probit for binary",
+SHOWN_FOR_NONE = {"lengthscale": "sqrt(D)", "likelihood": "gaussian for regression, probit for binary, robustmax "
+                  "for multi-class data",
                   "batch_size": "full batch", "target": "y for an .npz"}  # fmt: skip
 """What the help states as the default of an option whose default is None."""
 KERNEL_OPTIONS = ("kernel", "kernel_variance", "lengthscale")
@@ -182,26 +190,37 @@ def start(args: argparse.Namespace, check: Callable[[dict], None], noise: float,
         ds = data.load_dataset(name, opts["split"], opts["target"])
     except ValueError as err:
         raise ValueError(f"--data {name!r} (--split {opts['split']}): {err}") from None
-    kind = f"--data: {ds.name} is a {ds.task} dataset"
+    if opts.get("likelihood") in likelihoods.MULTICLASS and ds.task != "multiclass":
+        try:
+            ds = data.as_multiclass(ds)
+        except ValueError as err:
+            raise ValueError(f"--likelihood {opts['likelihood']}: {err}") from None
+    kind = f"--data: {ds.name} is {'an' if ds.task[0] in 'aeiou' else 'a'} {ds.task} dataset"
     if ds.task not in LIKELIHOODS_BY_TASK:
-        raise ValueError(f"{kind}; fit supports regression and binary classification")
+        raise ValueError(f"{kind}; fit supports regression, binary and multi-class classification")
     if regression_only and ds.task != "regression":
         raise ValueError(f"{kind}; {regression_only}")
+    if ds.task == "multiclass" and opts["method"] not in MULTICLASS_METHODS:
+        methods = " and ".join(MULTICLASS_METHODS)
+        raise ValueError(f"{kind}; {opts['method']} fits regression and binary data ({methods} fit multi-class data)")
     if opts.get("likelihood") not in (None, *LIKELIHOODS_BY_TASK[ds.task]):
         raise ValueError(
             f"--likelihood {opts['likelihood']!r} does not fit {ds.task} data ({ds.name}); "
             f"choose one of {', '.join(LIKELIHOODS_BY_TASK[ds.task])}"
         )
     for name in ("noise_variance", "noise"):
-        if opts.get(name) is not None and ds.task == "binary":
-            raise ValueError(f"{flag(name)}: the Bernoulli likelihood of {ds.task} data ({ds.name}) has no noise")
+        if opts.get(name) is not None and ds.task != "regression":
+            which = "Bernoulli" if ds.task == "binary" else "multi-class"
+            raise ValueError(f"{flag(name)}: the {which} likelihood of {ds.task} data ({ds.name}) has no noise")
     if opts.get("inducing") is not None:
         validation.check_inducing_count(opts["inducing"], ds.X_train.shape[0], name="--inducing")
-    opts["likelihood"] = opts.get("likelihood") or ("gaussian" if ds.task == "regression" else "probit")
+    opts["likelihood"] = opts.get("likelihood") or DEFAULT_LIKELIHOOD[ds.task]
     if ds.task == "regression" and opts.get("noise_variance") is None:
         opts["noise_variance"] = noise
     dtype, has_test = np.dtype(opts["dtype"]), ds.y_test is not None
-    likelihood = likelihoods.likelihood_with_noise(opts["likelihood"], opts["noise_variance"], dtype)
+    likelihood = likelihoods.likelihood_with_noise(
+        opts["likelihood"], opts["noise_variance"], dtype, ds.num_classes or 2
+    )
     std, scaler = data.standardize(ds)
     X_eval, y_eval_std = (std.X_test, std.y_test) if has_test else (std.X_train, std.y_train)
     return opts, Data(
@@ -214,6 +233,11 @@ def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) 
     """The ARD kernel ``--kernel`` with every variance ``--kernel-variance`` and ``lengthscale``, ``--dtype``."""
     variance, dtype = opts["kernel_variance"], np.dtype(opts["dtype"])
     return kernels.kernel_from_name(opts["kernel"], input_dim, variance=variance, lengthscale=lengthscale, dtype=dtype)
+
+
+def latent_functions(likelihood: likelihoods.Likelihood, num_outputs: int) -> int:
+    """The GP's latent functions: J for a multi-class likelihood of J classes, else one per output column."""
+    return likelihood.latent_dim or num_outputs
 
 
 def batch(opts: Mapping[str, Any], N: int) -> int | None:
@@ -325,6 +349,7 @@ def scores(m: Mapping[str, float], d: Data, regression: Sequence[str], binary: S
     """``test RMSE 0.1234  NLPD 0.5678 (original units)``: what was evaluated, then the metrics ``regression`` (to 4
     significant digits, then ``units``) or ``binary`` (to 4 places, ``accuracy`` in lower case) as printed."""
     names, fmt, end = (regression, ".4g", units) if d.ds.task == "regression" else (binary, ".4f", "")
+    names = [n for n in names if n in m]  # multi-class data have no AUC
     shown = sep.join(f"{n if n == 'accuracy' else n.upper()} {m[n]:{fmt}}" for n in names)
     return f"{d.evaluated_on} {shown}{end}"
 
@@ -349,7 +374,7 @@ def finish(opts: Mapping[str, Any], d: Data, argv: Sequence[str], record: Mappin
     full = {
         "method": opts["method"], "data": ds.name, "split": opts["split"], "task": ds.task,
         "n_train": int(d.X.shape[0]), "n_eval": int(d.X_eval.shape[0]), "input_dim": int(d.X.shape[1]),
-        "num_outputs": ds.num_outputs, "evaluated_on": d.evaluated_on, **record,
+        "num_outputs": ds.num_outputs, "num_classes": ds.num_classes, "evaluated_on": d.evaluated_on, **record,
         "options": {**{f.name: None for f in fields(Defaults)}, **opts}, "argv": list(argv), **results.provenance(),
     }  # fmt: skip
     if ds.y_test is None:

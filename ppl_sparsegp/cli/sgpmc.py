@@ -88,7 +88,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     fit, seconds = shared.timed(
         fit_sgpmc, d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
         Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
-        priors=default_priors(kernel, d.likelihood, opts["prior"]), num_latent=d.ds.num_outputs,
+        priors=default_priors(kernel, d.likelihood, opts["prior"]),
+        num_latent=shared.latent_functions(d.likelihood, d.ds.num_outputs),
         engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
         checkpoint=opts["out"] / CHECKPOINT, progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip
@@ -130,4 +131,5 @@ def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[SGPMC, dict
     """The SGPMC model of a saved run (Z from posterior.nc's constant_data) and its fixed values."""
     parts = stored.parts()
     priors = default_priors(parts["kernel"], parts["likelihood"], opts["prior"])
-    return SGPMC(**parts, priors=priors, num_latent=stored.num_outputs), stored.arrays
+    num_latent = shared.latent_functions(parts["likelihood"], stored.num_outputs)
+    return SGPMC(**parts, priors=priors, num_latent=num_latent), stored.arrays

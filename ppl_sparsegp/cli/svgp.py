@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
 
 def svgp_model(opts: Mapping[str, Any], parts: dict[str, Any], num_outputs: int, batch_size: int | None = None) -> SVGP:
     """The SVGP of options ``opts`` (``--whiten``, ``--q-diag``) from its ``kernel``, ``likelihood`` and ``Z``."""
-    return SVGP(**parts, num_latent=num_outputs, whiten=opts["whiten"], q_diag=opts["q_diag"], batch_size=batch_size)
+    num_latent = shared.latent_functions(parts["likelihood"], num_outputs)
+    return SVGP(**parts, num_latent=num_latent, whiten=opts["whiten"], q_diag=opts["q_diag"], batch_size=batch_size)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:

@@ -66,10 +66,11 @@ def test_robustmax_max_probability_converges_to_adaptive_quadrature():
     np.testing.assert_allclose(sum(reference), 1.0, atol=1e-12)
     errors = []
     for order in (20, 40, 80, 160):
-        lik = RobustMax(J, quadrature_order=order)
-        rest = lik.epsilon / (J - 1)
-        P = (lik.class_probabilities(MEAN, VAR) - rest) / (1 - lik.epsilon - rest)
+        P = RobustMax(J, quadrature_order=order)._max_probability(np.eye(J), MEAN, VAR)
         errors.append(np.max(np.abs(P - reference)))
+    lik = RobustMax(J, quadrature_order=160)
+    expected = np.array(reference) * (1 - lik.epsilon) + (1 - np.array(reference)) * lik.epsilon / (J - 1)
+    np.testing.assert_allclose(lik.class_probabilities(MEAN, VAR), expected, rtol=1e-9)
     assert all(b < a / 5 for a, b in zip(errors, errors[1:], strict=False)), errors
     assert errors[0] < 5e-3 and errors[-1] < 1e-9, errors
 
@@ -77,11 +78,11 @@ def test_robustmax_max_probability_converges_to_adaptive_quadrature():
 def test_predictive_probabilities_sum_to_one_and_match_monte_carlo():
     rng = np.random.default_rng(3)
     mean, var = rng.normal(size=(5, J)), rng.uniform(0.05, 3.0, size=(5, J))
-    robust = RobustMax(J)
-    # 20 nodes (the default) are off by 1e-3 where one class's sd is 8x another's; 80 nodes by 1e-6
-    np.testing.assert_allclose(robust.class_probabilities(mean, var).sum(-1), 1.0, atol=2e-3)
-    np.testing.assert_allclose(RobustMax(J, quadrature_order=80).class_probabilities(mean, var).sum(-1), 1.0,
-                               atol=1e-6)  # fmt: skip
+    codes = np.eye(J)
+    for order, tolerance in ((20, 2e-3), (80, 1e-6)):  # the P_k of quadrature (1e-3 off where sds differ 8-fold)
+        P = RobustMax(J, quadrature_order=order)._max_probability(codes, mean[:, None, :], var[:, None, :])
+        np.testing.assert_allclose(P.sum(-1), 1.0, atol=tolerance)
+    np.testing.assert_allclose(RobustMax(J).class_probabilities(mean, var).sum(-1), 1.0, rtol=1e-12)  # normalised
     np.testing.assert_allclose(Softmax(J).class_probabilities(mean, var).sum(-1), 1.0, rtol=1e-12)
     for lik in (RobustMax(J, quadrature_order=80), Softmax(J, num_samples=20_000)):
         f = latent_draws(mean[1], var[1], seed=7)
