@@ -540,3 +540,17 @@ def test_a_bad_table_is_refused_naming_the_file_and_column(case, message, tmp_pa
     with pytest.raises(ValueError) as err:
         load(name, target=target)
     assert str(err.value) == message.format(path=path)
+
+
+def test_as_multiclass_reads_whole_number_targets_as_classes_and_refuses_the_rest():
+    X = np.random.default_rng(0).normal(size=(12, 2))
+    labels = np.arange(12, dtype=np.float64) % 3
+    ds = data.Dataset(X[:8], labels[:8], X[8:], labels[8:], name="t", task="regression")
+    classes = data.as_multiclass(ds)
+    assert classes.task == "multiclass" and classes.num_classes == 3 and classes.y_train.dtype == np.int64
+    np.testing.assert_array_equal(classes.y_test, labels[8:])
+    assert ds.num_classes is None and data.load_dataset("digits").num_classes == 10
+    for bad, message in [(labels + 0.5, "got values such as 0.5, 1.5, 2.5"), (labels - 1, "got values such as -1"),
+                         (labels * 2, "every class present; got 3 distinct labels between 0 and 4")]:  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(message)):
+            data.as_multiclass(data.Dataset(X[:8], bad[:8], X[8:], bad[8:], name="t", task="regression"))
