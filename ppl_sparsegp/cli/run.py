@@ -67,7 +67,7 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "split": ("split index or fold", {"type": int}),
     "seed": ("seed of every key and of the initialisation", {"type": int}),
     "dtype": ("floating-point precision", {"choices": ("float64", "float32")}),
-    "kernel": ("ARD kernel: rbf, matern12/32/52, linear, periodic, or a sum as rbf+linear", {}),
+    "kernel": ("ARD kernel: rbf, matern12/32/52, linear, periodic, cosine, or a sum as rbf+linear", {}),
     "kernel_variance": ("initial kernel variance(s)", {"type": float, "metavar": "V"}),
     "lengthscale": ("initial lengthscales", {"type": float, "metavar": "L"}),
     "noise_variance": ("initial noise variance (Student-t: squared scale); not for binary data",

@@ -14,6 +14,7 @@ from sklearn.gaussian_process import kernels as sk
 from ppl_sparsegp.core.kernels import (
     RBF,
     Constant,
+    Cosine,
     Kernel,
     Linear,
     Matern12,
@@ -106,6 +107,15 @@ def test_periodic_matches_formula(lengthscale, period, X, X2):
     np.testing.assert_allclose(k(X, shifted), expected, rtol=1e-10, atol=1e-13)
 
 
+def test_cosine_matches_formula(X, X2):
+    """k = sigma^2 cos(sum_d (x_d - x'_d) / ell_d), from the differences directly."""
+    k = Cosine(VAR, LS_ARD)
+    differences = (X[:, None, :] - X2[None, :, :]) / LS_ARD
+    np.testing.assert_allclose(k(X, X2), VAR * np.cos(differences.sum(-1)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(k.diag(X), np.full(len(X), VAR))
+    assert np.linalg.matrix_rank(k(X), tol=1e-8) <= 2
+
+
 def test_linear_matches_sklearn_and_formula(X, X2):
     np.testing.assert_allclose(Linear(variance=0.4)(X, X2), 0.4 * sk.DotProduct(sigma_0=0.0)(X, X2), rtol=1e-13)
     var = np.array([0.5, 2.0, 3.0])
@@ -132,6 +142,7 @@ def all_kernels():
         "matern52": Matern52(VAR, LS_ARD),
         "linear": Linear(np.array([0.5, 2.0, 3.0])),
         "periodic": Periodic(VAR, LS_ARD, np.array([1.0, 2.5, 0.6])),
+        "cosine": Cosine(VAR, LS_ARD),
         "white": White(0.3),
         "constant": Constant(0.7),
         "sum": RBF(VAR, LS_ARD) + Linear(0.2) + White(0.1),
@@ -344,7 +355,7 @@ def test_kernel_from_name():
     iso = kernel_from_name("periodic", input_dim=3, ard=False)
     assert isinstance(iso, Periodic)
     assert iso.parameters() == {"variance": 1.0, "lengthscale": 1.0, "period": 1.0}
-    for name, cls in [("matern12", Matern12), ("matern32", Matern32), ("matern52", Matern52)]:
+    for name, cls in [("matern12", Matern12), ("matern32", Matern32), ("matern52", Matern52), ("cosine", Cosine)]:
         assert isinstance(kernel_from_name(name, 2), cls)
     assert all(isinstance(kernel_from_name(n, 1), Kernel) for n in ["rbf", "linear"])
 
@@ -355,7 +366,7 @@ def test_kernel_from_name():
     }  # fmt: skip
 
     with pytest.raises(ValueError, match="matern52"):
-        kernel_from_name("rbf+cosine", input_dim=2)
+        kernel_from_name("rbf+spectral", input_dim=2)
     with pytest.raises(ValueError):
         kernel_from_name("rbf", input_dim=0)
 

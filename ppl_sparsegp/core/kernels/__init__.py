@@ -51,7 +51,8 @@ Matérn-1/2, which moves like ``r`` near 0, is off there by about ``sqrt(eps) |x
 1e-6 in float64 for standardised inputs).
 
 **Modules.** :mod:`~ppl_sparsegp.core.kernels.base` (the base class, the array-API helpers, sums and products),
-:mod:`~ppl_sparsegp.core.kernels.stationary` (RBF, the Matérns, periodic), :mod:`~ppl_sparsegp.core.kernels.linear`,
+:mod:`~ppl_sparsegp.core.kernels.stationary` (RBF, the Matérns, periodic, cosine),
+:mod:`~ppl_sparsegp.core.kernels.linear`,
 :mod:`~ppl_sparsegp.core.kernels.static` (white noise, constant) and :mod:`~ppl_sparsegp.core.kernels.by_name`
 (:func:`kernel_from_name`).
 """
@@ -60,7 +61,7 @@ from ppl_sparsegp.core.kernels.base import Combination, Kernel, Product, Sum
 from ppl_sparsegp.core.kernels.by_name import kernel_from_name
 from ppl_sparsegp.core.kernels.linear import Linear
 from ppl_sparsegp.core.kernels.static import Constant, White
-from ppl_sparsegp.core.kernels.stationary import RBF, Matern12, Matern32, Matern52, Periodic, Stationary
+from ppl_sparsegp.core.kernels.stationary import RBF, Cosine, Matern12, Matern32, Matern52, Periodic, Stationary
 
 __all__ = [
     "Kernel",
@@ -74,6 +75,7 @@ __all__ = [
     "White",
     "Constant",
     "Combination",
+    "Cosine",
     "Sum",
     "Product",
     "kernel_from_name",

@@ -9,7 +9,7 @@ import numpy as np
 
 from ppl_sparsegp.core.kernels.base import Kernel, Sum
 from ppl_sparsegp.core.kernels.linear import Linear
-from ppl_sparsegp.core.kernels.stationary import RBF, Matern12, Matern32, Matern52, Periodic
+from ppl_sparsegp.core.kernels.stationary import RBF, Cosine, Matern12, Matern32, Matern52, Periodic
 
 _BY_NAME: dict[str, Callable[[Callable[..., Any], float, float], Kernel]] = {
     "rbf": lambda fill, v, ls: RBF(fill(v, ()), fill(ls)),
@@ -18,6 +18,7 @@ _BY_NAME: dict[str, Callable[[Callable[..., Any], float, float], Kernel]] = {
     "matern52": lambda fill, v, ls: Matern52(fill(v, ()), fill(ls)),
     "linear": lambda fill, v, ls: Linear(fill(v)),
     "periodic": lambda fill, v, ls: Periodic(fill(v, ()), fill(ls), fill(1.0)),
+    "cosine": lambda fill, v, ls: Cosine(fill(v, ()), fill(ls)),
 }
 """name -> the kernel from ``fill(value, shape=per input)`` of its variance ``v`` and lengthscale ``ls``."""
 
@@ -39,7 +40,7 @@ def kernel_from_name(
 
     Args:
         name: one of ``"rbf"``, ``"matern12"``, ``"matern32"``, ``"matern52"``, ``"linear"``,
-            ``"periodic"`` (case-insensitive), or several joined by ``"+"`` for their :class:`Sum`.
+            ``"periodic"``, ``"cosine"`` (case-insensitive), or several joined by ``"+"`` for their :class:`Sum`.
         input_dim: D, the number of input columns.
         ard: one lengthscale per input dimension (vectors [D]) rather than a shared scalar.
         variance, lengthscale: the initial values of every part.

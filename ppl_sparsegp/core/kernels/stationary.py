@@ -1,4 +1,5 @@
-"""Stationary kernels k(x, x') = f(|x - x'| / ell): RBF, the Matérns 1/2, 3/2, 5/2, and the periodic kernel."""
+"""Stationary kernels k(x, x') = f((x - x') / ell): RBF, the Matérns 1/2, 3/2, 5/2, the periodic kernel and the
+cosine kernel."""
 
 from __future__ import annotations
 
@@ -164,3 +165,22 @@ class Periodic(Kernel):
 
     def _diag(self, xp, X: Array) -> Array:
         return _cast(xp, self.variance, X) * _ones(xp, X.shape[0], X)
+
+
+class Cosine(Stationary):
+    """Cosine kernel (thesis Ch 6, GPflow's ``Cosine``): ``k = sigma^2 cos(sum_d (x_d - x'_d) / ell_d)``.
+
+    A positive semi-definite kernel of rank 2, evaluated as ``cos(s - s') = cos s cos s' + sin s sin s'`` with
+    ``s = sum_d x_d / ell_d``, so memory is O(N M) and no [N, M, D] array is formed.
+
+    Shapes: X [N, D], X2 [M, D] -> [N, M]; lengthscale scalar or [D].
+    """
+
+    __slots__ = ()
+
+    def _K(self, xp, X: Array, X2: Array | None) -> Array:
+        variance, lengthscale = _cast(xp, self.variance, X), _cast(xp, self.lengthscale, X)
+        weight = _ones(xp, X.shape[1], X) / lengthscale  # [D]
+        s1 = xp.sum(X * weight, axis=1)
+        s2 = s1 if X2 is None else xp.sum(X2 * weight, axis=1)
+        return variance * (xp.cos(s1)[:, None] * xp.cos(s2)[None, :] + xp.sin(s1)[:, None] * xp.sin(s2)[None, :])
