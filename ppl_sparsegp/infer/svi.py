@@ -17,6 +17,7 @@ checkpoint written by a run that differs in any of them is refused before anythi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -38,6 +39,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
+from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -128,6 +130,7 @@ def fit_svi(
     validate: Callable[..., None] | None = None,
     blas_threads: int | None = ops.BLAS_THREADS,
     fingerprint: Mapping[str, Any] | None = None,
+    natural_gradient: NaturalGradient | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -154,6 +157,9 @@ def fit_svi(
             and the model's options), recorded in the checkpoint with a hash of ``*args, **kwargs``, ``key`` and a
             hash of ``init_params``; a checkpoint that differs in any of them is refused. ``num_steps`` is not part
             of it: a longer run resumes a shorter one.
+        natural_gradient: a :class:`~ppl_sparsegp.infer.natural_gradients.NaturalGradient`: each step first moves
+            the guide's Gaussian (its ``loc`` and ``scale`` params) by a natural-gradient step on the step's
+            minibatch, then ``optimizer`` (an optax transformation) moves every other param.
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
         validate: called as ``validate(*args, init_params=init_params, **kwargs)`` before anything is compiled,
@@ -176,6 +182,10 @@ def fit_svi(
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
+    if natural_gradient is not None:
+        if not isinstance(natural_gradient, NaturalGradient):
+            raise ValueError(f"natural_gradient: expected a NaturalGradient, got {natural_gradient!r}")
+        optimizer = natural_gradient.others_only(optimizer)
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
 
     if validate is not None:  # eager checks of the data and initial values, before anything compiles
@@ -184,7 +194,12 @@ def fit_svi(
     # numpy array (e.g. one read from an .npz file) cannot take.
     expected = saved = None
     if checkpoint is not None:  # read and compare an existing checkpoint before anything is compiled
-        run = {"key": checkpoints.key_data(key), "init_params_sha256": _init_hash(init_params)}
+        natural = None if natural_gradient is None else dataclasses.asdict(natural_gradient)
+        run = {
+            "key": checkpoints.key_data(key),
+            "init_params_sha256": _init_hash(init_params),
+            "natural_gradient": natural,
+        }
         expected = checkpoints.make_fingerprint(fingerprint, args, kwargs, run)
         saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None
         if saved is not None and saved.counters.get("step", 0) > num_steps:
@@ -208,6 +223,8 @@ def fit_svi(
 
     def chunk(state: SVIState, args: tuple, kwargs: dict, length: int):
         def body(s, _):
+            if natural_gradient is not None:
+                s = _natural_step(svi, natural_gradient, s, args, kwargs)
             return svi.update(s, *args, **kwargs)
 
         return jax.lax.scan(body, state, None, length=length)
@@ -280,6 +297,24 @@ def fit_svi(
         steps_run=done - first_step,
         resumed_from=first_step,
     )
+
+
+def _natural_step(svi: SVI, natural: NaturalGradient, state: SVIState, args: tuple, kwargs: dict) -> SVIState:
+    """``state`` with the Gaussian's two params moved by one natural-gradient step of the loss on the minibatch of
+    the SVI step that follows (the same key split). The params live unconstrained inside NumPyro's optax state,
+    ``(step, (params, optax_state))``, mapped by the SVI's constraining transforms."""
+    params = svi.get_params(state)
+    _, key = jax.random.split(state.rng_key)
+    loc, scale = natural.sites
+
+    def loss(m: Array, L: Array) -> Array:
+        return svi.loss.loss(key, {**params, loc: m, scale: L}, svi.model, svi.guide, *args, **kwargs)
+
+    moved = dict(zip(natural.sites, natural.step(loss, params[loc], params[scale]), strict=True))
+    transforms = svi.constrain_fn.args[0]
+    step, (raw, optax_state) = state.optim_state
+    raw = {**raw, **{name: transforms[name].inv(value) for name, value in moved.items()}}
+    return state._replace(optim_state=(step, (raw, optax_state)))
 
 
 def _init_hash(init_params: Mapping[str, Array] | None) -> str | None:
