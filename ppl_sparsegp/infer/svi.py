@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from numpyro.infer import SVI, TraceMeanField_ELBO
 from numpyro.infer.elbo import ELBO
 from numpyro.infer.svi import SVIState
@@ -40,6 +41,7 @@ from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
+from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -131,6 +133,7 @@ def fit_svi(
     blas_threads: int | None = ops.BLAS_THREADS,
     fingerprint: Mapping[str, Any] | None = None,
     natural_gradient: NaturalGradient | None = None,
+    freeze: Mapping[str, int] | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -139,7 +142,9 @@ def fit_svi(
         model, guide: NumPyro programs called as ``model(*args, **kwargs)``.
         *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments (pandas
             DataFrames and Series go in as their numpy arrays).
-        optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``) or a ``numpyro.optim``.
+        optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``), a ``numpyro.optim``, or
+            :class:`~ppl_sparsegp.infer.optimisers.LBFGS` for a deterministic (full-batch) loss, refused otherwise
+            before the run.
         num_steps: number of SVI steps (or the total, counting steps already in a resumed checkpoint).
         key: integer seed or JAX PRNG key.
         loss: the ELBO (default ``TraceMeanField_ELBO()``, which uses closed-form KLs where registered).
@@ -160,6 +165,8 @@ def fit_svi(
         natural_gradient: a :class:`~ppl_sparsegp.infer.natural_gradients.NaturalGradient`: each step first moves
             the guide's Gaussian (its ``loc`` and ``scale`` params) by a natural-gradient step on the step's
             minibatch, then ``optimizer`` (an optax transformation) moves every other param.
+        freeze: param name -> the number of first steps it stays at its initial value (the thesis' hyperparameter
+            freeze, e.g. ``{"kernel.lengthscale": 1000, "kernel.variance": 1000}``); an optax or L-BFGS optimizer.
         init_params: initial constrained values for some parameters (passed to ``SVI.init``).
         init_state: continue from this ``SVIState`` (e.g. ``previous_result.state``).
         validate: called as ``validate(*args, init_params=init_params, **kwargs)`` before anything is compiled,
@@ -182,11 +189,19 @@ def fit_svi(
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
+    freeze = check_freeze(freeze)
+    lbfgs = optimizer.transformation() if isinstance(optimizer, LBFGS) else None
     if natural_gradient is not None:
         if not isinstance(natural_gradient, NaturalGradient):
             raise ValueError(f"natural_gradient: expected a NaturalGradient, got {natural_gradient!r}")
+        if lbfgs is not None:
+            raise ValueError("natural_gradient: give it with an optax optimizer such as optax.adam, not LBFGS")
         optimizer = natural_gradient.others_only(optimizer)
-    svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
+    if freeze and lbfgs is None:
+        if not isinstance(optimizer, optax.GradientTransformation):
+            raise ValueError(f"freeze: needs an optax optimizer or LBFGS, got {optimizer!r}")
+        optimizer = frozen_for(optimizer, freeze)
+    svi = SVI(model, guide, _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO())
 
     if validate is not None:  # eager checks of the data and initial values, before anything compiles
         validate(*args, init_params=init_params, **kwargs)
@@ -199,6 +214,8 @@ def fit_svi(
             "key": checkpoints.key_data(key),
             "init_params_sha256": _init_hash(init_params),
             "natural_gradient": natural,
+            "freeze": freeze,
+            "lbfgs": None if lbfgs is None else dataclasses.asdict(optimizer),
         }
         expected = checkpoints.make_fingerprint(fingerprint, args, kwargs, run)
         saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None
@@ -211,6 +228,11 @@ def fit_svi(
     state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
+    unknown = sorted(set(freeze) - set(svi.get_params(state)))
+    if unknown:
+        raise ValueError(f"freeze: no params {unknown}; the params are {sorted(svi.get_params(state))}")
+    if lbfgs is not None:
+        _check_deterministic(svi, state, args, kwargs)
     done, losses = 0, np.zeros(0)
     if saved is not None:
         state, done, losses = saved.restore(state), saved.counters["step"], saved.arrays["losses"]
@@ -223,6 +245,8 @@ def fit_svi(
 
     def chunk(state: SVIState, args: tuple, kwargs: dict, length: int):
         def body(s, _):
+            if lbfgs is not None:
+                return _lbfgs_step(svi, lbfgs, freeze, s, args, kwargs)
             if natural_gradient is not None:
                 s = _natural_step(svi, natural_gradient, s, args, kwargs)
             return svi.update(s, *args, **kwargs)
@@ -297,6 +321,40 @@ def fit_svi(
         steps_run=done - first_step,
         resumed_from=first_step,
     )
+
+
+def _loss_of_raw(svi: SVI, key: Array, args: tuple, kwargs: dict) -> Callable[[dict[str, Array]], Array]:
+    """The SVI loss as a function of the unconstrained params (what L-BFGS and its line search evaluate)."""
+
+    def value(raw: dict[str, Array]) -> Array:
+        return svi.loss.loss(key, svi.constrain_fn(raw), svi.model, svi.guide, *args, **kwargs)
+
+    return value
+
+
+def _check_deterministic(svi: SVI, state: SVIState, args: tuple, kwargs: dict) -> None:
+    """L-BFGS's line search needs one loss: refuse one that changes with the random key (a minibatch, a sampled data
+    term), evaluated at the initial params under two keys."""
+    raw = svi.optim.get_params(state.optim_state)
+    first, second = (jax.jit(_loss_of_raw(svi, jax.random.PRNGKey(k), args, kwargs))(raw) for k in (0, 1))
+    if not np.isclose(float(first), float(second), rtol=1e-10, atol=0.0):
+        raise ValueError(
+            "optimizer: LBFGS needs a deterministic loss, and this one changes with the random key (a minibatch or "
+            f"a sampled data term: {float(first):.6g} vs {float(second):.6g}); use the full batch and an analytic data "
+            "term, or an optax optimizer"
+        )
+
+
+def _lbfgs_step(svi: SVI, lbfgs: Any, freeze: Mapping[str, int], state: SVIState, args: tuple, kwargs: dict):
+    """One L-BFGS step (with its line search) on the unconstrained params inside NumPyro's optax state, the frozen
+    params' gradients zeroed while their steps last; returns the new state and the loss before the step."""
+    step, (raw, optax_state) = state.optim_state
+    value_fn = _loss_of_raw(svi, state.rng_key, args, kwargs)
+    value, grad = optax.value_and_grad_from_state(value_fn)(raw, state=optax_state)
+    grad = masked_gradient(grad, freeze, step)
+    updates, optax_state = lbfgs.update(grad, optax_state, raw, value=value, grad=grad, value_fn=value_fn)
+    raw = optax.apply_updates(raw, updates)
+    return state._replace(optim_state=(step + 1, (raw, optax_state))), value
 
 
 def _natural_step(svi: SVI, natural: NaturalGradient, state: SVIState, args: tuple, kwargs: dict) -> SVIState:
