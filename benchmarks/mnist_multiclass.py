@@ -11,6 +11,8 @@ AdaDelta with an unstated annealing over 200,000 iterations (1.96 % test error);
 probability) and the point joins the curve, with the training seconds so far (scoring excluded). The run stops
 after ``--minutes`` of training or ``--steps`` steps; the SVI state is checkpointed to ``--checkpoint``, and the same
 command resumes from it (the curve of earlier runs is read back from ``--output`` when its settings match).
+``--natural STEP`` takes natural-gradient steps of that size on q(u) with Adam on the rest (write it to another
+``--output`` and ``--checkpoint``).
 
 Also reports the steps per second at float32 and float64 (``--speed-steps`` steps each, after compiling) and the
 memory count of the thesis' Table 5.1. Writes ``benchmarks/results/mnist_multiclass.json``.
@@ -32,6 +34,7 @@ from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.kernels.static import White
 from ppl_sparsegp.core.likelihoods import RobustMax
 from ppl_sparsegp.inducing.initialise import kmeans
+from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
@@ -96,11 +99,13 @@ def main() -> None:
     parser.add_argument("--halve-every", type=int, default=10_000)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--natural", type=float, default=None, metavar="STEP",
+                        help="natural-gradient steps of this size on q(u), Adam on the rest")  # fmt: skip
     parser.add_argument("--speed-steps", type=int, default=30)
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/mnist_multiclass.npz"))
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "mnist_multiclass.json")
     args = parser.parse_args()
-    settings = {k: getattr(args, k) for k in ("inducing", "batch", "lr", "halve_every", "dtype")}
+    settings = {k: getattr(args, k) for k in ("inducing", "batch", "lr", "halve_every", "dtype", "natural")}
     earlier = json.loads(args.output.read_text()) if args.output.exists() else {}
     curve = earlier.get("curve", []) if earlier.get("settings") == settings else []
     speed = {dt: steps_per_second(dt, args.inducing, args.batch, args.speed_steps) for dt in ("float32", "float64")}
@@ -109,6 +114,7 @@ def main() -> None:
         X, y, X_test, y_test = mnist(args.dtype)
         gp = model(X, args.inducing, args.batch)
         schedule = optax.exponential_decay(args.lr, args.halve_every, 0.5, staircase=True)
+        natural = None if args.natural is None else NaturalGradient(step_size=args.natural)
         seconds_before = curve[-1]["train_seconds"] if curve else 0.0
         clock = {"start": time.perf_counter(), "scoring": 0.0}
 
@@ -126,8 +132,9 @@ def main() -> None:
 
         fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(schedule), num_steps=args.steps, progress=False,
                       callback=callback, checkpoint=args.checkpoint, checkpoint_every=args.eval_every,
-                      steps_per_dispatch=args.eval_every // 10, fingerprint=settings)  # fmt: skip
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "output")
+                      steps_per_dispatch=args.eval_every // 10, fingerprint=settings,
+                      natural_gradient=natural)  # fmt: skip
+    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
     best = min(curve, key=lambda row: row["test_error_percent"]) if curve else None
     report = {
         "command": "python benchmarks/mnist_multiclass.py " + options,

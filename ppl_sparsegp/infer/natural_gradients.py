@@ -11,6 +11,12 @@ Salimbeni et al. 2018)::
 With a Gaussian likelihood and an exact data term, one step of size 1 lands on the optimal q(u) for the current
 hyperparameters (Titsias' q*(u)). The loss is the negative ELBO of the SVI step; the step uses that step's
 minibatch. The engine knows nothing about GPs: it reads the two params by name.
+
+A step stays a Gaussian only while the new precision S^-1 + 2 gamma d loss / d S is positive definite. That holds
+for every step size when the expected log-likelihood is concave in f (Gaussian, Bernoulli, Poisson, softmax). The
+robust-max likelihood's is not (near a tie, more variance raises the chance that the label's latent is the
+largest), and a step can leave the cone: measured on the three-class test problem at step size 0.05, the first step
+fails in float64 (fit_svi stops with NonFiniteLossError) while softmax trains. Use Adam alone for robust-max.
 """
 
 from __future__ import annotations
