@@ -44,10 +44,8 @@ class LBFGS:
         return optax.lbfgs(memory_size=self.memory_size, linesearch=search)
 
 
-def check_freeze(freeze: Mapping[str, int] | None) -> dict[str, int]:
+def check_freeze(freeze: Mapping[str, int]) -> dict[str, int]:
     """``freeze`` (param name -> steps it stays at its initial value) checked: names as strings, counts >= 0."""
-    if freeze is None:
-        return {}
     if not isinstance(freeze, Mapping) or not all(isinstance(name, str) for name in freeze):
         raise ValueError(f"freeze: expected a mapping of param names to step counts, got {freeze!r}")
     return {name: check_count(f"freeze[{name!r}]", steps, minimum=0) for name, steps in freeze.items()}

@@ -189,7 +189,7 @@ def fit_svi(
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
-    freeze = check_freeze(freeze)
+    freeze = {} if freeze is None else check_freeze(freeze)
     lbfgs = optimizer.transformation() if isinstance(optimizer, LBFGS) else None
     if natural_gradient is not None:
         if not isinstance(natural_gradient, NaturalGradient):
