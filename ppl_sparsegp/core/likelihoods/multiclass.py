@@ -158,8 +158,7 @@ class RobustMax(MultiClass):
     def class_probabilities(self, mean: Array, var: Array) -> Array:
         """``P_k (1 - epsilon) + (1 - P_k) epsilon / (J - 1)`` of every class k, the P_k normalised; [..., J]."""
         xp, (mean, var), _ = coerce((mean, var))
-        codes = _one_hot(xp.arange(self.num_classes, dtype=mean.dtype, device=array_api_compat.device(mean)),
-                         self.num_classes)  # fmt: skip
+        codes = xp.eye(self.num_classes, dtype=mean.dtype, device=array_api_compat.device(mean))  # one-hot of each k
         P = self._max_probability(codes, mean[..., None, :], var[..., None, :])
         P = P / xp.sum(P, axis=-1, keepdims=True)
         rest = self.epsilon / (self.num_classes - 1)
