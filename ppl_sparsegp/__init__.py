@@ -24,6 +24,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SGPR": ("ppl_sparsegp.models.numpyro.sgpr", "SGPR"),
     "SVGP": ("ppl_sparsegp.models.numpyro.svgp", "SVGP"),
     "SGPMC": ("ppl_sparsegp.models.numpyro.sgpmc", "SGPMC"),
+    "VGP": ("ppl_sparsegp.models.numpyro.vgp", "VGP"),
+    "GPMC": ("ppl_sparsegp.models.numpyro.gpmc", "GPMC"),
     "BSGP": ("ppl_sparsegp.models.numpyro.bsgp", "BSGP"),
     "DeepBSGP": ("ppl_sparsegp.models.numpyro.deep_bsgp", "DeepBSGP"),
     "DeepSVGP": ("ppl_sparsegp.models.numpyro.deep_svgp", "DeepSVGP"),

@@ -321,6 +321,21 @@ def check_latent_functions(model: Any, likelihood: Likelihood) -> None:
                          f"{model.num_latent}")  # fmt: skip
 
 
+def check_every_hyperparameter_sampled(model: GPModel) -> None:
+    """A model sampled by MCMC (SGPMC, GPMC) has a prior for, or fixes, every hyperparameter: an MCMC engine would
+    otherwise keep a ``param`` at its initial value silently.
+
+    Raises:
+        ValueError: naming ``priors`` and the sites without one.
+    """
+    free = set(model.hyperparameter_sites()) - set(model.priors) - set(model.fixed)
+    if free:
+        raise ValueError(
+            f"priors: {type(model).__name__} samples its hyperparameters, so each needs a prior or must be named in "
+            f"`fixed`; no prior for {sorted(free)}"
+        )
+
+
 def check_output_columns(y: Array | None, num_latent: int, likelihood: Likelihood | None = None) -> None:
     """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y); with a
     multi-class ``likelihood``, y [N] holds one label per point.

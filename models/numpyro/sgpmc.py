@@ -36,7 +36,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, base_fields, check_output_columns, check_sparse_settings
+from ._base import GPModel, base_fields, check_every_hyperparameter_sampled, check_output_columns, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -61,12 +61,7 @@ class SGPMC(GPModel):
     def __post_init__(self) -> None:
         check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
         super().__post_init__()
-        free = set(self.hyperparameter_sites()) - set(self.priors) - set(self.fixed)
-        if free:
-            raise ValueError(
-                f"priors: SGPMC samples its hyperparameters, so each needs a prior or must be named in `fixed`; "
-                f"no prior for {sorted(free)}"
-            )
+        check_every_hyperparameter_sampled(self)
 
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: the hyperparameters', ``"Z"`` and ``"u"``."""

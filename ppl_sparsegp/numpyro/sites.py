@@ -86,8 +86,21 @@ def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, 
     """
     mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
     f = numpyro.sample("f", dist.Normal(mean, jnp.sqrt(var)).to_event(mean.ndim))
+    return f, observations(likelihood, f)
+
+
+def predictive_at_values(likelihood: Likelihood, F: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of the models whose latent site fixes f at the training inputs (VGP, GPMC: f = L v):
+    f [P, N] as the deterministic site ``"f"`` and y ~ p(y | f) as ``"y"``, in the layout of :func:`predictive`."""
+    f = numpyro.deterministic("f", F[0] if F.shape[0] == 1 else F.T)
+    return f, observations(likelihood, f)
+
+
+def observations(likelihood: Likelihood, f: Array) -> Array:
+    """y ~ p(y | f) as the site ``"y"``, one event over every point and output of f [S] or [S, P] (a multi-class
+    likelihood: f [S, J] gives y [S])."""
     y = observation_distribution(likelihood, f)
-    return f, numpyro.sample("y", y.to_event(f.ndim - (likelihood.latent_dim is not None)))
+    return numpyro.sample("y", y.to_event(f.ndim - (likelihood.latent_dim is not None)))
 
 
 def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[Array, Array]:
@@ -97,7 +110,7 @@ def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[
     given); their ``predict_f`` conditions on the training data."""
     K = kernel(X)
     f = numpyro.sample("f", dist.MultivariateNormal(jnp.zeros(X.shape[0], K.dtype), scale_tril=ops.cholesky(K)))
-    return f, numpyro.sample("y", observation_distribution(likelihood, f).to_event(1))
+    return f, observations(likelihood, f)
 
 
 def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Any]:
@@ -142,13 +155,31 @@ def hyperparameters(
 
 def hyperparameter_guide(
     kernel: Kernel, likelihood: Likelihood | None, priors: Mapping[str, dist.Distribution], prefix: str = ""
-) -> None:
+) -> dict[str, Array]:
     """Guide side: a point mass at the positive param ``"<site>_map"`` for each hyperparameter with a prior
-    (MAP estimation under SVI)."""
+    (MAP estimation under SVI); returns their values by site."""
+    values = {}
     for site, init in hyperparameter_values(kernel, likelihood, prefix).items():
         if site in priors:
-            value = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=constraints.positive)
-            numpyro.sample(site, dist.Delta(value, event_dim=len(priors[site].event_shape)))
+            values[site] = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=constraints.positive)
+            numpyro.sample(site, dist.Delta(values[site], event_dim=len(priors[site].event_shape)))
+    return values
+
+
+def guide_hyperparameters(
+    kernel: Kernel, likelihood: Likelihood, priors: Mapping[str, dist.Distribution], fixed: Collection[str] = ()
+) -> tuple[Kernel, Likelihood]:
+    """Guide side, for a guide that needs the kernel (VGP's q depends on K): the point masses of
+    :func:`hyperparameter_guide`, and the kernel and likelihood at the values the model sees: the point mass of a
+    site with a prior, the initial value of a fixed one, else the model's own positive ``param`` (the same name, so
+    the same value)."""
+    values = hyperparameter_guide(kernel, likelihood, priors)
+    for site, init in hyperparameter_values(kernel, likelihood).items():
+        if site in fixed:
+            values[site] = jnp.asarray(init)
+        elif site not in priors:
+            values[site] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
+    return rebuild(kernel, likelihood, values)
 
 
 def inducing_outputs(num_latent: int, num_inducing: int, Lmm: Array | None, dtype: Any, name: str = "u") -> Array:
