@@ -5,7 +5,9 @@ LAPACK calls in flight at once each blocked an XLA pool thread waiting for work 
 (see ``ppl_sparsegp.backends.jax_lapack``). Each fit runs here in a fresh interpreter that first resets its CPU
 affinity to all cores (the test process may be pinned), at the README's settings with fewer steps, which hung
 every time on a 2-core machine before the fix. A run that outlives its time limit fails the test, with its CPU use
-over the last second: about 0 for a hang, about 1 core or more for a run that is merely slow.
+over the last second: about 0 for a hang, about 1 core or more for a run that is merely slow. Both take a minute on
+2 cores, so they are marked slow: CI runs them in `make test-slow`; the default run's README test runs the same
+fits, shorter, on every core.
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ def _multi_core() -> bool:
 pytestmark = pytest.mark.skipif(not _multi_core(), reason="needs more than one core and sched_setaffinity")
 
 
+@pytest.mark.slow  # about 50 s; `make test-slow` runs it in CI, unpinned as a user runs it
 def test_selective_deep_readme_fit_finishes_unpinned():
     output = _run_unpinned(
         """
@@ -107,6 +110,7 @@ def test_selective_deep_readme_fit_finishes_unpinned():
     assert "selected" in output
 
 
+@pytest.mark.slow  # about 30 s; `make test-slow` runs it in CI, unpinned as a user runs it
 def test_selective_gplvm_readme_fit_finishes_unpinned():
     if not os.path.isdir(os.path.join(data_dir(), "oilflow")):
         pytest.skip(f"oil-flow data not found under {data_dir()} (set {ENV_VAR})")

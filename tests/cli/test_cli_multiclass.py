@@ -24,6 +24,7 @@ def three_classes(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # about 50 s on 2 cores; `make test-slow` runs it in CI
 def test_svgp_on_digits_fits_ten_classes_by_robust_max(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["fit", "svgp", "--data", "digits", "--inducing", "20", "--steps", "150", "--out", str(out)]) == 0

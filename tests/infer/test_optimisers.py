@@ -38,7 +38,9 @@ def test_lbfgs_refuses_a_loss_that_changes_with_the_key():
         fit_svi(gp.model, gp.guide, X, Y, optimizer=LBFGS(), num_steps=5, progress=False)
 
 
-@pytest.mark.parametrize("optimizer", [optax.adam(0.05), LBFGS()], ids=["adam", "lbfgs"])
+@pytest.mark.parametrize(
+    "optimizer", [optax.adam(0.05), pytest.param(LBFGS(), marks=pytest.mark.slow)], ids=["adam", "lbfgs"]
+)  # L-BFGS: about 25 s, run by `make test-slow` in CI
 def test_frozen_params_keep_their_initial_values_for_their_steps_then_move(optimizer):
     gp = SVGP(RBF(variance=1.0, lengthscale=1.0), Gaussian(variance=0.5), Z=Z)
     freeze = dict.fromkeys(HYPERPARAMETERS, 20)

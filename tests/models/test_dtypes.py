@@ -84,8 +84,16 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("data_dtype", ["float32", "float64"])
-@pytest.mark.parametrize("x64", ["on", "off"])
+@pytest.mark.parametrize(
+    ("x64", "data_dtype"),
+    [
+        ("on", "float32"),  # the combination that crashed (defect 6); the other three run in `make test-slow`
+        pytest.param("on", "float64", marks=pytest.mark.slow),
+        pytest.param("off", "float32", marks=pytest.mark.slow),
+        pytest.param("off", "float64", marks=pytest.mark.slow),
+    ],
+    ids=["on-float32", "on-float64", "off-float32", "off-float64"],
+)
 def test_every_model_fits_and_predicts_for_every_data_dtype_and_x64_flag(x64, data_dtype):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run(

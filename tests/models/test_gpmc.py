@@ -47,6 +47,7 @@ def test_density_is_the_prior_of_theta_and_v_and_the_exact_log_likelihood(rng):
                                stats.poisson(np.exp(f)).logpmf(counts), rtol=1e-9)  # fmt: skip
 
 
+@pytest.mark.slow  # about 15 s (two NUTS chains); `make test-slow` runs it in CI
 def test_gaussian_gpmc_samples_the_exact_gp_posterior_and_predicts_it(rng):
     """With the hyperparameters fixed and a Gaussian likelihood the target is the exact posterior: the mixture over
     the draws predicts what GPR does, at the training inputs and between them."""

@@ -209,6 +209,7 @@ def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
     assert fit.losses.shape == (3,) and np.all(np.isfinite(fit.losses))
 
 
+@pytest.mark.slow  # about 30 s; `make test-slow` runs it in CI
 def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends_trace_included(data, tmp_path):
     """Checkpoints: a fit stopped after 6 joint steps and called again for 12 equals one that ran 12 (parameters,
     losses, λ and latent trace, pruned subset); trace records past the checkpoint, as a run killed between writing
@@ -241,6 +242,7 @@ def test_a_resumed_fit_ends_where_an_uninterrupted_one_ends_trace_included(data,
             np.testing.assert_allclose(fit.params[name], value, rtol=1e-12, err_msg=name)
 
 
+@pytest.mark.slow  # about 25 s; `make test-slow` runs it in CI
 def test_the_trace_is_written_with_each_checkpoint_and_on_ctrl_c(data, tmp_path, monkeypatch):
     """Recorded every step with checkpoints every 3 steps, the trace file is written at steps 3, 6 and 7 (the end),
     not at every record; a Ctrl-C after step 4's record (fit_svi then checkpoints step 4) writes it too, and the

@@ -109,6 +109,7 @@ def test_loglikelihood_of_a_draw_is_the_variational_potential(problem, engines):
     np.testing.assert_allclose(idata.log_likelihood["y"].values[1, 7], expected, rtol=1e-10)
 
 
+@pytest.mark.slow  # about 30 s; `make test-slow` runs it in CI
 def test_a_plain_numpyro_mcmc_gives_the_same_inference_data_as_run_mcmc(problem):
     """diagnostics.from_mcmc takes a numpyro.infer.MCMC as NumPyro users run it: same draws, same groups."""
     X, y, model = problem
