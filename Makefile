@@ -6,7 +6,7 @@ CONSTRAINTS := constraints-dev.txt
 # pytest-xdist workers, one per core this process may use.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 
-.PHONY: demo test test-slow lint clean
+.PHONY: demo test test-slow docs lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +29,12 @@ test: $(VENV)/.installed-dev
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow
 
+docs: $(VENV)/.installed-dev
+	$(BIN)/python docs/build.py --out docs/_build
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) demo_out
+	rm -rf $(VENV) demo_out docs/_build
