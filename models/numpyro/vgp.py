@@ -17,6 +17,11 @@ ELBO (eq 2.14) = Σ_n E_{q(f_n)}[log p(y_n | f_n)] - KL[q(v) || N(0, I)]. As SVG
 model scores the data under the marginals q(f_n) of the guide's parameters, and ``TraceMeanField_ELBO`` takes the
 KL in closed form, so the ELBO is exact. Cost O(N³) per step. It is the non-sparse comparator of SVGP: SVGP with
 Z = X and a free Cholesky q(u) reaches the same optimum, with N(N+1)/2 rather than 2N parameters per function.
+
+The 2N parameters are poorly conditioned when the kernel variance is large, so optimisers need many steps. Measured
+on 120 probit-labelled points, kernel learned jointly: L-BFGS stayed near a loss of 31.2 for hundreds of steps and
+reached the optimum of 26.86 after 5000, which SVGP with Z = X (``learn_Z=False``) reached in under 1000. Where N
+allows the N² parameters, that SVGP is the quicker way to the same fit.
 """
 
 from __future__ import annotations
