@@ -24,8 +24,8 @@ import arviz as az
 import jax
 
 from ppl_sparsegp import results
-from ppl_sparsegp.cli.load import load_run
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.runs import load_run
 
 ROOT = Path(__file__).resolve().parent
 FITS = {"svgp": ["--inducing", "32", "--steps", "3000"], "idsgp": ["--epochs", "50"]}

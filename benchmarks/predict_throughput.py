@@ -46,7 +46,7 @@ def child(folder: str, points: int, chunk: int, recompute: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from ppl_sparsegp.cli.load import load_run
+    from ppl_sparsegp.runs import load_run
 
     run = load_run(folder)
     X_train, _ = run.stored.training()

@@ -51,7 +51,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "predict": ("ppl_sparsegp.posterior.predict", None),
     "diagnostics": ("ppl_sparsegp.posterior.diagnostics", None),
     "to_inference_data": ("ppl_sparsegp.posterior.diagnostics", "from_fit"),
-    "load_run": ("ppl_sparsegp.cli.load", "load_run"),
+    "load_run": ("ppl_sparsegp.runs.load", "load_run"),
+    "compare_runs": ("ppl_sparsegp.runs.compare", "compare_runs"),
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,9 +10,9 @@ Usage::
 Defaults are those of the method's recipe config (:mod:`ppl_sparsegp.recipes`) or of
 :class:`ppl_sparsegp.cli.run.Defaults`. Layout: :mod:`.__main__` (the parser, exit codes), :mod:`.run` (what the
 methods share), one module per method plus ``predict``, ``compare`` and ``diagnose``, each with
-``add_arguments(parser)`` and ``run(args, argv)`` (which writes the outputs and returns results.json), and
-:mod:`.load` (a run folder loaded back by each method's ``model_from_run``); docs/architecture.md follows one run
-through them.
+``add_arguments(parser)`` and ``run(args, argv)`` (which writes the outputs and returns results.json). What a run
+folder holds, and how it is loaded back and compared, is the library's :mod:`ppl_sparsegp.runs`;
+docs/architecture.md follows one run through them.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from ppl_sparsegp.infer.checkpoint import CheckpointError
 METHODS: dict[str, ModuleType] = {
     "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective, "idsgp": idsgp
 }  # fmt: skip
-"""The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``model_from_run``, ``CHECKPOINT``,
+"""The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``,
 ``METHOD_DEFAULTS``)."""
 COMMANDS: dict[str, ModuleType] = {"predict": predict, "compare": compare, "diagnose": diagnose}
 """The commands beside ``fit``, each a module with ``add_arguments`` and ``run``."""

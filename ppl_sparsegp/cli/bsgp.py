@@ -11,7 +11,7 @@ OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcm
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -19,15 +19,15 @@ import numpy as np
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.run import DEFAULTS, flag
 from ppl_sparsegp.inducing import initialise
-from ppl_sparsegp.models.numpyro.bsgp import BSGP, LIKELIHOOD_TERMS, bsgp_kernel
-from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP, deep_bsgp
+from ppl_sparsegp.models.numpyro.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, fit_bsgp
 from ppl_sparsegp.recipes.bsgp import bsgp_schedule as schedule
+from ppl_sparsegp.runs import store
+from ppl_sparsegp.runs.rebuild import bsgp_prediction_key
 
 CHECKPOINT = "mcmc.ckpt"
 SETTINGS_FILE = "mcmc.ckpt.json"
@@ -103,11 +103,6 @@ def dataset_name(name: str) -> str:
     return f"bsgp/{name}" if name in data.BSGP_NAMES else name
 
 
-def prediction_key(opts: Mapping[str, Any]) -> jax.Array:
-    """The key of the deep model's inner-layer draws when it predicts (in the run and in a loaded run)."""
-    return jax.random.fold_in(jax.random.PRNGKey(opts["seed"]), 1)
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE, dataset_name(args.data))
     sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
@@ -131,14 +126,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
-    key = prediction_key(opts)
+    key = bsgp_prediction_key(opts)
     (logp, pred), predict_seconds = shared.timed(
         lambda: (fit.log_predictive_density(d.X_eval, d.y_eval_std, key=key), fit.predict(d.X_eval, key=key))
     )
     m, mean, var = d.evaluate((pred.y_mean, pred.y_var, logp))
     m = {"mnll": m["nlpd"], **m} if d.ds.task == "regression" else m
     idata, groups = fit.inference_data(d.X, d.y, log_likelihood_of="predictive")
-    diagnostics.with_constant_data(idata, shared.standardizer_arrays(d))
+    diagnostics.with_constant_data(idata, store.standardizer_arrays(d.scaler))
     groups.append("constant_data")
     mcmc = fit.mcmc
     speed = num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None
@@ -175,16 +170,3 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     ]
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}
     return shared.finish(opts, d, argv, record, files, figure, summary)
-
-
-def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[BSGP | DeepBSGP, dict[str, Any]]:
-    """The BSGP of a saved run (deep BSGP's inner means refitted to the reloaded training inputs, as the run
-    fitted them); every value it predicts with is a draw."""
-    options = {"z_prior": opts["z_prior"], "likelihood_term": opts["data_term"]}
-    if opts["layers"] == 1:
-        D, Z = stored.input_dim, stored.draws["Z"][0]
-        return BSGP(bsgp_kernel(D), stored.likelihood(), Z=Z, num_latent=stored.num_outputs, **options), {}
-    X, _ = stored.training()
-    Z = stored.draws["layer0.Z"][0]
-    model = deep_bsgp(X, stored.num_outputs, stored.likelihood(), num_layers=opts["layers"], Z=Z, **options)
-    return model, {}

@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 from ppl_sparsegp.cli import svgp
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.run import Data
 from ppl_sparsegp.models.numpyro.gpr import GPR
 
@@ -32,8 +31,3 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         return GPR(**parts)
 
     return svgp.fit_by_svi(args, argv, build, "gpr needs regression data (use svgp)")
-
-
-def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[GPR, dict[str, Any]]:
-    """The fitted GPR of a saved run and its parameters (it predicts from the reloaded training data)."""
-    return GPR(**stored.parts()), stored.arrays

@@ -11,18 +11,14 @@ same command (``--epochs`` may be raised) resumes.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import equinox as eqx
-import numpy as np
-
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.svgp import CHECKPOINT, NOISE_VARIANCE, finish_svi
-from ppl_sparsegp.models.numpyro.idsgp import IDSGP, NETWORK_PARAMS
 from ppl_sparsegp.numpyro.nn import ACTIVATIONS
-from ppl_sparsegp.recipes.idsgp import IDSGPConfig, build_idsgp, fit_idsgp
+from ppl_sparsegp.recipes.idsgp import IDSGPConfig, fit_idsgp
+from ppl_sparsegp.runs.rebuild import idsgp_config
 
 CONFIG = IDSGPConfig()
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing}
@@ -52,31 +48,14 @@ def _check(opts: dict[str, Any]) -> None:
             raise ValueError(f"--hidden: every width must be a positive integer, got {opts['hidden']}")
 
 
-def config_of(opts: Mapping[str, Any]) -> IDSGPConfig:
-    """The recipe's settings of the options ``opts``."""
-    return IDSGPConfig(
-        num_inducing=opts["inducing"], hidden=tuple(opts["hidden"]), activation=opts["activation"],
-        kernel=opts["kernel"], white_variance=opts["white"] or None, learning_rate=opts["lr"],
-        batch_size=opts["batch_size"] or CONFIG.batch_size, num_epochs=opts["epochs"],
-    )  # fmt: skip
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE)
     checkpoint = opts["out"] / CHECKPOINT
     settings, counters = shared.checkpoints(opts, d, [checkpoint], resumable=("epochs",))
     fit, train_seconds = shared.timed(
-        fit_idsgp, d.X, d.y, config_of(opts), likelihood=d.likelihood, seed=opts["seed"], checkpoint=str(checkpoint),
+        fit_idsgp, d.X, d.y, idsgp_config(opts), likelihood=d.likelihood, seed=opts["seed"], checkpoint=str(checkpoint),
         checkpoint_every=opts["checkpoint_every"], progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip
     per_epoch = {"epochs": opts["epochs"], "steps_per_epoch": fit.steps_per_epoch,
                  "train_seconds_per_epoch": fit.seconds_per_epoch}  # fmt: skip
     return finish_svi(opts, d, argv, fit.model, fit.svi, train_seconds, counters.get("step", 0), **per_epoch)
-
-
-def model_from_run(opts: Mapping[str, Any], stored: StoredRun) -> tuple[IDSGP, dict[str, Any]]:
-    """The fitted IDSGP of a saved run and its parameters, the network's weights rebuilt from params.npz."""
-    N, D = int(stored.record["n_train"]), stored.input_dim
-    model = build_idsgp(config_of(opts), np.zeros((N, D), stored.dtype), stored.likelihood(), seed=opts["seed"])
-    template = eqx.partition(model.network, eqx.is_inexact_array)[0]
-    return model, shared.nested_params(stored.arrays, {NETWORK_PARAMS: template})

@@ -2,12 +2,10 @@
 
 Reads the inputs in original units (one row per point, one column per input in the order of the training data; a
 first line that is not numeric is taken as a header), loads the run with
-:func:`ppl_sparsegp.cli.load.load_run`, predicts in chunks (bounded memory whatever the number of rows) and
+:func:`ppl_sparsegp.runs.load_run`, predicts in chunks (bounded memory whatever the number of rows) and
 writes, atomically, one row per input: for regression ``mean``, ``variance`` and the central ``--level`` interval
-``lower``, ``upper`` of a normal with that mean and variance (exact for a Gaussian likelihood's predictive, an
-approximation for mixtures over draws and for Student-t); for binary data ``p1`` = p(y = 1) and ``variance``;
-for multi-class data the class probabilities ``p0`` .. ``p<J-1>``.
-Several outputs get one set of columns each, suffixed ``_<output>``.
+``lower``, ``upper``; for binary data ``p1`` = p(y = 1) and ``variance``; for multi-class data the class
+probabilities ``p0`` .. ``p<J-1>`` (:func:`ppl_sparsegp.runs.load.prediction_columns`).
 """
 
 from __future__ import annotations
@@ -18,10 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from ppl_sparsegp import results
-from ppl_sparsegp.cli.load import DEFAULT_CHUNK, load_run
+from ppl_sparsegp.runs.load import DEFAULT_CHUNK, load_run, prediction_columns
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,24 +54,6 @@ def _is_header(line: str) -> bool:
     except ValueError:
         return True
     return False
-
-
-def prediction_columns(mean: np.ndarray, var: np.ndarray, task: str, level: float) -> dict[str, np.ndarray]:
-    """Column name -> [S]: the module docstring's columns of ``mean``, ``var`` ([S] or [S, P])."""
-    if task == "multiclass":
-        return {f"p{k}": mean[:, k] for k in range(mean.shape[1])}
-    mean, var = np.atleast_2d(mean.T).T, np.atleast_2d(var.T).T
-    z = stats.norm.ppf(0.5 + level / 2)
-    columns = {}
-    for p in range(mean.shape[1]):
-        suffix = f"_{p}" if mean.shape[1] > 1 else ""
-        if task == "binary":
-            columns.update({f"p1{suffix}": mean[:, p], f"variance{suffix}": var[:, p]})
-            continue
-        sd = np.sqrt(np.clip(var[:, p], 0.0, None))
-        columns.update({f"mean{suffix}": mean[:, p], f"variance{suffix}": var[:, p],
-                        f"lower{suffix}": mean[:, p] - z * sd, f"upper{suffix}": mean[:, p] + z * sd})  # fmt: skip
-    return columns
 
 
 def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,6 @@ from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.checkpoint import prepare
-from ppl_sparsegp.models.numpyro.idsgp import IDSGP
-from ppl_sparsegp.posterior import diagnostics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
@@ -235,11 +233,6 @@ def initial_kernel(opts: Mapping[str, Any], input_dim: int, lengthscale: float) 
     return kernels.kernel_from_name(opts["kernel"], input_dim, variance=variance, lengthscale=lengthscale, dtype=dtype)
 
 
-def latent_functions(likelihood: likelihoods.Likelihood, num_outputs: int) -> int:
-    """The GP's latent functions: J for a multi-class likelihood of J classes, else one per output column."""
-    return likelihood.latent_dim or num_outputs
-
-
 def batch(opts: Mapping[str, Any], N: int) -> int | None:
     """``--batch-size``, or None for the full batch."""
     return opts["batch_size"] if opts.get("batch_size") is not None and opts["batch_size"] < N else None
@@ -284,64 +277,6 @@ def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, f
         return predict(params, d.X, d.y, X_grid.astype(d.X.dtype), np.zeros(len(X_grid), d.X.dtype))[:2]
 
     return m, mean, var, results.regression_curve(d.ds, d.scaler, on_grid, params.get("Z"))
-
-
-def params_file(params: Mapping[str, Any], d: Data) -> results.FileWriter:
-    """params.npz: fitted parameters (standardised units; a site holding a pytree, such as a network's weights, as
-    one array per leaf, ``<site><path>``, e.g. ``network$params.layers[0].weight``) and the standardisation
-    (``standardizer.<name>``)."""
-    leaves = {k: jax.tree_util.tree_flatten_with_path(v)[0] for k, v in params.items()}
-    arrays = {k + jax.tree_util.keystr(path): np.asarray(a) for k, found in leaves.items() for path, a in found}
-    return results.npz_file({**arrays, **standardizer_arrays(d)})
-
-
-def nested_params(arrays: Mapping[str, np.ndarray], templates: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`params_file`'s flattening: each site of ``templates`` (site -> a pytree of the
-    site's structure, e.g. a network's initial weights) rebuilt from its ``<site><path>`` arrays; other sites as
-    they are.
-
-    Raises:
-        ValueError: an array of a templated site is missing or has another shape.
-    """
-    nested = {k: v for k, v in arrays.items() if not any(k.startswith(site) for site in templates)}
-    for site, template in templates.items():
-        found, treedef = jax.tree_util.tree_flatten_with_path(template)
-        leaves = []
-        for path, like in found:
-            name = site + jax.tree_util.keystr(path)
-            if name not in arrays or np.shape(arrays[name]) != np.shape(like):
-                got = np.shape(arrays[name]) if name in arrays else "nothing"
-                raise ValueError(f"params.npz: expected {name} of shape {np.shape(like)}, got {got}")
-            leaves.append(arrays[name])
-        nested[site] = jax.tree_util.tree_unflatten(treedef, leaves)
-    return nested
-
-
-POSTERIOR_FLOPS = 10**11
-"""Budget of the predictive log-likelihood of an SVI fit's posterior.nc: draws x N x M^2 (IDSGP: x M^3, a
-factorisation per input), with 10 to 100 draws."""
-
-
-def svi_posterior(gp: Any, params: Mapping[str, Any], d: Data) -> Any:
-    """posterior.nc of a fit by SVI: draws of q(u) (sgpr, gpr: of the optimal q*(u), :meth:`as_svgp`; IDSGP: of
-    every input's own q(u | x_n), used but not kept), the hyperparameters' point estimates, the ``"predictive"``
-    log-likelihood of every training point (:data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`, what
-    ``compare`` reads; none for IDSGP, see :data:`ppl_sparsegp.cli.compare.NOT_COMPARED`), posterior predictive
-    draws of y and the observed y, standardised units."""
-    model, params = gp.as_svgp(params, d.X, d.y) if hasattr(gp, "as_svgp") else (gp, params)
-    per_input = isinstance(model, IDSGP)
-    model = replace(model, batch_size=None)  # u of every training input, not of a minibatch
-    M = model.num_inducing
-    cost = d.X.shape[0] * (M**3 if per_input else M**2)
-    draws = int(np.clip(POSTERIOR_FLOPS // cost, 10, 100))
-    per_input_options = {"log_likelihood": False, "local": ("u",)} if per_input else {}
-    return diagnostics.from_svi(model, params, d.X, d.y, num_draws=draws, log_likelihood_of="predictive",
-                                **per_input_options)  # fmt: skip
-
-
-def standardizer_arrays(d: Data) -> dict[str, np.ndarray]:
-    """The standardisation as ``standardizer.<name>`` arrays (params.npz, posterior.nc's constant_data)."""
-    return {f"standardizer.{k}": np.asarray(v) for k, v in vars(d.scaler).items()}
 
 
 def scores(m: Mapping[str, float], d: Data, regression: Sequence[str], binary: Sequence[str], sep: str = "  ",

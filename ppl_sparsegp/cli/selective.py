@@ -18,12 +18,10 @@ import numpy as np
 
 from ppl_sparsegp import results, validation
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.load import StoredRun
-from ppl_sparsegp.models.numpyro.sgpr import SGPR
-from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.phases import PHASES, phase_checkpoint
 from ppl_sparsegp.recipes.selective import BOUNDS, INITIALISATIONS, SELECTION_MODES, SelectiveConfig, fit_selective
+from ppl_sparsegp.runs import store
 
 CHECKPOINT = "selective_<phase>.npz"
 CONFIG = SelectiveConfig()
@@ -128,15 +126,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         f"pre + selection + post steps {' + '.join(str(steps[p]) for p in PHASES)} in "
         f"{' + '.join(f'{seconds[p]:.1f}' for p in PHASES)} s",
     ]
-    files = {"params.npz": shared.params_file(fit.params, d), "selection.npz": results.npz_file(selection)}
-    files["posterior.nc"] = diagnostics.netcdf_file(shared.svi_posterior(fit.model, fit.params, d))
+    files = {
+        "params.npz": results.npz_file(store.params_arrays(fit.params, d.scaler)),
+        "selection.npz": results.npz_file(selection),
+    }
+    files["posterior.nc"] = diagnostics.netcdf_file(store.svi_posterior(fit.model, fit.params, d.X, d.y))
     record["files"]["posterior"] = "posterior.nc"
     return shared.finish(opts, d, argv, record, files, figure, summary)
-
-
-def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[SGPR | SVGP, dict[str, Any]]:
-    """The pruned model of a saved run (SGPR for the collapsed bound, which predicts from the reloaded training
-    data; an unwhitened SVGP for the uncollapsed one) and its parameters."""
-    if opts["bound"] == "collapsed":
-        return SGPR(**stored.parts()), stored.arrays
-    return SVGP(**stored.parts(), num_latent=stored.num_outputs, whiten=False), stored.arrays

@@ -21,14 +21,15 @@ import numpy as np
 
 from ppl_sparsegp import results
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.run import DEFAULTS
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.mcmc import ENGINES
-from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
+from ppl_sparsegp.models.numpyro.sgpmc import default_priors
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import log_predictive_density, posterior_predictive
 from ppl_sparsegp.recipes.sgpmc import SGPMCConfig, fit_sgpmc
+from ppl_sparsegp.runs import store
+from ppl_sparsegp.runs.rebuild import latent_functions
 
 CHECKPOINT = "mcmc.ckpt"
 NOISE_VARIANCE = DEFAULTS.noise_variance
@@ -89,14 +90,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         fit_sgpmc, d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
         Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
         priors=default_priors(kernel, d.likelihood, opts["prior"]),
-        num_latent=shared.latent_functions(d.likelihood, d.ds.num_outputs),
+        num_latent=latent_functions(d.likelihood, d.ds.num_outputs),
         engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
         checkpoint=opts["out"] / CHECKPOINT, progress=shared.progress(opts), fingerprint=settings,
     )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     idata = diagnostics.from_mcmc(fit.mcmc, fit.model, d.X, d.y, log_likelihood_of="predictive")
-    diagnostics.with_constant_data(idata, {"Z": np.asarray(fit.model.Z), **shared.standardizer_arrays(d)})
+    diagnostics.with_constant_data(idata, {"Z": np.asarray(fit.model.Z), **store.standardizer_arrays(d.scaler)})
     draws, mcmc = fit.mcmc.flat_samples(), fit.mcmc
     pred = posterior_predictive(fit.model, draws, d.X_eval)
     m, mean, var = d.evaluate(
@@ -125,11 +126,3 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), minibatch)
     figure.tight_layout()
     return shared.finish(opts, d, argv, record, files, figure, summary)
-
-
-def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[SGPMC, dict[str, Any]]:
-    """The SGPMC model of a saved run (Z from posterior.nc's constant_data) and its fixed values."""
-    parts = stored.parts()
-    priors = default_priors(parts["kernel"], parts["likelihood"], opts["prior"])
-    num_latent = shared.latent_functions(parts["likelihood"], stored.num_outputs)
-    return SGPMC(**parts, priors=priors, num_latent=num_latent), stored.arrays

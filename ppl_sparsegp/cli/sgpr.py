@@ -11,7 +11,6 @@ from functools import partial
 from typing import Any
 
 from ppl_sparsegp.cli import svgp
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
 CHECKPOINT, METHOD_DEFAULTS = svgp.CHECKPOINT, svgp.METHOD_DEFAULTS
@@ -20,8 +19,3 @@ add_arguments = partial(svgp.add_arguments, method="sgpr")
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     return svgp.fit_by_svi(args, argv, lambda opts, d, parts: SGPR(**parts), "sgpr needs regression data (use svgp)")
-
-
-def model_from_run(opts: dict[str, Any], stored: StoredRun) -> tuple[SGPR, dict[str, Any]]:
-    """The fitted SGPR of a saved run and its parameters (it predicts from the reloaded training data)."""
-    return SGPR(**stored.parts()), stored.arrays

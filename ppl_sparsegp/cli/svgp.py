@@ -8,19 +8,21 @@ resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
 import optax
 
+from ppl_sparsegp import results
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.load import StoredRun
 from ppl_sparsegp.cli.run import DEFAULTS, Data
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.runs import store
+from ppl_sparsegp.runs.rebuild import svgp_model
 
 CHECKPOINT = "checkpoint.npz"
 NOISE_VARIANCE = DEFAULTS.noise_variance
@@ -47,22 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         shared.add_options(parser, ("batch_size",))
 
 
-def svgp_model(opts: Mapping[str, Any], parts: dict[str, Any], num_outputs: int, batch_size: int | None = None) -> SVGP:
-    """The SVGP of options ``opts`` (``--whiten``, ``--q-diag``) from its ``kernel``, ``likelihood`` and ``Z``."""
-    num_latent = shared.latent_functions(parts["likelihood"], num_outputs)
-    return SVGP(**parts, num_latent=num_latent, whiten=opts["whiten"], q_diag=opts["q_diag"], batch_size=batch_size)
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> SVGP:
         return svgp_model(opts, parts, d.ds.num_outputs, shared.batch(opts, d.X.shape[0]))
 
     return fit_by_svi(args, argv, build)
-
-
-def model_from_run(opts: Mapping[str, Any], stored: StoredRun) -> tuple[SVGP, dict[str, Any]]:
-    """The fitted SVGP of a saved run and its parameters (:func:`ppl_sparsegp.cli.load.load_run`)."""
-    return svgp_model(opts, stored.parts(), stored.num_outputs), stored.arrays
 
 
 def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..., Any], regression_only=None) -> dict:
@@ -97,8 +88,8 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
         "steps_per_second": fit.steps_per_second, "predict_seconds": predict_seconds, **extra,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    posterior = diagnostics.netcdf_file(shared.svi_posterior(gp, fit.params, d))
-    files = {"params.npz": shared.params_file(fit.params, d), "posterior.nc": posterior}
+    posterior = diagnostics.netcdf_file(store.svi_posterior(gp, fit.params, d.X, d.y))
+    files = {"params.npz": results.npz_file(store.params_arrays(fit.params, d.scaler)), "posterior.nc": posterior}
     record["files"]["posterior"] = "posterior.nc"
     resumed = f", resumed from step {resumed_from}" if resumed_from else ""
     scored = shared.scores(m, d, ("rmse", "mae", "nlpd"), ("accuracy", "nll", "ece", "auc"), units="")

@@ -301,7 +301,7 @@ def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array,
 
 def with_constant_data(idata: Any, arrays: Mapping[str, Array]) -> Any:
     """``idata`` with a ``constant_data`` group of ``arrays`` (name -> array: fixed inputs of the model such as a
-    fixed Z, the data's standardisation), which :func:`ppl_sparsegp.cli.load.load_run` reads back."""
+    fixed Z, the data's standardisation), which :func:`ppl_sparsegp.runs.load_run` reads back."""
     group = _dataset(arrays, {}, [])
     if ARVIZ_MAJOR >= 1:
         idata["constant_data"] = xr.DataTree(group)

@@ -17,7 +17,7 @@ from test_cli_outputs import QUIET, RUNS
 
 from ppl_sparsegp import data, metrics
 from ppl_sparsegp.cli import main
-from ppl_sparsegp.cli.load import load_run
+from ppl_sparsegp.runs import load_run
 
 VARIANTS = {
     **{method: (method, RUNS[method]) for method in RUNS},
@@ -211,17 +211,17 @@ def test_compare_ranks_runs_of_every_method_by_psis_loo(fitted, tmp_path, capsys
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("one run", "RUN_DIR: compare needs at least two runs, got 1"),
-        ("twice", "RUN_DIR: a run is named twice"),
-        ("other data", "RUN_DIR: {svgp} and {svgp-binary} were fitted on different data (data 'embedded/diabetes'"),
+        ("one run", "run_dirs: compare needs at least two runs, got 1"),
+        ("twice", "run_dirs: a run is named twice"),
+        ("other data", "run_dirs: {svgp} and {svgp-binary} were fitted on different data (data 'embedded/diabetes'"),
         pytest.param(
             "no predictive log-likelihood",
-            "RUN_DIR: {bsgp-deep}/posterior.nc has no predictive log-likelihood",
+            "run_dirs: {bsgp-deep}/posterior.nc has no predictive log-likelihood",
             marks=pytest.mark.slow,
         ),
         pytest.param(
             "idsgp",
-            "RUN_DIR: {idsgp} is an idsgp run, which compare cannot rank: its q(u | x) comes from a network",
+            "run_dirs: {idsgp} is an idsgp run, which compare cannot rank: its q(u | x) comes from a network",
             marks=pytest.mark.slow,
         ),
     ],

@@ -11,7 +11,7 @@ import pytest
 from test_cli_outputs import QUIET
 
 from ppl_sparsegp.cli import main
-from ppl_sparsegp.cli.load import load_run
+from ppl_sparsegp.runs import load_run
 
 
 @pytest.fixture(scope="module")
