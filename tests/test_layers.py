@@ -21,7 +21,8 @@ ALLOWED = {
 FORBIDDEN = {
     # layer: the ppl_sparsegp modules it must not import (the layers above it)
     "recipes": ("ppl_sparsegp.cli",),
-    "posterior": ("ppl_sparsegp.recipes", "ppl_sparsegp.cli"),
+    "posterior": ("ppl_sparsegp.recipes", "ppl_sparsegp.runs", "ppl_sparsegp.cli"),
+    "runs": ("ppl_sparsegp.cli",),
 }
 MODELS = PACKAGE.parent / "models"
 FORBIDDEN_THIRD_PARTY = {"core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox")}
