@@ -1,7 +1,8 @@
 """ppl_sparsegp.core must work with jax, numpyro and torch unavailable (ARCHITECTURE: the core is array-API only).
 
 The check runs in a fresh interpreter, where those modules are blocked before anything is imported, and evaluates
-kernels, a conditional, a KL, a bound and the point-process densities on numpy arrays against direct formulas.
+kernels, a conditional, a KL, a bound, the point-process densities and the SAS estimate on numpy arrays against
+direct formulas.
 """
 
 import subprocess
@@ -15,7 +16,7 @@ SCRIPT = textwrap.dedent(
         sys.modules[name] = None
 
     import numpy as np
-    from ppl_sparsegp.core import bounds, conditionals, kernels, kl, likelihoods, ops, point_processes
+    from ppl_sparsegp.core import active_sets, bounds, conditionals, kernels, kl, likelihoods, ops, point_processes
 
     rng = np.random.default_rng(0)
     X, Z = rng.normal(size=(7, 2)), rng.normal(size=(3, 2))
@@ -56,6 +57,10 @@ SCRIPT = textwrap.dedent(
     np.testing.assert_allclose(point_processes.kl_inclusion_subset_prior(probs, alpha, log_c), brute_kl, rtol=1e-10)
     np.testing.assert_allclose(point_processes.dpp_log_density(k(Z)), np.linalg.slogdet(k(Z))[1], rtol=1e-6)
     assert point_processes.strauss_pair_count(np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]]), 0.5) == 1.0
+
+    Y = rng.normal(size=(7, 4))  # a GP-LVM decoder's observations at latents X: with one held-out point, SAS is exact
+    sas = active_sets.sas_objective(k(X[:6]), k(X[:6], X[6:]), k.diag(X[6:]), Y[:6], Y[6:], 0.1)
+    np.testing.assert_allclose(sas, bounds.gaussian_log_marginal(k(X), Y, 0.1), rtol=1e-6)
     print("core without jax: ok")
     """
 )
