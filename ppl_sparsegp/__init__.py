@@ -34,6 +34,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "SelectiveSGPR": ("ppl_sparsegp.models.numpyro.selective", "SelectiveSGPR"),
     "SelectiveSVGP": ("ppl_sparsegp.models.numpyro.selective", "SelectiveSVGP"),
     "IDSGP": ("ppl_sparsegp.models.numpyro.idsgp", "IDSGP"),
+    "SASGPLVM": ("ppl_sparsegp.models.numpyro.sas_gplvm", "SASGPLVM"),
     # multi-phase procedures from the papers
     "fit_sgpmc": ("ppl_sparsegp.recipes.sgpmc", "fit_sgpmc"),
     "fit_bsgp": ("ppl_sparsegp.recipes.bsgp", "fit_bsgp"),

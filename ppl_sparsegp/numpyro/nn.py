@@ -8,6 +8,11 @@ tensorstore).
 :func:`inducing_network` builds the IDSGP network (Jafrasteh et al. 2022, §3.2 and Fig 1): x [D] -> a vector of
 :func:`inducing_output_size` numbers that :func:`split_inducing_outputs` reads as inducing inputs Z(x) [M, D], the
 mean m(x) [M] and the lower-triangular L(x) [M, M] with a positive (exponentiated) diagonal, S(x) = L Lᵀ.
+
+:func:`encoder_network` builds a GP-LVM encoder y [D] -> x [Q] (SAS-GP's amortisation, Moreno-Muñoz et al. 2022
+§3.2: linear layers of any widths with an activation between them, 784-512-256-2 with ReLU in the paper), and
+:class:`GaussianEncoder` the amortised q(x | y) = N(μ(y), diag σ²(y)) of the Bayesian variant: two such networks,
+the variance through a softplus.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,8 +42,6 @@ def inducing_network(input_dim: int, num_inducing: int, hidden: Sequence[int], a
     """An equinox MLP x [D] -> [O] (:func:`inducing_output_size`) with the hidden widths ``hidden`` (all equal, as
     ``eqx.nn.MLP`` builds them; empty: one linear layer), ``activation`` (a name in :data:`ACTIVATIONS`) between
     layers, a linear output whose bias starts at zero, and weights of ``dtype``."""
-    import equinox as eqx
-
     widths = tuple(int(w) for w in hidden)
     if len(set(widths)) > 1:
         raise ValueError(f"hidden: equinox's MLP has one width for every hidden layer, got {widths}")
@@ -70,3 +74,42 @@ def inducing_network_constants(Z: Array, m: Array, L: Array) -> Array:
     rows, cols = np.tril_indices(M)
     raw = jnp.asarray(L).at[jnp.arange(M), jnp.arange(M)].set(jnp.log(jnp.diagonal(L)))
     return jnp.concatenate([jnp.ravel(Z), jnp.ravel(m), raw[rows, cols]])
+
+
+def encoder_network(input_dim: int, output_dim: int, hidden: Sequence[int], activation: str, key: Array,
+                    dtype: Any) -> Any:  # fmt: skip
+    """An equinox network y [input_dim] -> [output_dim]: linear layers of the widths ``hidden`` (each its own; empty:
+    one linear layer) with ``activation`` (a name in :data:`ACTIVATIONS`) after every hidden layer, weights of
+    ``dtype`` initialised as equinox does (uniform, scaled by 1/sqrt(fan-in))."""
+    widths = (int(input_dim), *(int(w) for w in hidden), int(output_dim))
+    keys = jax.random.split(key, len(widths) - 1)
+    layers: list[Any] = []
+    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+        layers.append(eqx.nn.Linear(fan_in, fan_out, key=keys[i], dtype=dtype))
+        if i < len(widths) - 2:
+            layers.append(eqx.nn.Lambda(ACTIVATIONS[activation]))
+    return eqx.nn.Sequential(layers)
+
+
+class GaussianEncoder(eqx.Module):
+    """q(x | y) = N(μ(y), diag σ²(y)) over x [Q], by two networks (:func:`encoder_network`): ``mean`` gives μ and
+    ``variance`` gives σ² through a softplus, floored at ``min_variance``."""
+
+    mean: Any
+    variance: Any
+    min_variance: float = eqx.field(static=True, default=1e-6)
+
+    def __call__(self, y: Array) -> tuple[Array, Array]:
+        """μ [Q] and σ² [Q] at one observation y [D]."""
+        return self.mean(y), jax.nn.softplus(self.variance(y)) + self.min_variance
+
+
+def gaussian_encoder(input_dim: int, latent_dim: int, hidden: Sequence[int], activation: str, key: Array,
+                     dtype: Any) -> GaussianEncoder:  # fmt: skip
+    """A :class:`GaussianEncoder` y [input_dim] -> (μ, σ²) [latent_dim] whose two networks have the widths
+    ``hidden`` and ``activation`` of :func:`encoder_network`."""
+    mean_key, variance_key = jax.random.split(key)
+    return GaussianEncoder(
+        encoder_network(input_dim, latent_dim, hidden, activation, mean_key, dtype),
+        encoder_network(input_dim, latent_dim, hidden, activation, variance_key, dtype),
+    )

@@ -43,19 +43,25 @@ Array = Any
 
 
 @contextmanager
-def data_plate(n: int, batch_size: int | None = None, num_data: int | None = None) -> Iterator[Array | None]:
+def data_plate(
+    n: int, batch_size: int | None = None, num_data: int | None = None, *, replace: bool = True
+) -> Iterator[Array | None]:
     """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
 
-    ``batch_size=B < n`` draws B i.i.d. indices (the data term is scaled by n/B); otherwise the plate covers all
-    n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
+    ``batch_size=B < n`` draws B indices (the data term is scaled by n/B): i.i.d., or with ``replace=False`` B
+    distinct ones (SAS-GP splits a batch of distinct points into an active and a held-out set); otherwise the plate covers all n points, scaled by
+    ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
     A model run without a PRNG key (no ``seed`` handler: ``numpyro.infer.log_likelihood``, which ``az.from_numpyro``
     calls) draws no batch either: the plate covers all n points, so pointwise log-likelihoods come for every point.
     """
     key = numpyro.prng_key() if batch_size is not None and batch_size < n else None
     if key is not None:
-        # i.i.d. indices in one vectorised draw (NumPyro's own draw on CPU is a sequential scan over the
-        # batch); an outer handler that substitutes the "data" plate still takes precedence.
-        draw = jax.random.randint(key, (batch_size,), 0, n)
+        # One vectorised draw (NumPyro's own draw on CPU is a sequential scan over the batch); an outer handler
+        # that substitutes the "data" plate still takes precedence.
+        if replace:
+            draw = jax.random.randint(key, (batch_size,), 0, n)
+        else:
+            draw = jax.random.permutation(key, n)[:batch_size]
         with handlers.substitute(data={"data": draw}), numpyro.plate("data", n, subsample_size=batch_size) as idx:
             yield idx
     else:

@@ -39,6 +39,7 @@ def test_every_model_is_found():
         "deep_svgp.DeepSVGP",
         "selective_deep.SelectiveDeepSVGP",
         "idsgp.IDSGP",
+        "sas_gplvm.SASGPLVM",
     }
     assert expected <= set(MODELS)
 
