@@ -40,6 +40,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "fit_bsgp": ("ppl_sparsegp.recipes.bsgp", "fit_bsgp"),
     "fit_selective": ("ppl_sparsegp.recipes.selective", "fit_selective"),
     "fit_idsgp": ("ppl_sparsegp.recipes.idsgp", "fit_idsgp"),
+    "fit_sas": ("ppl_sparsegp.recipes.sas_gplvm", "fit_sas"),
     # engines
     "fit_svi": ("ppl_sparsegp.infer.svi", "fit_svi"),
     "run_mcmc": ("ppl_sparsegp.infer.mcmc", "run_mcmc"),

@@ -1,0 +1,141 @@
+"""SAS-GP's recipe (Moreno-Muñoz, Feldager & Hauberg 2022, §4 and the released code's defaults; spec 004 §2): Adam
+on the encoder, the kernel and the noise, a batch of B distinct rows per step split into A active and B − A held-out
+rows, for a number of epochs of ``ceil(N / B)`` steps.
+
+:func:`fit_sas` builds :class:`models.numpyro.sas_gplvm.SASGPLVM` from :class:`SASConfig` and fits it with
+:func:`ppl_sparsegp.infer.svi.fit_svi` (``TraceMeanField_ELBO``: Bayesian SAS's latent KL in closed form).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ppl_sparsegp.core.active_sets import WEIGHTS
+from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.likelihoods import Gaussian
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi
+from ppl_sparsegp.models.numpyro.sas_gplvm import SASGPLVM
+from ppl_sparsegp.numpyro.nn import ACTIVATIONS
+from ppl_sparsegp.validation import check_count, check_positive_float
+
+from .phases import check_choice, configure
+
+Array = Any
+
+
+@dataclass(frozen=True)
+class SASConfig:
+    """The settings of :func:`fit_sas`, each default written here only.
+
+    num_active: A; batch_size: B > A (the paper's 1024); latent_dim: Q (2 in every experiment of the paper);
+    bayesian: Bayesian SAS (q(x | y), paper §3.1) rather than deterministic SAS; weight: the held-out sum's
+    weight (:data:`ppl_sparsegp.core.active_sets.WEIGHTS`; ``"unbiased"`` (N − A)/(B − A)); hidden, activation: the
+    encoder's (the paper's 512-256 ReLU); kernel_variance, lengthscale, noise_variance: the initial RBF-ARD
+    variance and lengthscales over the Q latent dimensions and the Gaussian noise variance (the released code's 0.5
+    each); learning_rate: Adam's (the paper's range is 1e-4 to 1e-2); num_epochs: epochs of ``ceil(N / B)`` steps.
+    """
+
+    num_active: int = 100
+    batch_size: int = 1024
+    latent_dim: int = 2
+    bayesian: bool = False
+    weight: str = "unbiased"
+    hidden: tuple[int, ...] = (512, 256)
+    activation: str = "relu"
+    kernel_variance: float = 0.5
+    lengthscale: float = 0.5
+    noise_variance: float = 0.5
+    learning_rate: float = 1e-3
+    num_epochs: int = 100
+
+    def __post_init__(self) -> None:
+        check_count("num_active", self.num_active, 1)
+        check_count("batch_size", self.batch_size, self.num_active + 1)
+        check_count("latent_dim", self.latent_dim, 1)
+        check_choice("weight", self.weight, WEIGHTS)
+        for width in self.hidden:
+            check_count("hidden", width, 1)
+        check_choice("activation", self.activation, tuple(ACTIVATIONS))
+        for name in ("kernel_variance", "lengthscale", "noise_variance", "learning_rate"):
+            check_positive_float(name, getattr(self, name))
+        check_count("num_epochs", self.num_epochs, 1)
+
+    def steps_per_epoch(self, num_data: int) -> int:
+        """``ceil(N / batch_size)``."""
+        return math.ceil(num_data / self.batch_size)
+
+
+@dataclass
+class SASFit:
+    """What :func:`fit_sas` returns: the model, its SVI fit and the epoch length in steps."""
+
+    model: SASGPLVM
+    svi: SVIResult
+    steps_per_epoch: int
+
+    @property
+    def params(self) -> dict[str, Array]:
+        return self.svi.params
+
+    @property
+    def seconds_per_epoch(self) -> float | None:
+        """Training seconds per epoch in this call, compilation excluded (None if no step ran)."""
+        return self.svi.run_seconds * self.steps_per_epoch / self.svi.steps_run if self.svi.steps_run else None
+
+
+def build_sas(config: SASConfig, Y: Array, seed: int = 0) -> SASGPLVM:
+    """The model :func:`fit_sas` fits to Y [N, D] (N > A; its batch capped at N), weights and kernel in Y's dtype."""
+    N, D = Y.shape
+    dtype = np.dtype(Y.dtype)
+    kernel = RBF(np.asarray(config.kernel_variance, dtype), np.full(config.latent_dim, config.lengthscale, dtype))
+    return SASGPLVM(
+        kernel, Gaussian(np.asarray(config.noise_variance, dtype)), data_dim=D, latent_dim=config.latent_dim,
+        num_active=config.num_active, batch_size=min(config.batch_size, N), bayesian=config.bayesian,
+        weight=config.weight, hidden=config.hidden, activation=config.activation, seed=seed,
+    )  # fmt: skip
+
+
+def fit_sas(
+    Y: Array,
+    config: SASConfig | None = None,
+    *,
+    seed: int = 0,
+    checkpoint: str | None = None,
+    checkpoint_every: int = 1000,
+    progress: bool | None = None,
+    callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> SASFit:
+    """Fit SAS-GP to the observations Y [N, D] by Adam for ``num_epochs`` epochs (module docstring).
+
+    Args:
+        config: the settings (:class:`SASConfig`); ``overrides``: fields of it, e.g. ``num_active=200``.
+        seed: the seed of the encoder's initial weights, of the batches and of the splits.
+        checkpoint, checkpoint_every, progress, callback: those of :func:`ppl_sparsegp.infer.svi.fit_svi`; the
+            checkpoint records ``fingerprint`` and the config, and is refused by a run that differs in either.
+
+    Raises:
+        ValueError: a setting out of range, or Y not [N, D] with N > ``num_active``, before anything compiles.
+    """
+    c = configure(SASConfig, config, overrides)
+    Y = jnp.asarray(Y)
+    if Y.ndim != 2 or Y.shape[0] <= c.num_active:
+        raise ValueError(f"Y: expected [N, D] with N > num_active = {c.num_active}, got {tuple(Y.shape)}")
+    model = build_sas(c, Y, seed)
+    steps_per_epoch = c.steps_per_epoch(Y.shape[0])
+    own = {f"sas.{k}": v for k, v in vars(c).items() if k != "num_epochs"}  # more epochs may resume a run
+    svi = fit_svi(
+        model.model, model.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.num_epochs * steps_per_epoch,
+        key=seed, progress=progress, label="Bayesian SAS" if c.bayesian else "SAS", callback=callback,
+        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint={**own, **dict(fingerprint or {})},
+        validate=model.check_data,
+    )  # fmt: skip
+    return SASFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
