@@ -264,3 +264,22 @@ def multiclass_nll(y: Array, probs: Array) -> float:
         raise ValueError(f"probs must be 2-D [N, C] class probabilities, got shape {p.shape}")
     labels, p = _probs(y, p)
     return float(-np.mean(_safe_log(p[np.arange(labels.shape[0]), labels])))
+
+
+def nearest_neighbour_accuracy(
+    train_points: Array, train_labels: Array, test_points: Array, test_labels: Array
+) -> float:
+    """Accuracy of the 1-nearest-neighbour classifier (Euclidean) fitted on ``train_points`` [N, Q] with
+    ``train_labels`` [N] and scored on ``test_points`` [S, Q], ``test_labels`` [S] (a latent space's probe, e.g.
+    SAS-GP's Table 2)."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    train, test = _numpy(train_points, "train_points"), _numpy(test_points, "test_points")
+    labels, truth = _numpy(train_labels, "train_labels", None), _numpy(test_labels, "test_labels", None)
+    _nonempty("train_points", train)
+    _nonempty("test_points", test)
+    if train.shape[0] != labels.shape[0] or test.shape[0] != truth.shape[0]:
+        raise ValueError(f"points and labels: expected one label per row, got {train.shape[0]} rows and "
+                         f"{labels.shape[0]} labels, {test.shape[0]} rows and {truth.shape[0]} labels")  # fmt: skip
+    predicted = KNeighborsClassifier(n_neighbors=1).fit(train, labels).predict(test)
+    return float(np.mean(predicted == truth))

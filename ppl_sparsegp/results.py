@@ -440,6 +440,33 @@ def plot_fit(
     return fig
 
 
+def plot_latents_and_loss(latents: np.ndarray, labels: np.ndarray | None, losses: np.ndarray, clock: np.ndarray) -> Any:
+    """A GP-LVM's latent space (left: the first two dimensions of ``latents`` [S, Q], coloured by ``labels`` [S]
+    where given) and its loss against training time (right: the mean loss [T] of each chunk of steps ending at
+    ``clock[:, 0]``, against the seconds ``clock[:, 1]`` since the start; the steps themselves where ``clock`` is
+    empty), as a matplotlib figure (close it when written)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_latent, ax_loss) = plt.subplots(1, 2, figsize=(11, 4.6))
+    second = latents[:, 1] if latents.shape[1] > 1 else np.zeros(len(latents))
+    points = ax_latent.scatter(latents[:, 0], second, c=labels, cmap="tab10", s=3, alpha=0.7)
+    if labels is not None:
+        fig.colorbar(points, ax=ax_latent, label="label")
+    ax_latent.set(xlabel="latent 1", ylabel="latent 2", title=f"latents of {len(latents)} rows")
+    if len(clock):
+        ends = clock[:, 0].astype(int)
+        starts = np.concatenate([[ends[0] - (ends[1] - ends[0]) if len(ends) > 1 else 0], ends[:-1]])
+        means = [losses[max(a, 0) : b].mean() for a, b in zip(starts, ends, strict=True)]
+        ax_loss.plot(clock[:, 1], means, "o-", ms=3)
+        ax_loss.set(xlabel="training seconds (compilation included)", ylabel="mean loss of the chunk")
+    else:
+        ax_loss.plot(np.arange(1, len(losses) + 1), losses, lw=0.8)
+        ax_loss.set(xlabel="step", ylabel="loss")
+    ax_loss.set_title("loss against time")
+    fig.tight_layout()
+    return fig
+
+
 def plot_energy(ax: Any, energy: np.ndarray | None, minibatch: bool) -> None:
     """The potential energy [C, S] of every chain's kept draws (a minibatch estimate for SG-MCMC) on ``ax``."""
     ax.clear()

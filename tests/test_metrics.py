@@ -16,6 +16,7 @@ from ppl_sparsegp.metrics import (
     expected_calibration_error,
     mae,
     multiclass_nll,
+    nearest_neighbour_accuracy,
     nlpd_gaussian,
     nlpd_mixture,
     rmse,
@@ -169,3 +170,11 @@ def test_classification_errors_name_the_argument():
         accuracy(LABELS, np.array([0, 1]))
     with pytest.raises(ValueError, match=r"scores must have len\(y\) = 8 rows"):
         roc_auc(LABELS, P_BIN[:3])
+
+
+def test_nearest_neighbour_accuracy_counts_the_test_points_whose_nearest_training_point_shares_their_label():
+    train = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    test = np.array([[1.0, 0.0], [9.0, 1.0], [0.5, 9.0], [9.0, 0.0]])
+    assert nearest_neighbour_accuracy(train, [0, 1, 2], test, [0, 1, 2, 2]) == 0.75
+    with pytest.raises(ValueError, match="one label per row"):
+        nearest_neighbour_accuracy(train, [0, 1], test, [0, 1, 2, 2])

@@ -2,7 +2,7 @@
 
 Usage::
 
-    ppl-sparsegp fit {svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp} [--data diabetes] [--split 0] ... [--out DIR]
+    ppl-sparsegp fit {svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp,sas} [--data diabetes] [--split 0] ... [--out DIR]
     ppl-sparsegp predict RUN_DIR --input new.csv --out preds.csv
     ppl-sparsegp compare RUN_DIR RUN_DIR ... [--out DIR]
     ppl-sparsegp diagnose RUN_DIR

@@ -22,13 +22,14 @@ from types import ModuleType
 import jax
 
 from ppl_sparsegp import data
-from ppl_sparsegp.cli import bsgp, compare, diagnose, gpr, idsgp, predict, selective, sgpmc, sgpr, svgp
+from ppl_sparsegp.cli import bsgp, compare, diagnose, gpr, idsgp, predict, sas, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
 from ppl_sparsegp.data import DataIntegrityError
 from ppl_sparsegp.infer.checkpoint import CheckpointError
 
 METHODS: dict[str, ModuleType] = {
-    "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective, "idsgp": idsgp
+    "svgp": svgp, "sgpr": sgpr, "gpr": gpr, "sgpmc": sgpmc, "bsgp": bsgp, "selective": selective, "idsgp": idsgp,
+    "sas": sas,
 }  # fmt: skip
 """The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``,
 ``METHOD_DEFAULTS``)."""

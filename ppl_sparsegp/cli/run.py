@@ -113,9 +113,9 @@ def add_options(parser: Any, names: Iterable[str], batch_note: str = "", **defau
         add(parser, name, None if name in FILLED_BY_THE_RUN else default, help_, shown, **kwargs)
 
 
-def add_common_arguments(parser: argparse.ArgumentParser, method: str) -> None:
-    """Data, seed, precision and output: every method."""
-    add_options(parser, ("data", "target", "split", "seed", "dtype"))
+def add_common_arguments(parser: argparse.ArgumentParser, method: str, **defaults: Any) -> None:
+    """Data, seed, precision and output: every method (``defaults``: a method's own, e.g. ``data="mnist"``)."""
+    add_options(parser, ("data", "target", "split", "seed", "dtype"), **defaults)
     group = parser.add_argument_group("output")
     add(group, "out", None, "output folder", "runs/<method>-<data>-<split>", type=Path, metavar="DIR")
     group.add_argument("--restart", action="store_true", help="discard the checkpoints in --out and start afresh")

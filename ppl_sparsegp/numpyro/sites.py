@@ -49,8 +49,9 @@ def data_plate(
     """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
 
     ``batch_size=B < n`` draws B indices (the data term is scaled by n/B): i.i.d., or with ``replace=False`` B
-    distinct ones (SAS-GP splits a batch of distinct points into an active and a held-out set); otherwise the plate covers all n points, scaled by
-    ``num_data / n`` when the caller passes minibatches of a data set of ``num_data`` points.
+    distinct ones (SAS-GP splits a batch of distinct points into an active and a held-out set); otherwise the
+    plate covers all n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of
+    ``num_data`` points.
     A model run without a PRNG key (no ``seed`` handler: ``numpyro.infer.log_likelihood``, which ``az.from_numpyro``
     calls) draws no batch either: the plate covers all n points, so pointwise log-likelihoods come for every point.
     """

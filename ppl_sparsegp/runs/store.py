@@ -46,17 +46,21 @@ def split_standardizer(arrays: Mapping[str, np.ndarray], path: Path) -> tuple[di
     return {k: v for k, v in arrays.items() if not k.startswith(STANDARDIZER)}, scaler
 
 
-def params_arrays(params: Mapping[str, Any], scaler: data.Standardizer) -> dict[str, np.ndarray]:
-    """params.npz's arrays: fitted parameters (standardised units; a site holding a pytree, such as a network's
-    weights, as one array per leaf, ``<site><path>``, e.g. ``network$params.layers[0].weight``) and the
-    standardisation (``standardizer.<name>``)."""
+def flat_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Fitted parameters as arrays, a site holding a pytree (such as a network's weights) as one array per leaf,
+    ``<site><path>``, e.g. ``network$params.layers[0].weight``."""
     leaves = {k: jax.tree_util.tree_flatten_with_path(v)[0] for k, v in params.items()}
-    arrays = {k + jax.tree_util.keystr(path): np.asarray(a) for k, found in leaves.items() for path, a in found}
-    return {**arrays, **standardizer_arrays(scaler)}
+    return {k + jax.tree_util.keystr(path): np.asarray(a) for k, found in leaves.items() for path, a in found}
+
+
+def params_arrays(params: Mapping[str, Any], scaler: data.Standardizer) -> dict[str, np.ndarray]:
+    """params.npz's arrays: :func:`flat_params` (standardised units) and the standardisation
+    (``standardizer.<name>``)."""
+    return {**flat_params(params), **standardizer_arrays(scaler)}
 
 
 def nested_params(arrays: Mapping[str, np.ndarray], templates: Mapping[str, Any]) -> dict[str, Any]:
-    """The inverse of :func:`params_arrays`' flattening: each site of ``templates`` (site -> a pytree of the site's
+    """The inverse of :func:`flat_params`: each site of ``templates`` (site -> a pytree of the site's
     structure, e.g. a network's initial weights) rebuilt from its ``<site><path>`` arrays; other sites as they are.
 
     Raises:

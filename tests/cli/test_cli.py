@@ -243,13 +243,19 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--hidden",
         "--activation",
         "--epochs",
+        "--active",
+        "--batch",
+        "--latent-dim",
+        "--weight",
+        "--bayesian",
+        "--conditioning",
     ]
     for option in options:
         assert option in text, option
     assert set(re.findall(r"--[a-z][a-z0-9-]*", text)) == {*options, "--help"}
     for default in ("default: diabetes", "default: 128", "default: kmeans", "default: 2000", "default: 0.01"):
         assert default in text
-    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp}" in text
+    assert "default: runs/<method>-<data>-<split>" in text and "{svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp,sas}" in text
 
 
 @pytest.mark.slow  # about 80 s: an SVGP fit and two NUTS chains in 30 dimensions; `make test-slow` runs it

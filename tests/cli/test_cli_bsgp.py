@@ -206,7 +206,7 @@ def test_help_documents_the_bsgp_options(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for option in ("--layers", "--z-prior", "--data-term", "--noise", "--iterations", "--kept"):
         assert option in text, option
-    assert "{svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp}" in text and "BSGP (bsgp only)" in text
+    assert "{svgp,sgpr,gpr,sgpmc,bsgp,selective,idsgp,sas}" in text and "BSGP (bsgp only)" in text
     assert "{normal,dpp,strauss,uniform}" in text and "{log_expected,expected_log}" in text
     for default in ("default: 10000", "default: 256", "default: normal", "default: log_expected", "bsgp: 100"):
         assert default in text, default

@@ -31,6 +31,7 @@ from ppl_sparsegp import data
 from ppl_sparsegp.cli import bsgp as cli_bsgp
 from ppl_sparsegp.cli import idsgp as cli_idsgp
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.cli import sas as cli_sas
 from ppl_sparsegp.cli import selective as cli_selective
 from ppl_sparsegp.cli import sgpmc as cli_sgpmc
 from ppl_sparsegp.cli import svgp as cli_svgp
@@ -45,7 +46,9 @@ RUNS = {
     "bsgp": ("--iterations", "2", "--kept", "2", "--inducing", "5"),
     "selective": ("--candidates", "10", "--pre-steps", "5", "--selection-steps", "5", "--post-steps", "5"),
     "idsgp": ("--inducing", "4", "--hidden", "8", "--epochs", "3", "--checkpoint-every", "4"),
-}
+    "sas": ("--data", "diabetes", "--active", "20", "--batch", "60", "--hidden", "8", "--epochs", "3",
+            "--conditioning", "100", "--checkpoint-every", "4"),
+}  # fmt: skip
 """A tiny run of every method on diabetes."""
 CHECKPOINT = {
     "svgp": "checkpoint.npz",
@@ -55,6 +58,7 @@ CHECKPOINT = {
     "bsgp": "mcmc.ckpt",
     "selective": "selective_pre.npz",
     "idsgp": "checkpoint.npz",
+    "sas": "checkpoint.npz",
 }
 CHANGES = {
     "svgp": [
@@ -72,6 +76,7 @@ CHANGES = {
     "bsgp": [("--seed", "1"), ("--inducing", "6"), ("--z-prior", "uniform"), ("--step-size", "0.02")],
     "selective": [("--alpha", "0.5"), ("--seed", "1"), ("--candidates", "8")],
     "idsgp": [("--hidden", "6"), ("--white", "0"), ("--activation", "tanh"), ("--inducing", "3")],
+    "sas": [("--active", "10"), ("--bayesian",), ("--seed", "1"), ("--weight", "batch")],
 }
 """Per method, options that change the result; the first of each is the one named in the refusal."""
 FLAGS = {"--no-whiten": "--whiten/--no-whiten"}
@@ -99,6 +104,7 @@ def trap_work(monkeypatch) -> None:
         (cli_bsgp, "fit_bsgp"),
         (cli_selective, "fit_selective"),
         (cli_idsgp, "fit_idsgp"),
+        (cli_sas, "fit_sas"),
     ]:
         monkeypatch.setattr(module, name, trap)
 
