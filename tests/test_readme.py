@@ -30,6 +30,7 @@ REDUCED = {
     "num_epochs=20, num_inducing=20": "num_epochs=1, num_inducing=20",
     "num_steps=500": "num_steps=50",
     "num_warmup=200, num_samples=200": "num_warmup=20, num_samples=20",
+    "num_epochs=600)": "num_epochs=20)",
 }
 """Sizes of the README's examples -> those ``make test`` runs them with."""
 TIME_LIMIT = {"reduced": 600, "as written": 3000}
