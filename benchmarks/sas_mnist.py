@@ -37,7 +37,7 @@ import numpy as np
 
 from ppl_sparsegp import data, results
 from ppl_sparsegp.metrics import nearest_neighbour_accuracy
-from ppl_sparsegp.recipes.sas_gplvm import SASConfig, build_sas, evaluate_sas, fit_sas
+from ppl_sparsegp.recipes.sas_gplvm import SASConfig, build_sas, encode_rows, evaluate_sas, fit_sas
 
 ROOT = Path(__file__).resolve().parent
 OUTPUT = ROOT / "results" / "sas_mnist.json"
@@ -57,9 +57,8 @@ def table1(Y, Y_test, labels, labels_test, args) -> dict:
         for i, A in enumerate(ACTIVE):
             fit = fit_sas(Y, SASConfig(num_active=A, bayesian=bayesian, num_epochs=args.epochs), progress=False)
             m = evaluate_sas(fit.model, fit.params, Y, Y_test[order], num_conditioning=args.conditioning)
-            encode = jax.jit(lambda rows, fit=fit: fit.model.encode(fit.params, rows))
-            latents = np.concatenate([np.asarray(encode(Y[j : j + 5000])) for j in range(0, len(Y), 5000)])
-            accuracy = nearest_neighbour_accuracy(latents, labels, np.asarray(encode(Y_test)), labels_test)
+            accuracy = nearest_neighbour_accuracy(encode_rows(fit.model, fit.params, Y), labels,
+                                                  encode_rows(fit.model, fit.params, Y_test), labels_test)  # fmt: skip
             paper = {k: v[i] for k, v in PAPER_TABLE1[kind].items()}
             found[f"{kind}_A{A}"] = {
                 **m, "nearest_neighbour_accuracy": accuracy, "paper": paper,

@@ -22,7 +22,7 @@ import numpy as np
 from ppl_sparsegp import data, results
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.infer.checkpoint import prepare
-from ppl_sparsegp.recipes.sas_gplvm import SASConfig, evaluate_sas, fit_sas
+from ppl_sparsegp.recipes.sas_gplvm import SASConfig, encode_rows, evaluate_sas, fit_sas
 from ppl_sparsegp.runs import store
 
 CHECKPOINT = "checkpoint.npz"
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "evaluate_seconds": evaluate_seconds, "options": opts, "argv": list(argv), **results.provenance(),
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
-    latents = np.asarray(fit.model.encode(fit.params, Y_eval[:5000]))
+    latents = encode_rows(fit.model, fit.params, Y_eval[:5000])
     times = np.array([[step, seconds - clock[0][1]] for step, seconds in clock[1:]])
     shown = None if labels_eval is None else labels_eval[:5000]
     figure = results.plot_latents_and_loss(latents, shown, np.asarray(fit.svi.losses), times)

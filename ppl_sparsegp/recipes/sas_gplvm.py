@@ -164,15 +164,25 @@ def evaluate_sas(
     Y, Y_test = jnp.asarray(Y), jnp.asarray(Y_test)
     K = min(int(num_conditioning), Y.shape[0])
     conditioning = Y[jax.random.permutation(jax.random.PRNGKey(seed), Y.shape[0])[:K]]
-    reconstruct = jax.jit(lambda Yc: model.reconstruct(params, Yc, conditioning))
-    parts = [reconstruct(Y_test[i : i + chunk_size]) for i in range(0, Y_test.shape[0], chunk_size)]
+    # params and data go in as arguments: closed over, XLA would fold the encoder through them as constants
+    reconstruct = jax.jit(lambda p, rows, Yc: model.reconstruct(p, rows, Yc))
+    parts = [
+        reconstruct(params, Y_test[i : i + chunk_size], conditioning) for i in range(0, Y_test.shape[0], chunk_size)
+    ]
     mean, var = (np.concatenate([np.asarray(p[k]) for p in parts]) for k in range(2))
     found = {"rmse": metrics.rmse(Y_test, mean), "mae": metrics.mae(Y_test, mean),
              "nlpd": metrics.nlpd_gaussian(Y_test, mean, var), "num_conditioning": K}  # fmt: skip
     if labels is not None and labels_test is not None:
-        encode = jax.jit(lambda rows: model.encode(params, rows))
-        latents = np.concatenate([np.asarray(encode(Y[i : i + chunk_size])) for i in range(0, Y.shape[0], chunk_size)])
         found["nearest_neighbour_accuracy"] = metrics.nearest_neighbour_accuracy(
-            latents, labels, np.asarray(encode(Y_test)), labels_test
+            encode_rows(model, params, Y, chunk_size),
+            labels,
+            encode_rows(model, params, Y_test, chunk_size),
+            labels_test,
         )
     return found
+
+
+def encode_rows(model: SASGPLVM, params: Mapping[str, Array], Y: Array, chunk_size: int = 5000) -> np.ndarray:
+    """The latents [N, Q] of the rows of Y [N, D] (:meth:`SASGPLVM.encode`), ``chunk_size`` rows per compiled call."""
+    encode = jax.jit(model.encode)
+    return np.concatenate([np.asarray(encode(params, Y[i : i + chunk_size])) for i in range(0, Y.shape[0], chunk_size)])
