@@ -301,6 +301,17 @@ def checked_layers(
     return Z, widths, mean_weights, kernels
 
 
+def layer_parameter_names(likelihood: Likelihood, kernels: Sequence[Kernel], layer_sites: Sequence[str]) -> set[str]:
+    """The sites a deep GP's (DeepSVGP, DeepBSGP) ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
+    ``"layer<ℓ>.kernel.<name>"`` of ``kernels[ℓ]`` and ``"layer<ℓ>.<site>"`` for each of ``layer_sites`` (e.g.
+    ``"Z"``, ``"u"``)."""
+    return {f"likelihood.{n}" for n in likelihood.parameters()} | {
+        f"layer{i}.{name}"
+        for i, kernel in enumerate(kernels)
+        for name in (*(f"kernel.{n}" for n in kernel.parameters()), *layer_sites)
+    }
+
+
 def check_latent_functions(model: Any, likelihood: Likelihood) -> None:
     """A multi-class ``likelihood`` of J classes goes only to a model that takes one (:attr:`GPModel.multiclass`)
     and has ``num_latent`` = J latent functions.

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import jax.numpy as jnp
@@ -172,15 +173,8 @@ class BSGP(GPModel):
         check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
         Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
-        v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
-        if y is None:  # NumPyro's Predictive: f and y at every row of X given v
-            sites.predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
-            return
-        with sites.data_plate(y.shape[0], self.batch_size) as idx:
-            Xb, Yb = sites.batch(X, y, idx)
-            mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
-            ell = data_log_likelihood(likelihood, self.likelihood_term, Yb, mean, var)
-            numpyro.factor("y", jnp.sum(ell, axis=0))
+        ell = partial(data_log_likelihood, likelihood, self.likelihood_term)
+        sites.whitened_inducing_data(kernel, likelihood, Z, self.num_latent, X, y, self.batch_size, ell)
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS (see fit_bsgp)")

@@ -37,7 +37,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
-from ._base import as_output_columns, checked_jitter, checked_layers, scoped_methods
+from ._base import as_output_columns, checked_jitter, checked_layers, layer_parameter_names, scoped_methods
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any
@@ -99,11 +99,7 @@ class DeepBSGP:
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
         ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"`` and ``"layer<ℓ>.u"``."""
-        return {f"likelihood.{n}" for n in self.likelihood.parameters()} | {
-            f"layer{i}.{name}"
-            for i, kernel in enumerate(self.kernels)
-            for name in (*(f"kernel.{n}" for n in kernel.parameters()), "Z", "u")
-        }
+        return layer_parameter_names(self.likelihood, self.kernels, ("Z", "u"))
 
     @property
     def num_layers(self) -> int:

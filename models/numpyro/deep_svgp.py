@@ -55,7 +55,7 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
 from ppl_sparsegp.numpyro import sites
 
-from ._base import _is_concrete, checked_jitter, checked_layers, q_parameter, scoped_methods
+from ._base import _is_concrete, checked_jitter, checked_layers, layer_parameter_names, q_parameter, scoped_methods
 from .deep_bsgp import linear_mean_weights
 
 Array = Any
@@ -142,11 +142,7 @@ class DeepSVGP:
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: per layer ℓ ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"``,
         ``"layer<ℓ>.u"`` and q(u)'s, and ``"likelihood.<name>"``."""
-        return {f"likelihood.{n}" for n in self.likelihood.parameters()} | {
-            f"layer{i}.{name}"
-            for i, kernel in enumerate(self.kernels)
-            for name in (*(f"kernel.{n}" for n in kernel.parameters()), "Z", "u", "u_loc", "u_scale_tril")
-        }
+        return layer_parameter_names(self.likelihood, self.kernels, ("Z", "u", "u_loc", "u_scale_tril"))
 
     @property
     def num_layers(self) -> int:

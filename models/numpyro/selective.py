@@ -56,6 +56,7 @@ import numpyro
 from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q, masked_sgpr_elbo, subset_q
 from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.numpyro import sites
@@ -189,6 +190,24 @@ def selected_inducing_outputs(
     return Z, Lmm, *masked_q(*sites.inducing_posterior_parameters(P, K, Z.dtype, gp.q_diag), s)
 
 
+def selected_collapsed_bound(kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, y: Array, s: Array) -> Array:
+    """L(s), Titsias' bound of the candidates in the mask ``s`` [K] among Z [K, D], at inputs X [N, D] for y [N] or
+    [N, P] (:func:`~ppl_sparsegp.core.masking.masked_sgpr_elbo`; scalar)."""
+    return masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
+
+
+def selected_collapsed_data(
+    kernel: Kernel, likelihood: Gaussian, Z: Array, X: Array, y: Array | None, s: Array
+) -> None:
+    """Model side of a collapsed selective model (SelectiveSGPR, SelectiveCollapsedGPLVM) once s and its inputs X are
+    drawn: L(s) (:func:`selected_collapsed_bound`) as the factor ``"collapsed_bound"``; with ``y=None`` (NumPyro's
+    ``Predictive``), the prior f and y at X (:func:`~ppl_sparsegp.numpyro.sites.prior_predictive`)."""
+    if y is None:
+        sites.prior_predictive(kernel, likelihood, X)
+        return
+    numpyro.factor("collapsed_bound", selected_collapsed_bound(kernel, likelihood, Z, X, y, s))
+
+
 @scoped_methods
 @dataclass(eq=False)
 class SelectiveModel:
@@ -271,11 +290,7 @@ class SelectiveSGPR(SelectiveModel):
         kernel, likelihood = gp.hyperparameters()
         Z = sites.inducing_inputs(gp.Z, gp.learn_Z)
         s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
-        if y is None:
-            sites.prior_predictive(kernel, likelihood, X)
-            return
-        bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
-        numpyro.factor("collapsed_bound", bound)
+        selected_collapsed_data(kernel, likelihood, Z, X, y, s)
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors; s ~ q_λ(s)."""
@@ -287,8 +302,7 @@ class SelectiveSGPR(SelectiveModel):
         traced, so this maps over many masks under ``jax.vmap``)."""
         kernel, likelihood = self.fitted(params)
         Z = jnp.asarray(params.get("Z", self.ordinary.Z))
-        s = jnp.asarray(mask, dtype=Z.dtype)
-        return masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), y, likelihood.variance, s)
+        return selected_collapsed_bound(kernel, likelihood, Z, X, y, jnp.asarray(mask, dtype=Z.dtype))
 
 
 class SelectiveSVGP(SelectiveModel):

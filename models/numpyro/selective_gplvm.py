@@ -45,12 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp.core.masking import masked_conditional, masked_q, masked_sgpr_elbo
+from ppl_sparsegp.core.masking import masked_conditional, masked_q
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
 from ppl_sparsegp.numpyro import sites
 
 from .gplvm import BayesianGPLVM, CollapsedGPLVM
-from .selective import SelectiveModel, selected_inducing_outputs
+from .selective import SelectiveModel, selected_collapsed_data, selected_inducing_outputs
 
 Array = Any
 
@@ -145,11 +145,7 @@ class SelectiveCollapsedGPLVM(SelectiveModel):
         with sites.data_plate(lvm.latents.num_points):
             X = sites.latent_inputs(lvm.latents.num_points, lvm.latents.latent_dim, lvm.latents.dtype)
         s = sites.inclusion(self.num_candidates, self.alpha, Z.dtype)
-        if Y is None:
-            sites.prior_predictive(kernel, likelihood, X)
-            return
-        bound = masked_sgpr_elbo(kernel(Z, X), kernel(Z), kernel.diag(X), Y, likelihood.variance, s)
-        numpyro.factor("collapsed_bound", bound)
+        selected_collapsed_data(kernel, likelihood, Z, X, Y, s)
 
     def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors, x_n ~ q(x_n), and s ~ q_λ(s); no q(u) (collapsed)."""

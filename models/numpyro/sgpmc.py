@@ -28,10 +28,8 @@ from typing import Any, ClassVar, Literal
 
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import numpyro.distributions as dist
 
-from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
@@ -79,14 +77,8 @@ class SGPMC(GPModel):
         check_output_columns(y, self.num_latent, self.likelihood)
         kernel, likelihood = self.hyperparameters()
         Z = jnp.asarray(self.Z)
-        v = sites.inducing_outputs(self.num_latent, self.num_inducing, None, Z.dtype)
-        if y is None:  # NumPyro's Predictive: f and y at every row of X given v
-            sites.predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
-            return
-        with sites.data_plate(y.shape[0], self.batch_size) as idx:
-            Xb, Yb = sites.batch(X, y, idx)
-            mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
-            numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(Yb, mean, var), axis=0))
+        ell = likelihood.expectation_by_output
+        sites.whitened_inducing_data(kernel, likelihood, Z, self.num_latent, X, y, self.batch_size, ell)
 
     def guide(self, X: Array, y: Array | None = None) -> None:
         raise NotImplementedError("SGPMC is sampled by MCMC (see fit_sgpmc); its variational twin is SVGP")

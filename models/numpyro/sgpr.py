@@ -16,13 +16,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpyro
 
-from ppl_sparsegp import validation
 from ppl_sparsegp.core import bounds, conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns
+from ._base import GPModel, as_output_columns, check_sparse_settings
 from .svgp import SVGP
 
 Array = Any
@@ -40,9 +39,7 @@ class SGPR(GPModel):
     def __post_init__(self) -> None:
         if not isinstance(self.likelihood, Gaussian):
             raise ValueError(f"likelihood: SGPR needs likelihoods.Gaussian, got {type(self.likelihood).__name__}")
-        if self.Z is None:
-            raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-        validation.check_inputs(validation.as_array(self.Z), x_name="Z")
+        check_sparse_settings(self.Z)
         super().__post_init__()
 
     def parameter_names(self) -> set[str]:
@@ -50,7 +47,9 @@ class SGPR(GPModel):
         return super().parameter_names() | {"Z"}
 
     def inducing_inputs(self) -> Array:
-        return numpyro.param("Z", jnp.asarray(self.Z)) if self.learn_Z else jnp.asarray(self.Z)
+        """Model side: Z [M, D], the param ``"Z"`` or, with ``learn_Z=False``, the constant
+        (:func:`~ppl_sparsegp.numpyro.sites.inducing_inputs`)."""
+        return sites.inducing_inputs(self.Z, self.learn_Z)
 
     def model(self, X: Array, y: Array | None = None) -> None:
         """Titsias' collapsed bound as the factor ``"collapsed_bound"``; with ``y=None`` (NumPyro's ``Predictive``)

@@ -8,7 +8,8 @@
   site under its prior, or a constant when fixed; :func:`hyperparameter_guide` gives the guide's point masses at
   ``"<site>_map"`` for those with priors.
 * :func:`inducing_outputs` and :func:`inducing_posterior` are the ``"u"`` sample site of the model and the guide;
-  :func:`inducing_inputs` is the param ``"Z"``.
+  :func:`inducing_inputs` is the param ``"Z"``. :func:`whitened_inducing_data` is the rest of a model sampled by
+  MCMC over whitened inducing outputs (SGPMC, BSGP): v at ``"u"``, then the data given v.
 * :func:`inclusion` and :func:`inclusion_posterior` are the ``"inclusion"`` site of a selective model (the inducing
   set s ∈ {0,1}^K drawn from K candidates, Uhrenholt et al. 2021): s ~ p_α(s) ∝ exp(−α|s|²) in the model,
   s ~ q_λ(s) = Π_k Bernoulli(λ_k) in the guide, with λ the param ``"inclusion_probs"`` and the score-function
@@ -20,7 +21,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -31,7 +32,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import constraints
 
-from ppl_sparsegp.core import ops
+from ppl_sparsegp.core import conditionals, ops
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
@@ -192,6 +193,31 @@ def guide_hyperparameters(
 def inducing_outputs(num_latent: int, num_inducing: int, Lmm: Array | None, dtype: Any, name: str = "u") -> Array:
     """The model's ``u`` [P, M]: p(u) = N(0, Kmm) given its factor ``Lmm``, or, whitened (``Lmm=None``), v ~ N(0, I)."""
     return numpyro.sample(name, InducingPrior(num_latent, num_inducing, Lmm, dtype))
+
+
+def whitened_inducing_data(
+    kernel: Kernel,
+    likelihood: Likelihood,
+    Z: Array,
+    num_latent: int,
+    X: Array,
+    y: Array | None,
+    batch_size: int | None,
+    log_likelihood: Callable[[Array, Array, Array], Array],
+) -> None:
+    """Model side, after the hyperparameters and Z [M, D]: v ~ N(0, I) at site ``"u"`` [P, M] (u = Lmm v), then the
+    factor ``"y"`` of Σ_p ℓ_pn for every point n of a batch of the ``"data"`` plate (``batch_size`` of them, None:
+    all), with ℓ = ``log_likelihood(Y [P, B], mean [P, B], var [P, B])`` -> [P, B] and f_n | v ~ N(mean, var) the
+    whitened conditional (:func:`ppl_sparsegp.core.conditionals.inducing_conditional`). With ``y=None`` (NumPyro's
+    ``Predictive``): f and y at every row of X given v, as :func:`predictive` draws them."""
+    v = inducing_outputs(num_latent, Z.shape[0], None, Z.dtype)
+    if y is None:
+        predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
+        return
+    with data_plate(y.shape[0], batch_size) as idx:
+        Xb, Yb = batch(X, y, idx)
+        mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
+        numpyro.factor("y", jnp.sum(log_likelihood(Yb, mean, var), axis=0))
 
 
 def inducing_posterior_parameters(

@@ -80,34 +80,51 @@ TRACE_FILE = "selective_gplvm_trace.npz"
 """The λ / latent-mean trace of :func:`fit_selective_gplvm` in its ``checkpoint_dir``."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class SelectionConfig:
+    """The settings of learning λ that every selective recipe shares (keyword only), checked when built.
+
+    initial_inclusion: λ₀ of every candidate, in (0, 1); num_particles: S draws of the subset per step of the
+    score-function estimator; learning_rate: Adam's for the GP; selection_learning_rate: Adam's for λ (paper:
+    0.01 and 0.2, S = 4).
+    """
+
+    initial_inclusion: float = 0.5
+    num_particles: int = 4
+    learning_rate: float = 0.01
+    selection_learning_rate: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_initial_inclusion(self.initial_inclusion)
+        check_count("num_particles", self.num_particles, 1)
+        check_positive_float("learning_rate", self.learning_rate)
+        check_positive_float("selection_learning_rate", self.selection_learning_rate)
+
+
 def _check_schedule(config: Any) -> None:
-    """The settings the phased recipes share: choices, step counts and learning rates."""
+    """The settings the phased recipes share beyond :class:`SelectionConfig`'s: choices and step counts."""
     check_choice("selection", config.selection, SELECTION_MODES)
     check_choice("init", config.init, INITIALISATIONS)
     check_count("pre_steps", config.pre_steps, 0)
     check_count("selection_steps", config.selection_steps, 1)
     check_count("post_steps", config.post_steps, 0)
-    check_count("num_particles", config.num_particles, 1)
     check_count("checkpoint_every", config.checkpoint_every, 1)
     check_count("batch_size", config.batch_size, 1, optional=True)
-    check_positive_float("learning_rate", config.learning_rate)
-    check_positive_float("selection_learning_rate", config.selection_learning_rate)
-    check_initial_inclusion(config.initial_inclusion)
 
 
 @dataclass(frozen=True)
-class SelectiveConfig:
-    """The settings of :func:`fit_selective`, each default written here only.
+class SelectiveConfig(SelectionConfig):
+    """The settings of :func:`fit_selective`, each default written here or in :class:`SelectionConfig` only.
 
     candidates: K, drawn from X by ``init`` (``"random"``: a random subset, the paper's choice; ``"kmeans"``), or
     the candidate inputs themselves [K, D]. alpha: prior strength α >= 0 (paper Table 1: concrete 0.01, energy
     0.05, kin8nm 0.1, protein 0.2). bound: ``"collapsed"`` (Titsias; Gaussian likelihood only) or
     ``"uncollapsed"`` (unwhitened SVGP, any likelihood, minibatches of ``batch_size``; None: full batch).
     learn_candidates: let Adam move the candidates in the pre-training (and joint) phases, or keep them where
-    given. initial_inclusion: λ₀; num_particles: S draws per selection step; selection: ``"frozen"`` (only λ
-    learns) or ``"joint"``. pre_steps, selection_steps, post_steps: Adam steps of the phases (pre and post may be
-    0). learning_rate: Adam for the GP; selection_learning_rate: for λ. noise_variance: of the default Gaussian
-    likelihood. checkpoint_every: steps between checkpoint writes within a phase.
+    given. selection: ``"frozen"`` (only λ learns) or ``"joint"``. pre_steps, selection_steps, post_steps: Adam
+    steps of the phases (pre and post may be 0). noise_variance: of the default Gaussian likelihood.
+    checkpoint_every: steps between checkpoint writes within a phase. initial_inclusion, num_particles,
+    learning_rate, selection_learning_rate: as :class:`SelectionConfig`.
     """
 
     candidates: int | Array = 100
@@ -115,19 +132,16 @@ class SelectiveConfig:
     bound: str = "collapsed"
     init: str = "random"
     learn_candidates: bool = True
-    initial_inclusion: float = 0.5
-    num_particles: int = 4
     selection: str = "frozen"
     pre_steps: int = 2500
     selection_steps: int = 1500
     post_steps: int = 1000
-    learning_rate: float = 0.01
-    selection_learning_rate: float = 0.2
     batch_size: int | None = None
     noise_variance: float = 1.0
     checkpoint_every: int = 500
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_choice("bound", self.bound, BOUNDS)
         _check_schedule(self)
         check_alpha(self.alpha)
@@ -273,8 +287,8 @@ def fit_selective(
 
 
 @dataclass(frozen=True)
-class SelectiveDeepConfig:
-    """The settings of :func:`fit_selective_deep`, each default written here only.
+class SelectiveDeepConfig(SelectionConfig):
+    """The settings of :func:`fit_selective_deep`, each default written here or in :class:`SelectionConfig` only.
 
     candidates: K per layer (random rows of X, as the paper, or k-means centres with ``init="kmeans"``) or a list
     of L arrays [K_ℓ, D] in the space of X. num_layers: L; alpha: α (one, or one per layer); alpha_per_output:
@@ -282,7 +296,7 @@ class SelectiveDeepConfig:
     kin8nm model is ``add_input=True, inner_mean="zero"``). noise_variance: of the default Gaussian likelihood (paper
     App. C.1). num_samples: propagated samples of the data term per evaluation. batch_size: minibatch of the pre-
     and post-training bound; selection_batch_size: of the selection bound (None: full batch). The rest as
-    :class:`SelectiveConfig` (paper: Adam 0.01 and 0.2, S = 4).
+    :class:`SelectiveConfig` and :class:`SelectionConfig`.
     """
 
     candidates: int | Sequence[Array] = 150
@@ -293,20 +307,17 @@ class SelectiveDeepConfig:
     inner_mean: str = "linear"
     noise_variance: float = 1.0
     init: str = "random"
-    initial_inclusion: float = 0.5
-    num_particles: int = 4
     num_samples: int = 1
     selection: str = "frozen"
     pre_steps: int = 1000
     selection_steps: int = 500
     post_steps: int = 1500
-    learning_rate: float = 0.01
-    selection_learning_rate: float = 0.2
     batch_size: int | None = 1000
     selection_batch_size: int | None = None
     checkpoint_every: int = 500
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_schedule(self)
         check_count("num_layers", self.num_layers, 1)
         check_count("selection_batch_size", self.selection_batch_size, 1, optional=True)
@@ -433,8 +444,8 @@ def fit_selective_deep(
 
 
 @dataclass(frozen=True)
-class SelectiveGPLVMConfig:
-    """The settings of :func:`fit_selective_gplvm`, each default written here only.
+class SelectiveGPLVMConfig(SelectionConfig):
+    """The settings of :func:`fit_selective_gplvm`, each default written here or in :class:`SelectionConfig` only.
 
     latent_dim: Q; grid_size: candidates per latent dimension (K = grid_size^Q); extent: the grid's [Q, 2] bounds
     (None: the PCA latents' range, padded 10 %). alpha: prior strength α (paper: 3); initial_inclusion: λ₀.
@@ -453,15 +464,11 @@ class SelectiveGPLVMConfig:
     grid_size: int = 15
     extent: Array | None = None
     alpha: float = 3.0
-    initial_inclusion: float = 0.5
     noise_variance: float | None = 0.01
     latent_scale: float = 0.1
     steps: int = 300
     pre_steps: int = 0
-    num_particles: int = 4
     baseline_decay: float = 0.95
-    learning_rate: float = 0.01
-    selection_learning_rate: float = 0.2
     batch_size: int | None = None
     bound: str = "uncollapsed"
     record_every: int = 10
@@ -469,11 +476,9 @@ class SelectiveGPLVMConfig:
     checkpoint_every: int = 100
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
             check_count(name, getattr(self, name), least)
-        check_count("num_particles", self.num_particles, 1)
-        check_positive_float("learning_rate", self.learning_rate)
-        check_positive_float("selection_learning_rate", self.selection_learning_rate)
         check_choice("bound", self.bound, BOUNDS)
         if not isinstance(self.prune, bool):
             raise ValueError(f"prune: expected True or False, got {self.prune!r}")
