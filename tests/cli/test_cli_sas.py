@@ -28,10 +28,14 @@ def test_bayesian_sas_on_oil_flow_separates_the_regimes_and_resumes(tmp_path):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(("--active", "0"), "--active: expected a positive integer, got 0"), (("--batch", "50"), "--batch-size: expected an integer >= 51, got 50"),
-     (("--weight", "mean"), "--weight: "), (("--conditioning", "0"), "--conditioning must be a positive integer"),
-     (("--active", "1000", "--batch", "1001"), "--active: oilflow has N = 1000 training rows")],
-)  # fmt: skip
+    [
+        (("--active", "0"), "--active: expected a positive integer, got 0"),
+        (("--batch", "50"), "--batch-size: expected an integer >= 51, got 50"),
+        (("--weight", "mean"), "--weight: "),
+        (("--conditioning", "0"), "--conditioning must be a positive integer"),
+        (("--active", "1000", "--batch", "1001"), "--active: oilflow has N = 1000 training rows"),
+    ],
+)
 def test_bad_settings_are_refused_by_flag(flags, message, tmp_path, capsys):
     assert main([*RUN, "--epochs", "1", *flags, "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
