@@ -15,15 +15,14 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ppl_sparsegp.core.kernels import Kernel, White, kernel_from_name
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.models.numpyro.idsgp import IDSGP
 from ppl_sparsegp.numpyro.nn import ACTIVATIONS
 from ppl_sparsegp.validation import check_count, check_positive_float
 
+from .epochs import EpochFit, fit_by_epochs
 from .phases import check_choice, configure
 
 Array = Any
@@ -87,29 +86,6 @@ def _floor_site(kernel: Kernel) -> str:
     return f"kernel.{[name for name in kernel.parameters() if name.endswith('.variance')][-1]}"
 
 
-@dataclass
-class IDSGPFit:
-    """What :func:`fit_idsgp` returns: the model, its SVI fit and the epoch length in steps."""
-
-    model: IDSGP
-    svi: SVIResult
-    steps_per_epoch: int
-
-    @property
-    def params(self) -> dict[str, Array]:
-        return self.svi.params
-
-    @property
-    def epochs_run(self) -> float:
-        """Epochs run in this call (a resumed call runs only the rest)."""
-        return self.svi.steps_run / self.steps_per_epoch
-
-    @property
-    def seconds_per_epoch(self) -> float | None:
-        """Training seconds per epoch in this call, compilation excluded (None if no step ran)."""
-        return self.svi.run_seconds / self.epochs_run if self.svi.steps_run else None
-
-
 def build_idsgp(config: IDSGPConfig, X: Array, likelihood: Likelihood, seed: int = 0,
                 kernel: Kernel | None = None) -> IDSGP:  # fmt: skip
     """The IDSGP model that :func:`fit_idsgp` fits to X [N, D] (its batch size capped at N: full batch), with
@@ -137,7 +113,7 @@ def fit_idsgp(
     callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,
-) -> IDSGPFit:
+) -> EpochFit:
     """Fit IDSGP to X [N, D], y [N] by Adam for ``num_epochs`` epochs (module docstring).
 
     Args:
@@ -151,12 +127,16 @@ def fit_idsgp(
     c = configure(IDSGPConfig, config, overrides)
     X, y = jnp.asarray(X), jnp.asarray(y)
     model = build_idsgp(c, X, likelihood, seed, kernel)
-    steps_per_epoch = c.steps_per_epoch(X.shape[0])
-    own = {f"idsgp.{k}": v for k, v in vars(c).items() if k != "num_epochs"}  # more epochs may resume a run
-    svi = fit_svi(
-        model.model, model.guide, X, y, optimizer=optax.adam(c.learning_rate),
-        num_steps=c.num_epochs * steps_per_epoch, key=seed, progress=progress, label="IDSGP", callback=callback,
-        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint={**own, **dict(fingerprint or {})},
-        validate=model.check_data,
-    )  # fmt: skip
-    return IDSGPFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
+    return fit_by_epochs(
+        model,
+        (X, y),
+        c,
+        "idsgp",
+        seed=seed,
+        label="IDSGP",
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        callback=callback,
+        fingerprint=fingerprint,
+    )

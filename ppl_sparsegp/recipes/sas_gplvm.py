@@ -16,17 +16,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ppl_sparsegp import metrics
 from ppl_sparsegp.core.active_sets import WEIGHTS
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian
-from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.models.numpyro.sas_gplvm import SASGPLVM
 from ppl_sparsegp.numpyro.nn import ACTIVATIONS
 from ppl_sparsegp.validation import check_count, check_positive_float
 
+from .epochs import EpochFit, fit_by_epochs
 from .phases import check_choice, configure
 
 Array = Any
@@ -74,24 +73,6 @@ class SASConfig:
         return math.ceil(num_data / self.batch_size)
 
 
-@dataclass
-class SASFit:
-    """What :func:`fit_sas` returns: the model, its SVI fit and the epoch length in steps."""
-
-    model: SASGPLVM
-    svi: SVIResult
-    steps_per_epoch: int
-
-    @property
-    def params(self) -> dict[str, Array]:
-        return self.svi.params
-
-    @property
-    def seconds_per_epoch(self) -> float | None:
-        """Training seconds per epoch in this call, compilation excluded (None if no step ran)."""
-        return self.svi.run_seconds * self.steps_per_epoch / self.svi.steps_run if self.svi.steps_run else None
-
-
 def build_sas(config: SASConfig, Y: Array, seed: int = 0) -> SASGPLVM:
     """The model :func:`fit_sas` fits to Y [N, D] (N > A; its batch capped at N), weights and kernel in Y's dtype."""
     N, D = Y.shape
@@ -115,7 +96,7 @@ def fit_sas(
     callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,
-) -> SASFit:
+) -> EpochFit:
     """Fit SAS-GP to the observations Y [N, D] by Adam for ``num_epochs`` epochs (module docstring).
 
     Args:
@@ -132,15 +113,19 @@ def fit_sas(
     if Y.ndim != 2 or Y.shape[0] <= c.num_active:
         raise ValueError(f"Y: expected [N, D] with N > num_active = {c.num_active}, got {tuple(Y.shape)}")
     model = build_sas(c, Y, seed)
-    steps_per_epoch = c.steps_per_epoch(Y.shape[0])
-    own = {f"sas.{k}": v for k, v in vars(c).items() if k != "num_epochs"}  # more epochs may resume a run
-    svi = fit_svi(
-        model.model, model.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.num_epochs * steps_per_epoch,
-        key=seed, progress=progress, label="Bayesian SAS" if c.bayesian else "SAS", callback=callback,
-        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint={**own, **dict(fingerprint or {})},
-        validate=model.check_data,
-    )  # fmt: skip
-    return SASFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
+    return fit_by_epochs(
+        model,
+        (Y,),
+        c,
+        "sas",
+        seed=seed,
+        label="Bayesian SAS" if c.bayesian else "SAS",
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+        callback=callback,
+        fingerprint=fingerprint,
+    )
 
 
 def evaluate_sas(
