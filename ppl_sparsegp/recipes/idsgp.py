@@ -128,15 +128,6 @@ def fit_idsgp(
     X, y = jnp.asarray(X), jnp.asarray(y)
     model = build_idsgp(c, X, likelihood, seed, kernel)
     return fit_by_epochs(
-        model,
-        (X, y),
-        c,
-        "idsgp",
-        seed=seed,
-        label="IDSGP",
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
-        callback=callback,
-        fingerprint=fingerprint,
-    )
+        model, (X, y), c, "idsgp", seed=seed, label="IDSGP", checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, progress=progress, callback=callback, fingerprint=fingerprint,
+    )  # fmt: skip

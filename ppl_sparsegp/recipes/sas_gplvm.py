@@ -114,18 +114,9 @@ def fit_sas(
         raise ValueError(f"Y: expected [N, D] with N > num_active = {c.num_active}, got {tuple(Y.shape)}")
     model = build_sas(c, Y, seed)
     return fit_by_epochs(
-        model,
-        (Y,),
-        c,
-        "sas",
-        seed=seed,
-        label="Bayesian SAS" if c.bayesian else "SAS",
-        checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
-        callback=callback,
-        fingerprint=fingerprint,
-    )
+        model, (Y,), c, "sas", seed=seed, label="Bayesian SAS" if c.bayesian else "SAS", checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every, progress=progress, callback=callback, fingerprint=fingerprint,
+    )  # fmt: skip
 
 
 def evaluate_sas(
