@@ -1,11 +1,11 @@
 """Bayesian GP-LVM: a sparse variational GP whose inputs are latent (Titsias & Lawrence 2010; spec 000 §4.2).
 
 Sites: the latent ``"X"`` [B, Q] inside the plate ``"data"`` and the guide params ``"X_loc"`` [N, Q] and
-``"X_scale"`` [N, Q] (positive); the hyperparameter sites of :mod:`models.numpyro._base`; param ``"Z"`` [M, Q] (a
-constant
-when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"`` [D, M], the factor ``"y"`` [B] and the guide
-params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M] (``"u_scale"`` [D, M] when ``q_diag``);
-:class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.
+``"X_scale"`` [N, Q] (positive), or, for a :class:`BayesianGPLVM` with an ``encoder``, the param
+``"encoder$params"`` (q(x_n | y_n) amortised); the hyperparameter sites of :mod:`models.numpyro._base`; param
+``"Z"`` [M, Q] (a constant when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"`` [D, M], the
+factor ``"y"`` [B] and the guide params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M] (``"u_scale"`` [D, M]
+when ``q_diag``); :class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.
 
 Generative model over observations Y [N, D] with latent inputs X [N, Q] (Uhrenholt et al. 2021, §5.3 and App. A,
 the GP-LVM as a one-layer special case of the deep GP)::
@@ -53,11 +53,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from numpyro.contrib.module import eqx_module
 from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
@@ -72,6 +74,8 @@ Array = Any
 
 LATENT_SITE = "X"
 LATENT_LOC, LATENT_SCALE = "X_loc", "X_scale"
+ENCODER_PARAMS = "encoder$params"
+ENCODER = "encoder"
 
 
 def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
@@ -184,7 +188,9 @@ class BayesianGPLVM(GPModel):
 
     Args (beyond :class:`GPModel`'s): those of :class:`SVGP` (``num_latent`` must be D, ``whiten`` must stay False,
     no ``num_data``: minibatch through ``batch_size``); keyword-only ``X_init`` and ``X_scale_init`` as
-    :class:`LatentInputs`.
+    :class:`LatentInputs`; keyword-only ``encoder``, a :class:`ppl_sparsegp.numpyro.nn.GaussianEncoder` y [D] ->
+    (μ, s²) [Q] that amortises q(x_n | y_n) (Bui & Turner 2015; SAS-GP's baseline), in place of the free
+    ``"X_loc"``, ``"X_scale"`` (``X_init`` then only fixes N and Q).
     """
 
     Z: Array = None
@@ -197,6 +203,7 @@ class BayesianGPLVM(GPModel):
     data_term: Literal["analytic", "sampled"] = "analytic"
     X_init: Array = field(default=None, kw_only=True)
     X_scale_init: float = field(default=0.1, kw_only=True)
+    encoder: Any = field(default=None, kw_only=True)
     latents: LatentInputs = field(init=False, repr=False)
     svgp: SVGP = field(init=False, repr=False)
     components = ("svgp", "latents")
@@ -215,6 +222,10 @@ class BayesianGPLVM(GPModel):
     @property
     def num_inducing(self) -> int:
         return self.svgp.num_inducing
+
+    def parameter_names(self) -> set[str]:
+        """:meth:`GPModel.parameter_names`, and the encoder's ``"encoder$params"`` when it has one."""
+        return super().parameter_names() | ({ENCODER_PARAMS} if self.encoder is not None else set())
 
     def check_data(self, Y: Array | None, *, init_params: Mapping | None = None) -> None:
         """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``; None: to be drawn)
@@ -258,6 +269,13 @@ class BayesianGPLVM(GPModel):
         sites.inducing_posterior(
             *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, dtype, self.q_diag)
         )
+        if self.encoder is not None:
+            if Y is not None:  # amortised: q(x_n | y_n) for the batch's rows (Y=None: the model's prior draws)
+                encoder = eqx_module(ENCODER, self.encoder)
+                with sites.data_plate(self.latents.num_points, self.batch_size) as idx:
+                    mean, var = jax.vmap(encoder)(jnp.asarray(Y) if idx is None else jnp.asarray(Y)[idx])
+                    numpyro.sample(LATENT_SITE, dist.Normal(mean, jnp.sqrt(var)).to_event(1))
+            return
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
         with sites.data_plate(self.latents.num_points, None if Y is None else self.batch_size) as idx:
             sites.latent_posterior(loc, scale, idx)
@@ -290,11 +308,24 @@ class BayesianGPLVM(GPModel):
         """q(u) = p(u) at the initial kernel (:meth:`prior_initialisation`), for :func:`fit_svi`'s ``init_params``."""
         return dict(self.prior_initialisation())
 
+    def encode(self, params: Mapping[str, Array], Y: Array) -> Array:
+        """The amortised latent means μ(y) [S, Q] of the rows of Y [S, D] (a model with an ``encoder``).
+
+        Raises:
+            ValueError: the model has free latents (read them as ``params["X_loc"]``).
+        """
+        if self.encoder is None:
+            raise ValueError('encoder: this GP-LVM has free latent means; read them as params["X_loc"]')
+        weights, static = eqx.partition(self.encoder, eqx.is_inexact_array)
+        return jax.vmap(eqx.combine(params.get(ENCODER_PARAMS, weights), static))(jnp.asarray(Y))[0]
+
     def reconstruct(self, params: Mapping[str, Array], Y: Array | None = None) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a
-        fitted parameter here, so Y is not needed; it is accepted for the signature of
-        :meth:`CollapsedGPLVM.reconstruct`."""
-        return self.predict_y(params, jnp.asarray(params["X_loc"]))
+        fitted parameter, so a model with free latents needs no Y (it is accepted for the signature of
+        :meth:`CollapsedGPLVM.reconstruct`); one with an ``encoder`` reconstructs the rows of Y [S, D] at their
+        encoded means."""
+        latents = self.encode(params, Y) if self.encoder is not None else jnp.asarray(params["X_loc"])
+        return self.predict_y(params, latents)
 
 
 @dataclass(eq=False)
