@@ -25,6 +25,7 @@ def _rmse(mean) -> float:
     return float(np.sqrt(np.mean((np.asarray(mean) - Y[250:]) ** 2)))
 
 
+@pytest.mark.slow  # about 15 s of training; `make test-slow` runs it
 def test_the_vae_trains_encodes_and_reconstructs_held_out_rows():
     vae = VAE(data_dim=8, hidden=(32, 16), batch_size=100, noise_variance=0.1)
     before = _rmse(vae.reconstruct({}, Y[250:])[0])
@@ -56,6 +57,7 @@ def test_the_amortised_guide_draws_each_rows_latent_from_the_encoder_at_that_row
     assert "encoder$params" in gp.parameter_names() and "X_loc" not in guide
 
 
+@pytest.mark.slow  # about 15 s of training; `make test-slow` runs it
 def test_the_amortised_gplvm_trains_and_reconstructs_held_out_rows():
     gp = _amortised(batch_size=100)
     fit = fit_svi(gp.model, gp.guide, Y[:250], optimizer=optax.adam(0.01), num_steps=1500, progress=False,

@@ -83,6 +83,7 @@ def test_the_bayesian_latents_sit_in_the_data_plate_scaled_by_n_over_b_and_the_f
     np.testing.assert_allclose(guide["X"]["fn"].base_dist.scale ** 2, var, rtol=1e-12)
 
 
+@pytest.mark.slow  # about 30 s: two fits of 1200 steps; `make test-slow` runs it
 @pytest.mark.parametrize("bayesian", [False, True])
 def test_training_reconstructs_held_out_rows(bayesian):
     Y = _data(N=400)
