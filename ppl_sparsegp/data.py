@@ -37,6 +37,7 @@ import io
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -552,16 +553,37 @@ def load_uci_classification(name: str, split: int = 0, test_size: float = 0.2) -
     )
 
 
-def _read_idx(filename: str) -> np.ndarray:
-    """An MNIST IDX file as a uint8 array [n] (labels) or [n, rows * cols] (images)."""
-    raw = _read_bytes("mnist", filename)
+def _idx_array(raw: bytes, source: str) -> np.ndarray:
+    """The bytes of an IDX file (MNIST's format) as a uint8 array [n] (labels) or [n, rows * cols] (images)."""
     magic = int.from_bytes(raw[:4], "big")
     if magic not in (2049, 2051):
-        raise DataIntegrityError(f"mnist/{filename}: unexpected IDX magic number {magic}")
+        raise DataIntegrityError(f"{source}: unexpected IDX magic number {magic}")
     ndim = magic - 2048
     dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     values = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if values.size != int(np.prod(dims)):
+        raise DataIntegrityError(f"{source}: {values.size} values where the header promises {dims}")
     return values.reshape(dims[0], -1) if ndim == 3 else values.reshape(dims[0])
+
+
+def _read_idx(filename: str) -> np.ndarray:
+    """An MNIST IDX file of the data folder (checked against the manifest), as :func:`_idx_array`."""
+    return _idx_array(_read_bytes("mnist", filename), f"mnist/{filename}")
+
+
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+"""The standard file names of MNIST and Fashion-MNIST (each also as ``<name>.gz``)."""
+
+
+def _image_dataset(arrays: tuple[np.ndarray, ...], name: str, scale: str | None, shape: tuple[int, ...]) -> Dataset:
+    """Images [n, pixels] and labels of a train/test split as a multi-class Dataset: pixels as float64 in 0..255,
+    ``scale="unit"`` to [0, 1] or ``"symmetric"`` to [-1, 1]."""
+    X_train, y_train, X_test, y_test = arrays
+    images = [X_train.astype(np.float64), X_test.astype(np.float64)]
+    if scale is not None:
+        images = [x / 255.0 if scale == "unit" else x / 127.5 - 1.0 for x in images]
+    return Dataset(images[0], y_train.astype(np.int64), images[1], y_test.astype(np.int64), name=name,
+                   task="multiclass", meta={"scaled": scale, "image_shape": shape})  # fmt: skip
 
 
 def load_mnist(scale: bool = True) -> Dataset:
@@ -574,20 +596,60 @@ def load_mnist(scale: bool = True) -> Dataset:
         Dataset with X [60000, 784] / [10000, 784] float64 (row-major 28 x 28 images), y int64 in 0..9,
         task "multiclass".
     """
-    X_train = _read_idx("train-images-idx3-ubyte.gz").astype(np.float64)
-    X_test = _read_idx("t10k-images-idx3-ubyte.gz").astype(np.float64)
-    if scale:
-        X_train /= 255.0
-        X_test /= 255.0
-    return Dataset(
-        X_train,
-        _read_idx("train-labels-idx1-ubyte.gz").astype(np.int64),
-        X_test,
-        _read_idx("t10k-labels-idx1-ubyte.gz").astype(np.int64),
-        name="mnist",
-        task="multiclass",
-        meta={"scaled": scale, "image_shape": (28, 28)},
-    )
+    arrays = tuple(_read_idx(f"{name}.gz") for name in IDX_FILES)
+    return _image_dataset(arrays, "mnist", "unit" if scale else None, (28, 28))
+
+
+def _user_file(folder: Path, names: Sequence[str], what: str) -> bytes:
+    """The bytes of the first of ``names`` that is a file in ``folder`` (``.gz`` ones decompressed).
+
+    Raises:
+        FileNotFoundError: none is there; the message names the folder, the files expected and ``what`` they are.
+    """
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            raw = path.read_bytes()
+            return gzip.decompress(raw) if name.endswith(".gz") else raw
+    raise FileNotFoundError(f"{folder}: no {' or '.join(names)} ({what}); nothing is downloaded")
+
+
+def load_fashion_mnist(folder: str | os.PathLike, scale: bool = True) -> Dataset:
+    """Fashion-MNIST (Xiao et al. 2017) from a folder of yours holding its four standard IDX files
+    (:data:`IDX_FILES`, each plain or ``.gz``): 60000/10000 images of 28 x 28, labels 0..9.
+
+    Raises:
+        FileNotFoundError: a file is missing (the message names the folder and the file names expected).
+    """
+    folder = Path(folder).expanduser()
+    what = "Fashion-MNIST's standard IDX files, from its authors' release"
+    arrays = tuple(_idx_array(_user_file(folder, (n, f"{n}.gz"), what), f"{folder / n}") for n in IDX_FILES)
+    return _image_dataset(arrays, "fashion_mnist", "unit" if scale else None, (28, 28))
+
+
+CIFAR10_FILES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin")
+"""The files of CIFAR-10's binary release (``cifar-10-batches-bin``): 10000 records of a label byte and 3072 pixel
+bytes (1024 red, 1024 green, 1024 blue) each. The Python release is pickled and is not read."""
+
+
+def load_cifar10(folder: str | os.PathLike, scale: bool = True) -> Dataset:
+    """CIFAR-10 (Krizhevsky 2009) from a folder of yours holding its binary release (:data:`CIFAR10_FILES`):
+    50000/10000 images of 32 x 32 x 3 (channel-major, as stored), labels 0..9; ``scale``: pixels to [-1, 1] (the
+    per-channel normalisation of SAS-GP's paper), else 0..255.
+
+    Raises:
+        FileNotFoundError: a file is missing; DataIntegrityError: a file is not a whole number of records.
+    """
+    folder = Path(folder).expanduser()
+    parts = []
+    for name in CIFAR10_FILES:
+        raw = np.frombuffer(_user_file(folder, (name,), "CIFAR-10's binary release, cifar-10-batches-bin"), np.uint8)
+        if raw.size % 3073:
+            raise DataIntegrityError(f"{folder / name}: {raw.size} bytes is not a whole number of 3073-byte records")
+        parts.append(raw.reshape(-1, 3073))
+    train, test = np.concatenate(parts[:5]), parts[5]
+    arrays = (train[:, 1:], train[:, 0], test[:, 1:], test[:, 0])
+    return _image_dataset(arrays, "cifar10", "symmetric" if scale else None, (3, 32, 32))
 
 
 def load_oilflow() -> Dataset:

@@ -554,3 +554,43 @@ def test_as_multiclass_reads_whole_number_targets_as_classes_and_refuses_the_res
                          (labels * 2, "every class present; got 3 distinct labels between 0 and 4")]:  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             data.as_multiclass(data.Dataset(X[:8], bad[:8], X[8:], bad[8:], name="t", task="regression"))
+
+
+def _idx(values: np.ndarray) -> bytes:
+    """An IDX file: magic 2049 (labels [n]) or 2051 (images [n, 2, 2]), the dimensions, the bytes."""
+    dims = values.shape if values.ndim == 1 else (values.shape[0], 2, 2)
+    header = (2048 + len(dims)).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+    return header + values.astype(np.uint8).tobytes()
+
+
+def test_fashion_mnist_reads_a_folder_of_its_standard_files_plain_or_gzipped(tmp_path):
+    import gzip
+
+    images, labels = np.arange(12).reshape(3, 4) * 20, np.array([0, 9, 4])
+    for name, values in zip(data.IDX_FILES, (images, labels, images[:2], labels[:2]), strict=True):
+        raw = _idx(values)
+        (tmp_path / (name + ".gz" if "train" in name else name)).write_bytes(
+            gzip.compress(raw) if "train" in name else raw
+        )
+    ds = data.load_fashion_mnist(tmp_path)
+    np.testing.assert_allclose(ds.X_train, images / 255.0)
+    assert ds.y_train.tolist() == [0, 9, 4] and ds.X_test.shape == (2, 4) and ds.task == "multiclass"
+    (tmp_path / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(FileNotFoundError, match="no t10k-labels-idx1-ubyte or t10k-labels-idx1-ubyte.gz"):
+        data.load_fashion_mnist(tmp_path)
+
+
+def test_cifar10_reads_the_binary_release_and_scales_to_plus_minus_one(tmp_path):
+    rng = np.random.default_rng(0)
+    records = {name: rng.integers(0, 256, (2, 3073), dtype=np.uint8) for name in data.CIFAR10_FILES}
+    for name, values in records.items():
+        (tmp_path / name).write_bytes(values.tobytes())
+    ds = data.load_cifar10(tmp_path)
+    assert ds.X_train.shape == (10, 3072) and ds.X_test.shape == (2, 3072)
+    np.testing.assert_allclose(ds.X_test, records["test_batch.bin"][:, 1:] / 127.5 - 1.0)
+    assert ds.y_train.tolist() == np.concatenate([records[f"data_batch_{i}.bin"][:, 0] for i in range(1, 6)]).tolist()
+    (tmp_path / "data_batch_3.bin").write_bytes(b"\x00" * 100)
+    with pytest.raises(data.DataIntegrityError, match="not a whole number of 3073-byte records"):
+        data.load_cifar10(tmp_path)
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-bin"):
+        data.load_cifar10(tmp_path / "elsewhere")
