@@ -82,7 +82,9 @@ def conditional(
         return mean, cov
     var = Knn - xp.sum(A * A, axis=-2)
     var = xp.broadcast_to(var, mean.shape)
-    if q_sqrt is not None:
+    if q_sqrt is not None and q_sqrt.ndim == 2:  # Σ_m s_pm² B_mn² as one [P, M] @ [M, N] product, no [P, M, N]
+        var = var + (q_sqrt * q_sqrt) @ (B * B)
+    elif q_sqrt is not None:
         RB = _sqrt_times(q_sqrt, B)
         var = var + xp.sum(RB * RB, axis=-2)
     return mean, var

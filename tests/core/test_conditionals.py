@@ -188,3 +188,21 @@ def test_per_input_conditional_equals_the_shared_conditional_input_by_input(rng,
         )
         np.testing.assert_allclose(back(mean), mean_ref, rtol=1e-9)
         np.testing.assert_allclose(back(var), var_ref, rtol=1e-9)
+
+
+@pytest.mark.parametrize("whiten", [True, False])
+@pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
+def test_a_diagonal_q_sqrt_gives_what_its_full_matrix_gives(rng, whiten, backend):
+    """The mean-field variance Σ_m s_pm² B_mn² (one matrix product) equals the full R^T B route with R = diag(s)."""
+    X, Z, _, k, q_mu, _ = _problem(rng)
+    s = rng.uniform(0.2, 1.5, q_mu.shape)
+    convert = {"numpy": np.asarray, "jax": jnp.asarray, "torch": torch.as_tensor}[backend]
+    Kmn, Lmm, Knn = (
+        convert(np.asarray(a)) for a in (k(Z, X), np.linalg.cholesky(k(Z) + 1e-8 * np.eye(len(Z))), k.diag(X))
+    )
+    diagonal = conditionals.conditional(Kmn, Lmm, Knn, convert(q_mu), convert(s), whiten=whiten)
+    full = conditionals.conditional(
+        Kmn, Lmm, Knn, convert(q_mu), convert(np.stack([np.diag(r) for r in s])), whiten=whiten
+    )
+    for got, expected in zip(diagonal, full, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-10, atol=1e-12)
