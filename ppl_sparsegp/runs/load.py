@@ -27,6 +27,11 @@ from ppl_sparsegp.posterior.predict import draw_moments, mixture_moments
 from ppl_sparsegp.runs.rebuild import MODEL_FROM_RUN, bsgp_prediction_key
 from ppl_sparsegp.runs.store import StoredRun, read_posterior, read_record, split_standardizer
 
+NOT_LOADABLE = {
+    "sas": "a GP-LVM decoder maps its latents to the observations and has no inputs to predict at; rebuild it with "
+    "ppl_sparsegp.recipes.sas_gplvm.build_sas and reconstruct with the arrays of params.npz",
+}
+"""Methods whose runs :func:`load_run` refuses, and why."""
 DEFAULT_CHUNK = 10_000
 """Test points predicted per compiled call: memory stays bounded whatever the number of points."""
 
@@ -120,6 +125,8 @@ def load_run(folder: str | os.PathLike) -> Run:
     folder = Path(folder)
     record = read_record(folder)
     method = record["method"]
+    if method in NOT_LOADABLE:
+        raise ValueError(f"{folder}: a {method} run cannot be loaded to predict: {NOT_LOADABLE[method]}")
     if method not in MODEL_FROM_RUN:
         known = ", ".join(MODEL_FROM_RUN)
         raise ValueError(f"{folder}: unknown method {method!r} in results.json (known: {known})")

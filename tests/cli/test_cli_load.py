@@ -20,7 +20,7 @@ from ppl_sparsegp.cli import main
 from ppl_sparsegp.runs import load_run
 
 VARIANTS = {
-    **{method: (method, RUNS[method]) for method in RUNS},
+    **{method: (method, RUNS[method]) for method in RUNS if method != "sas"},  # sas: refused, tested below
     "bsgp-deep": ("bsgp", (*RUNS["bsgp"], "--layers", "2")),
     "selective-uncollapsed": ("selective", (*RUNS["selective"], "--bound", "uncollapsed")),
     "svgp-binary": ("svgp", (*RUNS["svgp"], "--data", "breast_cancer")),
@@ -239,3 +239,10 @@ def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path,
     error = capsys.readouterr().err
     assert error.startswith("error: " + message.format(**{name: str(fitted[name]) for name in runs}))
     assert not out.exists()
+
+
+def test_a_sas_run_is_refused_by_name(tmp_path):
+    folder = tmp_path / "sas"
+    assert main(["fit", "sas", *RUNS["sas"], "--out", str(folder), *QUIET]) == 0
+    with pytest.raises(ValueError, match="a sas run cannot be loaded to predict: a GP-LVM decoder"):
+        load_run(folder)
