@@ -53,7 +53,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,7 +63,7 @@ from numpyro.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, ops
-from ppl_sparsegp.numpyro import sites
+from ppl_sparsegp.numpyro import nn, sites
 
 from ._base import GPModel, _is_concrete, base_fields
 from .sgpr import SGPR
@@ -316,8 +315,7 @@ class BayesianGPLVM(GPModel):
         """
         if self.encoder is None:
             raise ValueError('encoder: this GP-LVM has free latent means; read them as params["X_loc"]')
-        weights, static = eqx.partition(self.encoder, eqx.is_inexact_array)
-        return jax.vmap(eqx.combine(params.get(ENCODER_PARAMS, weights), static))(jnp.asarray(Y))[0]
+        return jax.vmap(nn.fitted(self.encoder, params, ENCODER_PARAMS))(jnp.asarray(Y))[0]
 
     def reconstruct(self, params: Mapping[str, Array], Y: Array | None = None) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a

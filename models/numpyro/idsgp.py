@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -160,8 +159,7 @@ class IDSGP(GPModel):
 
     def _network(self, params: Mapping[str, Array]) -> Any:
         """The network with the fitted weights ``params["network$params"]`` (the initial ones if absent)."""
-        weights, static = eqx.partition(self.network, eqx.is_inexact_array)
-        return eqx.combine(params.get(NETWORK_PARAMS, weights), static)
+        return nn.fitted(self.network, params, NETWORK_PARAMS)
 
     def inducing_sets(self, params: Mapping[str, Array], X_new: Array) -> tuple[Array, Array, Array]:
         """Each input's own inducing inputs Z(x) [S, M, D] and q(u | x): mean m(x) [S, M] and lower-triangular

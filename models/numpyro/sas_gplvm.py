@@ -34,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -137,13 +136,8 @@ class SASGPLVM(GPModel):
                 X = numpyro.sample(LATENT, dist.Normal(jnp.zeros((B, self.latent_dim), Y.dtype), 1.0).to_event(1))
         if not self.bayesian:
             X = jax.vmap(encoder)(Yb)
-        active, held = split_active(numpyro.prng_key(), B, A)
-        Xa, Xr = X[active], X[held]
         weight = active_sets.conditional_weight(self.weight, N, B, A)
-        estimate = active_sets.sas_objective(
-            kernel(Xa), kernel(Xa, Xr), kernel.diag(Xr), Yb[active], Yb[held], likelihood.variance, weight
-        )
-        numpyro.factor("sas", estimate)
+        numpyro.factor("sas", self._estimate(kernel, likelihood, X, Yb, numpyro.prng_key(), weight))
 
     def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors; Bayesian SAS: x_n ~ q(x | y_n) for the batch's rows."""
@@ -169,8 +163,7 @@ class SASGPLVM(GPModel):
 
     def fitted_encoder(self, params: Mapping[str, Array]) -> Any:
         """The encoder with the fitted weights ``params["encoder$params"]`` (the initial ones if absent)."""
-        weights, static = eqx.partition(self.encoder, eqx.is_inexact_array)
-        return eqx.combine(params.get(ENCODER_PARAMS, weights), static)
+        return nn.fitted(self.encoder, params, ENCODER_PARAMS)
 
     def encode(self, params: Mapping[str, Array], Y: Array) -> Array:
         """The latents of the rows of Y [S, D]: x = g(y), or the mean μ(y) of q(x | y) (Bayesian): [S, Q]."""
@@ -210,10 +203,12 @@ class SASGPLVM(GPModel):
         """One full-data SAS estimate at the encoded latents: A random active rows of Y [N, D], the other N − A held
         out, weight 1 (the estimate of log p(Y | X) that training averages over): scalar."""
         kernel, likelihood = self.fitted(params)
-        Y = jnp.asarray(Y)
-        X = self.encode(params, Y)
+        return self._estimate(kernel, likelihood, self.encode(params, Y), jnp.asarray(Y), key, 1.0)
+
+    def _estimate(self, kernel: Any, likelihood: Any, X: Array, Y: Array, key: Array, weight: float) -> Array:
+        """L̂ of the rows X [B, Q], Y [B, D] split at random (``key``) into A active and B − A held out (paper eq 6)."""
         active, held = split_active(key, Y.shape[0], self.num_active)
         Xa, Xr = X[active], X[held]
         return active_sets.sas_objective(
-            kernel(Xa), kernel(Xa, Xr), kernel.diag(Xr), Y[active], Y[held], likelihood.variance
+            kernel(Xa), kernel(Xa, Xr), kernel.diag(Xr), Y[active], Y[held], likelihood.variance, weight
         )

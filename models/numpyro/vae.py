@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,16 +107,12 @@ class VAE:
             mean, var = jax.vmap(encoder)(jnp.asarray(Y) if idx is None else jnp.asarray(Y)[idx])
             numpyro.sample("X", dist.Normal(mean, jnp.sqrt(var)).to_event(1))
 
-    def _network(self, params: Mapping[str, Array], name: str, network: Any) -> Any:
-        weights, static = eqx.partition(network, eqx.is_inexact_array)
-        return eqx.combine(params.get(f"{name}$params", weights), static)
-
     def encode(self, params: Mapping[str, Array], Y: Array) -> Array:
         """The encoder's means μ(y) [S, Q] of the rows of Y [S, D]."""
-        return jax.vmap(self._network(params, ENCODER, self.encoder))(jnp.asarray(Y))[0]
+        return jax.vmap(nn.fitted(self.encoder, params, f"{ENCODER}$params"))(jnp.asarray(Y))[0]
 
     def reconstruct(self, params: Mapping[str, Array], Y_new: Array, Y: Array | None = None) -> tuple[Array, Array]:
         """Predictive mean g(μ(y)) [S, D] and variance σ² [S, D] of the rows of Y_new; ``Y`` (a GP decoder's
         conditioning rows) is not used: the decoder is a network."""
-        mean = jax.vmap(self._network(params, DECODER, self.decoder))(self.encode(params, Y_new))
+        mean = jax.vmap(nn.fitted(self.decoder, params, f"{DECODER}$params"))(self.encode(params, Y_new))
         return mean, jnp.broadcast_to(jnp.asarray(params.get(NOISE, self.noise_variance), mean.dtype), mean.shape)

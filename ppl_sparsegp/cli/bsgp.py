@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
     if d.ds.task == "regression":
         opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
-    settings, counters = shared.checkpoints(opts, d, [out / CHECKPOINT], also=[out / SETTINGS_FILE])
+    settings, counters = shared.checkpoints(opts, (d.X, d.y), [out / CHECKPOINT], also=[out / SETTINGS_FILE])
     resumed = {k: counters[k] for k in ("warmup_done", "draws_done")} if counters else None
     Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
     plan = schedule(opts["iterations"], opts["kept"]) if sghmc else None

@@ -51,7 +51,7 @@ def _check(opts: dict[str, Any]) -> None:
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE)
     checkpoint = opts["out"] / CHECKPOINT
-    settings, counters = shared.checkpoints(opts, d, [checkpoint], resumable=("epochs",))
+    settings, counters = shared.checkpoints(opts, (d.X, d.y), [checkpoint], resumable=("epochs",))
     fit, train_seconds = shared.timed(
         fit_idsgp, d.X, d.y, idsgp_config(opts), likelihood=d.likelihood, seed=opts["seed"], checkpoint=str(checkpoint),
         checkpoint_every=opts["checkpoint_every"], progress=shared.progress(opts), fingerprint=settings,

@@ -243,15 +243,16 @@ def progress(opts: Mapping[str, Any]) -> bool | None:
     return False if opts["no_progress"] or opts["quiet"] else None
 
 
-def checkpoints(opts: Mapping[str, Any], d: Data, paths: Sequence[Path], resumable: Iterable[str] = (),
+def checkpoints(opts: Mapping[str, Any], data: Sequence[Any], paths: Sequence[Path], resumable: Iterable[str] = (),
                 also: Sequence[Path] = ()) -> tuple[dict[str, Any], dict[str, int]]:  # fmt: skip
     """The fingerprint settings (every option but those of :data:`NOT_IN_FINGERPRINT` and ``resumable``, step
     counts a resumed run may raise; keyed by flag, the method as ``method``) and the counters of the checkpoint at
     ``paths[0]`` that the run resumes from ({} where there is none), once :func:`ppl_sparsegp.infer.checkpoint.prepare`
-    has checked (with ``--restart``: deleted) the run's checkpoints ``paths`` in ``--out``."""
+    has checked (with ``--restart``: deleted) the run's checkpoints ``paths`` in ``--out`` against the arrays ``data``
+    the fit is given (e.g. ``(X, y)``)."""
     skip = {*NOT_IN_FINGERPRINT, *resumable}
     settings = {("method" if k == "method" else flag(k)): v for k, v in opts.items() if k not in skip}
-    found = prepare(list(paths), settings, d.X, d.y, restart=opts["restart"], also=list(also))
+    found = prepare(list(paths), settings, *data, restart=opts["restart"], also=list(also))
     return settings, found[paths[0]].counters if paths[0] in found else {}
 
 

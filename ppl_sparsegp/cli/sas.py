@@ -21,7 +21,6 @@ import numpy as np
 
 from ppl_sparsegp import data, results
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.infer.checkpoint import prepare
 from ppl_sparsegp.recipes.sas_gplvm import SASConfig, encode_rows, evaluate_sas, fit_sas
 from ppl_sparsegp.runs import store
 
@@ -83,10 +82,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     if Y.shape[0] <= config.num_active:
         raise ValueError(f"--active: {ds.name} has N = {Y.shape[0]} training rows; the active set needs fewer")
     checkpoint = opts["out"] / CHECKPOINT
-    skip = {*shared.NOT_IN_FINGERPRINT, "epochs", "conditioning"}
-    settings = {("method" if k == "method" else shared.flag(k)): v for k, v in opts.items() if k not in skip}
-    found = prepare([checkpoint], settings, Y, restart=opts["restart"])
-    resumed_from = found[checkpoint].counters.get("step", 0) if checkpoint in found else 0
+    settings, counters = shared.checkpoints(opts, (Y,), [checkpoint], resumable=("epochs", "conditioning"))
+    resumed_from = counters.get("step", 0)
     clock: list[tuple[int, float]] = [(resumed_from, time.perf_counter())]
 
     def tick(step: int, *_: Any) -> None:

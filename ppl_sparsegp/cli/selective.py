@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE, None, why if args.bound == "collapsed" else None)
     validation.check_inducing_count(opts["candidates"], d.X.shape[0], name="--candidates")
     out, resumable = opts["out"], ("pre_steps", "selection_steps", "post_steps")
-    settings, _ = shared.checkpoints(opts, d, [phase_checkpoint(out, phase) for phase in PHASES], resumable)
+    settings, _ = shared.checkpoints(opts, (d.X, d.y), [phase_checkpoint(out, phase) for phase in PHASES], resumable)
     config = SelectiveConfig(
         **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),

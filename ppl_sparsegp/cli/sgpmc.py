@@ -78,7 +78,7 @@ def _check(opts: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE)
-    settings, _ = shared.checkpoints(opts, d, [opts["out"] / CHECKPOINT])
+    settings, _ = shared.checkpoints(opts, (d.X, d.y), [opts["out"] / CHECKPOINT])
     kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"] or math.sqrt(d.X.shape[1]))
     config = SGPMCConfig(
         svi_steps=opts["steps"], fixed_z_steps=min(CONFIG.fixed_z_steps, opts["steps"] // 10),

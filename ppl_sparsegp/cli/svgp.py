@@ -61,7 +61,7 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
     fit it by SVI with Adam (checkpointed, resumable), evaluate, write the outputs and print the summary."""
     opts, d = shared.start(args, shared.check_options, NOISE_VARIANCE, None, regression_only)
     checkpoint = opts["out"] / CHECKPOINT
-    settings, counters = shared.checkpoints(opts, d, [checkpoint], resumable=("steps",))
+    settings, counters = shared.checkpoints(opts, (d.X, d.y), [checkpoint], resumable=("steps",))
     resumed_from = counters.get("step", 0)
     parts = {"likelihood": d.likelihood, "kernel": shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])}
     if "inducing" in opts:

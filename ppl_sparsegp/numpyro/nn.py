@@ -17,7 +17,7 @@ the variance through a softplus.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -74,6 +74,13 @@ def inducing_network_constants(Z: Array, m: Array, L: Array) -> Array:
     rows, cols = np.tril_indices(M)
     raw = jnp.asarray(L).at[jnp.arange(M), jnp.arange(M)].set(jnp.log(jnp.diagonal(L)))
     return jnp.concatenate([jnp.ravel(Z), jnp.ravel(m), raw[rows, cols]])
+
+
+def fitted(module: Any, params: Mapping[str, Array], site: str) -> Any:
+    """``module`` (an equinox module registered by ``eqx_module(name, module)``) with the weights of its param site
+    ``site`` (``"<name>$params"``) in ``params``, or its own initial weights where ``params`` has none."""
+    weights, static = eqx.partition(module, eqx.is_inexact_array)
+    return eqx.combine(params.get(site, weights), static)
 
 
 def encoder_network(input_dim: int, output_dim: int, hidden: Sequence[int], activation: str, key: Array,
