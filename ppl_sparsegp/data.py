@@ -2,8 +2,10 @@
 
 Where the data live
     :func:`data_dir` finds the offline data folder (``PPL_SPARSEGP_DATA_DIR``, else ``shared/data`` beside the
-    checkout, else ``~/.cache/ppl_sparsegp/data``). Nothing is ever downloaded: a missing file raises
-    :class:`DatasetNotFoundError` (a ``FileNotFoundError``) that names the path tried and the variable to set.
+    checkout, else ``~/.cache/ppl_sparsegp/data``). Loading never downloads: a missing file raises
+    :class:`DatasetNotFoundError` (a ``FileNotFoundError``) that names the path tried, the variable to set and the
+    command that downloads the dataset with checksums (``ppl-sparsegp data fetch NAME``,
+    :mod:`ppl_sparsegp.data_fetch`).
 
 Integrity
     Every file is checked against the sha256 and byte size recorded in ``manifest.json`` of the data folder
@@ -141,7 +143,7 @@ _BSGP_OUTPUTS_IN_PAPER = {"energy": 2, "naval": 2}
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """A dataset file is not in the data folder (nothing is downloaded)."""
+    """A dataset file is not in the data folder (loading never downloads; ``ppl-sparsegp data fetch`` does)."""
 
 
 class DataIntegrityError(RuntimeError):
@@ -163,7 +165,7 @@ def data_dir() -> Path:
     In order: ``$PPL_SPARSEGP_DATA_DIR`` if set; ``<repo root>/../shared/data`` if it exists (repo root = the
     folder containing the ``ppl_sparsegp`` package, i.e. the checkout of an editable install);
     ``<cwd>/../shared/data`` if it exists; else ``$XDG_CACHE_HOME/ppl_sparsegp/data`` (default
-    ``~/.cache/ppl_sparsegp/data``), which may not exist. Nothing is downloaded.
+    ``~/.cache/ppl_sparsegp/data``), which may not exist and is where ``ppl-sparsegp data fetch`` writes then.
     """
     env = os.environ.get(ENV_VAR)
     if env:
@@ -176,9 +178,9 @@ def data_dir() -> Path:
 
 def _not_found(what: str, path: Path) -> DatasetNotFoundError:
     return DatasetNotFoundError(
-        f"{what} not found at {path}. Datasets are never downloaded: point the environment variable "
+        f"{what} not found at {path}. Loading never downloads: point the environment variable "
         f"{ENV_VAR} at the data folder (currently {os.environ.get(ENV_VAR, 'unset')!s}), "
-        f"or place shared/data beside the checkout."
+        f"place shared/data beside the checkout, or download it with `ppl-sparsegp data fetch NAME`."
     )
 
 
@@ -826,21 +828,32 @@ def load_local(name: str, path: str | os.PathLike, test_fraction: float = 0.2, s
     return _split_at_random(X, y, f"local/{name}", task, test_fraction, seed, source=str(path))
 
 
-TABLE_SUFFIXES = (".csv", ".npz")
+TABLE_SUFFIXES = (".csv", ".parquet", ".npz")
 """The files :func:`load_table` reads (and :func:`load_dataset` takes for a path)."""
+
+
+def _read_parquet(path: Path) -> Any:
+    """A Parquet file as a pandas DataFrame (through pyarrow, the ``parquet`` extra)."""
+    import pandas as pd
+
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ValueError(f"{path}: reading Parquet needs pyarrow: pip install 'ppl-sparsegp[parquet]'") from None
+    return pd.read_parquet(path)
 
 
 def load_table(
     path: str | os.PathLike, target: str | None = None, split: int = 0, test_fraction: float = 0.2
 ) -> Dataset:
-    """A dataset of the user's: a CSV with a header line (the column ``target`` is y, every other column an
-    input) or an ``.npz`` with arrays ``X`` [N, D] and ``target`` (default ``"y"``) [N]; split at random, a share
-    ``test_fraction`` for testing, with ``split`` as the seed (as the embedded datasets). The task is binary when y
-    holds two classes 0/1 or -1/+1 (mapped to 0/1), else regression.
+    """A dataset of the user's: a CSV with a header line or a Parquet file (the column ``target`` is y, every other
+    column an input) or an ``.npz`` with arrays ``X`` [N, D] and ``target`` (default ``"y"``) [N]; split at random,
+    a share ``test_fraction`` for testing, with ``split`` as the seed (as the embedded datasets). The task is binary
+    when y holds two classes 0/1 or -1/+1 (mapped to 0/1), else regression.
 
     Raises:
-        ValueError: a missing file, another suffix, no ``target`` for a CSV or a target that is not a column, a
-            non-numeric column or a missing value; each names the file, and the column where there is one.
+        ValueError: a missing file, another suffix, no ``target`` for a CSV or Parquet file or a target that is not
+            a column, a non-numeric column or a missing value; each names the file, and the column where there is one.
     """
     path = Path(path).expanduser().absolute()
     if path.suffix not in TABLE_SUFFIXES:
@@ -862,8 +875,8 @@ def load_table(
         import pandas as pd
 
         if target is None:
-            raise ValueError(f"target: {path} is a CSV; name its target column (--target COL)")
-        table = pd.read_csv(path)
+            raise ValueError(f"target: {path} is a table of named columns; name its target column (--target COL)")
+        table = pd.read_csv(path) if path.suffix == ".csv" else _read_parquet(path)
         if target not in table.columns:
             raise ValueError(f"target: {path} has no column {target!r}; columns: {', '.join(map(str, table.columns))}")
         for column in table.columns:
@@ -882,7 +895,8 @@ def load_table(
 
 
 def is_table_path(name: str) -> bool:
-    """Whether :func:`load_dataset` reads ``name`` as a file of the user's (a path ending in .csv or .npz)."""
+    """Whether :func:`load_dataset` reads ``name`` as a file of the user's (a path ending in .csv, .parquet or
+    .npz)."""
     return Path(name).suffix in TABLE_SUFFIXES
 
 
@@ -916,7 +930,7 @@ def load_dataset(name: str, split: int = 0, target: str | None = None) -> Datase
     if is_table_path(name):
         return load_table(name, target, split)
     if target is not None:
-        raise ValueError(f"target: applies to a .csv or .npz file of yours, not to the dataset {name!r}")
+        raise ValueError(f"target: applies to a .csv, .parquet or .npz file of yours, not to the dataset {name!r}")
     collection, _, short = name.partition("/") if "/" in name else ("", "", name)
     collection = {"uci_wilson": "wilson"}.get(collection, collection)
     loaders = {

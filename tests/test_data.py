@@ -506,6 +506,18 @@ def test_a_csv_of_the_users_is_split_with_the_target_named(tmp_path):
     np.testing.assert_array_equal(again.meta["train_index"], ds.meta["train_index"])
 
 
+def test_a_parquet_file_reads_as_the_same_csv(tmp_path):
+    frame = load_diabetes(as_frame=True).frame
+    frame.to_csv(tmp_path / "mine.csv", index=False)
+    frame.to_parquet(tmp_path / "mine.parquet", index=False)
+    from_csv = data.load_dataset(str(tmp_path / "mine.csv"), 2, target="target")
+    from_parquet = data.load_dataset(str(tmp_path / "mine.parquet"), 2, target="target")
+    for field in ("X_train", "y_train", "X_test", "y_test"):
+        np.testing.assert_array_equal(getattr(from_parquet, field), getattr(from_csv, field))
+    with pytest.raises(ValueError, match=r"mine.parquet has no column 'price'; columns: age, sex"):
+        data.load_dataset(str(tmp_path / "mine.parquet"), target="price")
+
+
 def test_a_table_whose_target_has_two_classes_is_binary(tmp_path):
     rng = np.random.default_rng(0)
     X, labels = rng.normal(size=(50, 3)), np.where(rng.random(50) < 0.5, -1.0, 1.0)
@@ -519,14 +531,14 @@ def test_a_table_whose_target_has_two_classes_is_binary(tmp_path):
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("no target", "target: {path} is a CSV; name its target column (--target COL)"),
+        ("no target", "target: {path} is a table of named columns; name its target column (--target COL)"),
         ("unknown target", "target: {path} has no column 'price'; columns: a, b"),
         ("text column", "{path}: column 'b' is not numeric"),
         ("missing value", "{path}: missing or non-finite values"),
-        ("suffix", "{path}: expected a .csv or .npz file"),
+        ("suffix", "{path}: expected a .csv or .parquet or .npz file"),
         (
             "target for a named dataset",
-            "target: applies to a .csv or .npz file of yours, not to the dataset 'diabetes'",
+            "target: applies to a .csv, .parquet or .npz file of yours, not to the dataset 'diabetes'",
         ),
     ],
 )

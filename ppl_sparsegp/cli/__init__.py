@@ -6,6 +6,7 @@ Usage::
     ppl-sparsegp predict RUN_DIR --input new.csv --out preds.csv
     ppl-sparsegp compare RUN_DIR RUN_DIR ... [--out DIR]
     ppl-sparsegp diagnose RUN_DIR
+    ppl-sparsegp data fetch NAME [NAME ...] [--dest DIR]
 
 Defaults are those of the method's recipe config (:mod:`ppl_sparsegp.recipes`) or of
 :class:`ppl_sparsegp.cli.run.Defaults`. Layout: :mod:`.__main__` (the parser, exit codes), :mod:`.run` (what the

@@ -22,7 +22,7 @@ from types import ModuleType
 import jax
 
 from ppl_sparsegp import data
-from ppl_sparsegp.cli import bsgp, compare, diagnose, gpr, idsgp, predict, sas, selective, sgpmc, sgpr, svgp
+from ppl_sparsegp.cli import bsgp, compare, diagnose, fetch, gpr, idsgp, predict, sas, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
 from ppl_sparsegp.data import DataIntegrityError
 from ppl_sparsegp.infer.checkpoint import CheckpointError
@@ -33,7 +33,7 @@ METHODS: dict[str, ModuleType] = {
 }  # fmt: skip
 """The ``fit`` sub-commands: method -> its module (``add_arguments``, ``run``, ``CHECKPOINT``,
 ``METHOD_DEFAULTS``)."""
-COMMANDS: dict[str, ModuleType] = {"predict": predict, "compare": compare, "diagnose": diagnose}
+COMMANDS: dict[str, ModuleType] = {"predict": predict, "compare": compare, "diagnose": diagnose, "data": fetch}
 """The commands beside ``fit``, each a module with ``add_arguments`` and ``run``."""
 
 

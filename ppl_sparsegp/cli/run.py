@@ -59,9 +59,9 @@ class Defaults:
 
 DEFAULTS = Defaults()
 OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "data": ("dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston, or a .csv or .npz file of yours "
-             "(split at random 80/20, --split the seed)", {"metavar": "NAME"}),
-    "target": ("the target column of a --data .csv (an .npz holds X and this array)", {"metavar": "COL"}),
+    "data": ("dataset, e.g. diabetes, breast_cancer, kin8nm, snelson, bsgp/boston, or a .csv, .parquet or .npz file "
+             "of yours (split at random 80/20, --split the seed)", {"metavar": "NAME"}),
+    "target": ("the target column of a --data .csv or .parquet (an .npz holds X and this array)", {"metavar": "COL"}),
     "split": ("split index or fold", {"type": int}),
     "seed": ("seed of every key and of the initialisation", {"type": int}),
     "dtype": ("floating-point precision", {"choices": ("float64", "float32")}),

@@ -1,6 +1,6 @@
-"""A run folder loaded back (``load_run``) predicts as the run did, for every method and for a CSV of the user's
-(``--data file.csv --target COL``); ``ppl-sparsegp predict`` writes a CSV of predictions from a CSV of inputs, and
-refuses bad input by name.
+"""A run folder loaded back (``load_run``) predicts as the run did, for every method and for a CSV or Parquet file of
+the user's (``--data file.csv --target COL``); ``ppl-sparsegp predict`` writes a CSV of predictions from a CSV of
+inputs, and refuses bad input by name.
 
 The run's own test metrics (results.json) are the oracle: the loaded model's predictions at the test inputs give
 the same RMSE (every method) and, where the predictive is one Gaussian, the same NLPD.
@@ -25,8 +25,9 @@ VARIANTS = {
     "selective-uncollapsed": ("selective", (*RUNS["selective"], "--bound", "uncollapsed")),
     "svgp-binary": ("svgp", (*RUNS["svgp"], "--data", "breast_cancer")),
     "sgpr-csv": ("sgpr", (*RUNS["sgpr"], "--data", "{csv}", "--target", "target")),
+    "svgp-parquet": ("svgp", (*RUNS["svgp"], "--data", "{parquet}", "--target", "target")),
 }
-GAUSSIAN_PREDICTIVE = {"svgp", "sgpr", "gpr", "idsgp", "selective", "selective-uncollapsed", "sgpr-csv"}
+GAUSSIAN_PREDICTIVE = {"svgp", "sgpr", "gpr", "idsgp", "selective", "selective-uncollapsed", "sgpr-csv", "svgp-parquet"}
 """Runs whose predictive density is one Gaussian (not a mixture over draws), so NLPD follows from mean and
 variance."""
 
@@ -45,11 +46,13 @@ class Runs(dict):
 
     def __missing__(self, name):
         method, options = VARIANTS[name]
-        csv = self.tmp.getbasetemp() / "diabetes.csv"
-        if not csv.exists():
-            load_diabetes(as_frame=True).frame.to_csv(csv, index=False)
+        tables = {suffix: self.tmp.getbasetemp() / f"diabetes.{suffix}" for suffix in ("csv", "parquet")}
+        if not tables["csv"].exists():
+            frame = load_diabetes(as_frame=True).frame
+            frame.to_csv(tables["csv"], index=False)
+            frame.to_parquet(tables["parquet"], index=False)
         folder = self.tmp.mktemp(name)
-        options = [option.format(csv=csv) for option in options]
+        options = [option.format(**tables) for option in options]
         assert main(["fit", method, *options, "--out", str(folder), *QUIET]) == 0
         self[name] = folder
         return folder
