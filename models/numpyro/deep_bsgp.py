@@ -20,15 +20,17 @@ random draw (spec §2.5), so :meth:`DeepBSGP.predict_f` takes a PRNG key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
@@ -82,6 +84,8 @@ class DeepBSGP:
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
     batch_size: int | None = 1000
     jitter: float | None = field(default=None, kw_only=True)
+    random_prediction: ClassVar[bool] = True
+    """Prediction propagates random draws of the inner layers, so it takes a key (``posterior.diagnostics``)."""
 
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
@@ -232,17 +236,27 @@ class DeepBSGP:
         y_new: Array,
         *,
         key: Array | None = None,
+        num_samples: int = 1,
         X: Array | None = None,
         y: Array | None = None,
     ) -> Array:
-        """log p(y_new | draw, one inner-layer draw): [S] or [S, P].
+        """log (1/S) Σ_s p(y_new | draw, inner-layer draw s) over S = ``num_samples`` propagations (keys split from
+        ``key``): an estimate of log p(y_new | draw) with the inner layers integrated out, [N*] or [N*, P].
 
         ``X`` and ``y`` (the training data that GPR and SGPR predict from) are accepted for a common signature
         and not used.
         """
+        if key is None:
+            raise ValueError(
+                "key: DeepBSGP.predict_log_density propagates random draws of the inner layers; pass a key"
+            )
         _, likelihood = self.fitted(params)
-        mean, var = self.predict_f(params, X_new, key=key)
-        return likelihood.log_predictive_density(jnp.asarray(y_new), mean, var)
+
+        def one(sub: Array) -> Array:
+            return likelihood.log_predictive_density(jnp.asarray(y_new), *self.predict_f(params, X_new, key=sub))
+
+        logp = jax.vmap(one)(jax.random.split(key, num_samples))
+        return logsumexp(logp, axis=0) - math.log(num_samples)
 
 
 def deep_bsgp(

@@ -153,7 +153,11 @@ LOG_LIKELIHOODS = ("potential", "predictive")
 (``"potential"``, :meth:`pointwise_log_likelihood`; for SVGP/SGPMC log φ(y_n | u, θ) = E_{p(f_n | u, θ)}[log
 p(y_n | f_n)], the factor the sampler targets), or the predictive density of y_n given the draw, f_n integrated
 out (``"predictive"``: log ∫ p(y_n | f) p(f | draw, x_n) df, :meth:`predict_log_density`), which every model has
-and which puts PSIS-LOO of different methods on one footing (``ppl-sparsegp compare``)."""
+and which puts PSIS-LOO of different methods on one footing (``ppl-sparsegp compare``). For a deep GP (a model
+whose ``random_prediction`` is True) the inner layers are integrated out by :data:`RANDOM_PROPAGATIONS` propagated
+draws per posterior draw: log (1/S) Σ_s p(y_n | draw, propagation s)."""
+RANDOM_PROPAGATIONS = 16
+"""Propagations of a deep GP's inner layers averaged per posterior draw in its predictive log-likelihood."""
 
 
 def _data_groups(
@@ -171,12 +175,17 @@ def _data_groups(
     X, y = jnp.asarray(X), jnp.asarray(y)
     groups: dict[str, Any] = {"observed_data": {"y": np.asarray(y)}}
     if log_likelihood is not False:
-        if log_likelihood_of == "predictive":
-            pointwise = lambda d: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
+        ll_key = jax.random.fold_in(key, 1)
+        if log_likelihood_of == "predictive" and getattr(model, "random_prediction", False):
+            pointwise = lambda d, i: model.predict_log_density(  # noqa: E731
+                d, X, y, key=jax.random.fold_in(ll_key, i), num_samples=RANDOM_PROPAGATIONS
+            )
+        elif log_likelihood_of == "predictive":
+            pointwise = lambda d, _: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
         else:
-            pointwise = lambda d: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
+            pointwise = lambda d, _: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
         try:
-            groups["log_likelihood"] = {"y": _per_draw(lambda d, _: pointwise(d), samples, params)}
+            groups["log_likelihood"] = {"y": _per_draw(pointwise, samples, params)}
         except NotImplementedError:
             if log_likelihood:
                 raise
@@ -215,6 +224,11 @@ def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
     return as_numpy(samples), as_numpy(extra), attrs
 
 
+def group_names(idata: Any) -> list[str]:
+    """The groups of an InferenceData (ArviZ 0.x) or the children of a DataTree (ArviZ >= 1.0)."""
+    return list(idata.children) if hasattr(idata, "children") else list(idata.groups())
+
+
 def from_mcmc(
     result: MCMCResult | MCMC,
     model: Any,
@@ -226,6 +240,7 @@ def from_mcmc(
     log_likelihood: bool | None = None,
     posterior_predictive: bool = True,
     log_likelihood_of: str = "potential",
+    dims: Mapping[str, list[str]] | None = None,
 ) -> Any:
     """InferenceData for an MCMC run (NUTS, HMC or an SG-MCMC kernel) of a model from :mod:`ppl_sparsegp.models`.
 
@@ -239,11 +254,12 @@ def from_mcmc(
         posterior_predictive: include posterior predictive draws of y at X.
         log_likelihood_of: what the log_likelihood group holds, ``"potential"`` or ``"predictive"``
             (:data:`LOG_LIKELIHOODS`); recorded as the attribute ``log_likelihood``.
+        dims: dimension names of sites, replacing those of :func:`site_dims`.
     """
     samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
     groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
-    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y)}
+    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y), **(dims or {})}
     attrs = {**attrs, "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
 

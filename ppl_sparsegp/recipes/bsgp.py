@@ -111,39 +111,30 @@ class BSGPFit:
                        log_likelihood_of: str = "potential") -> tuple[Any, list[str]]:  # fmt: skip
         """ArviZ InferenceData of the kept draws (standardised units) and the names of its groups.
 
-        The shallow model's sites get :mod:`ppl_sparsegp.posterior.diagnostics`' dims and, when N x draws x
-        outputs <= ``max_log_likelihood``, a ``log_likelihood`` group (``log_likelihood_of``: see
-        :data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`); the deep model's ``layer<l>.Z``, ``.u`` and
-        ``.kernel.lengthscale`` get the widths' dims (F^0 = X is input_dim, F^l hidden<l>, F^L latent).
+        The shallow model's sites get :mod:`ppl_sparsegp.posterior.diagnostics`' dims, the deep model's
+        ``layer<l>.Z``, ``.u`` and ``.kernel.lengthscale`` the widths' dims (F^0 = X is input_dim, F^l hidden<l>, F^L
+        latent). When N x draws x outputs (x the propagations of a deep model) <= ``max_log_likelihood``, a
+        ``log_likelihood`` group (``log_likelihood_of``: see :data:`ppl_sparsegp.posterior.diagnostics.LOG_LIKELIHOODS`;
+        the deep model has only ``"predictive"``, its inner layers integrated out by propagated draws).
         """
         result, model = self.mcmc, self.model
-        groups = ["posterior", "sample_stats", "observed_data"]
-        if not isinstance(model, DeepBSGP):
-            entries = X.shape[0] * result.num_chains * result.num_draws * (1 if y.ndim == 1 else y.shape[1])
-            with_ll = entries <= max_log_likelihood
-            ll = None if with_ll else False
-            idata = diagnostics.from_mcmc(
-                result, model, X, y, log_likelihood=ll, posterior_predictive=False, log_likelihood_of=log_likelihood_of
-            )
-            return idata, groups + (["log_likelihood"] if with_ll else [])
-        width = {0: "input_dim", model.num_layers: "latent"}
-        dims = {"y": ["obs"] if y.ndim == 1 else ["obs", "output"]}
-        for site in result.samples:
-            layer, _, name = site.partition(".")
-            at = {"Z": ["inducing_point", 0], "u": [1, "inducing_point"], "kernel.lengthscale": [0]}.get(name)
-            if layer.startswith("layer") and at is not None:
-                i = int(layer.removeprefix("layer"))
-                dims[site] = [w if isinstance(w, str) else width.get(i + w, f"hidden{i + w}") for w in at]
-        stats = {
-            ("lp" if k == "potential_energy" else k.replace(".", "_")): (-v if k == "potential_energy" else v)
-            for k, v in result.extra_fields.items()
-        }
-        attrs = {"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning}
-        observed = {"y": y}
-        idata = diagnostics.to_inference_data(
-            result.samples, sample_stats=stats, observed_data=observed, dims=dims, attrs=attrs
-        )
-        return idata, groups
+        entries = X.shape[0] * result.num_chains * result.num_draws * (1 if y.ndim == 1 else y.shape[1])
+        dims = {}
+        if isinstance(model, DeepBSGP):
+            entries *= diagnostics.RANDOM_PROPAGATIONS
+            width = {0: "input_dim", model.num_layers: "latent"}
+            for site in result.samples:
+                layer, _, name = site.partition(".")
+                at = {"Z": ["inducing_point", 0], "u": [1, "inducing_point"], "kernel.lengthscale": [0]}.get(name)
+                if layer.startswith("layer") and at is not None:
+                    i = int(layer.removeprefix("layer"))
+                    dims[site] = [w if isinstance(w, str) else width.get(i + w, f"hidden{i + w}") for w in at]
+        idata = diagnostics.from_mcmc(
+            result, model, X, y, log_likelihood=None if entries <= max_log_likelihood else False,
+            posterior_predictive=False, log_likelihood_of=log_likelihood_of, dims=dims,
+        )  # fmt: skip
+        present = diagnostics.group_names(idata)
+        return idata, [g for g in ("posterior", "sample_stats", "log_likelihood", "observed_data") if g in present]
 
     def _key(self, key: Array | None) -> Array | None:
         if isinstance(self.model, DeepBSGP):

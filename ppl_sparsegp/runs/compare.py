@@ -48,15 +48,15 @@ def _posterior(folder: Path, record: dict[str, Any]) -> Any:
         raise ValueError(f"run_dirs: {folder} has no posterior.nc (its {record['method']} run writes none, or predates "
                          "it; re-run the fit)")  # fmt: skip
     idata = diagnostics.load(path)
-    kind = idata["log_likelihood"].attrs.get("log_likelihood") if "log_likelihood" in _groups(idata) else None
+    kind = (
+        idata["log_likelihood"].attrs.get("log_likelihood")
+        if "log_likelihood" in diagnostics.group_names(idata)
+        else None
+    )
     if kind != "predictive":
         raise ValueError(f"run_dirs: {path} has no predictive log-likelihood to compare (found {kind or 'none'}); "
                          "re-run the fit with this version")  # fmt: skip
     return idata
-
-
-def _groups(idata: Any) -> list[str]:
-    return list(idata.children) if hasattr(idata, "children") else list(idata.groups())
 
 
 def _names(folders: Sequence[Path]) -> list[str]:

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from ppl_sparsegp import data, results
+from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.posterior.predict import draw_moments, mixture_moments
 from ppl_sparsegp.runs.rebuild import MODEL_FROM_RUN, bsgp_prediction_key
@@ -99,7 +100,8 @@ class Run:
         """The predictor compiled once for every chunk of one size, its state and the training data it reads: the
         mixture over the draws of an MCMC run (``key``: a deep model's inner-layer draws), else the point fit's
         ``predict_y``. An SGPR is turned once into the SVGP of its optimal q*(u) (:meth:`SGPR.as_svgp`, the same
-        equations), so that every chunk costs O(chunk M²) rather than the O(N M²) of recomputing q*(u)."""
+        equations), so that every chunk costs O(chunk M²) rather than the O(N M²) of recomputing q*(u); a GPR into
+        the SVGP of its exact posterior (:meth:`GPR.as_svgp`, Z = X), O(chunk N²) per chunk rather than O(N³)."""
         model, params, training = self.model, self.params, self._training
         if self.draws is not None:
             key = self.key if hasattr(model, "num_layers") else None
@@ -110,7 +112,7 @@ class Run:
                 return mixture_moments(y_mean, y_var)
 
             return jax.jit(mixture), (self.draws, params), training
-        if isinstance(model, SGPR):
+        if isinstance(model, SGPR | GPR):
             model, params = model.as_svgp(params, training["X"], training["y"])
             training = {}
         return jax.jit(lambda p, X, data: model.predict_y(p, X, **data)), params, training

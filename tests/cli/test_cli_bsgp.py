@@ -224,8 +224,12 @@ def test_two_layer_bsgp_on_diabetes(tmp_path):
     record = fit(folder, "--layers", "2", "--z-prior", "uniform", *TINY, "--quiet")
     assert record["layers"] == 2 and record["data"] == "embedded/diabetes"
     assert math.isfinite(record["metrics"]["mnll"]) and record["updates_per_second"] > 0
-    assert record["files"]["posterior_groups"] == ["posterior", "sample_stats", "observed_data", "constant_data"]
+    groups = ["posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data"]
+    assert record["files"]["posterior_groups"] == groups
     idata = diagnostics.load(folder / "posterior.nc")
+    assert (
+        idata.log_likelihood["y"].shape == (1, 4, 353) and idata.log_likelihood.attrs["log_likelihood"] == "predictive"
+    )
     post = idata.posterior
     assert post["layer0.Z"].dims == ("chain", "draw", "inducing_point", "input_dim")
     assert post["layer1.Z"].dims == ("chain", "draw", "inducing_point", "hidden1")

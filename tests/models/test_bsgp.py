@@ -137,6 +137,23 @@ def test_deep_bsgp_with_one_layer_is_bsgp(problem):
     np.testing.assert_allclose(float(got), float(want), rtol=1e-10)
 
 
+def test_deep_bsgp_predictive_density_averages_propagations_in_probability():
+    r = np.random.default_rng(3)
+    X, y = r.normal(size=(12, 2)), r.normal(size=12)
+    deep = deep_bsgp(X, 1, likelihoods.Gaussian(variance=0.1), num_layers=2, Z=X[:4], batch_size=None)
+    params = {**deep.initial_values(), "layer0.u": jnp.asarray(r.normal(size=(2, 4))),
+              "layer1.u": jnp.asarray(r.normal(size=(1, 4)))}  # fmt: skip
+    key = jax.random.PRNGKey(5)
+    _, likelihood = deep.fitted(params)
+    propagations = [deep.predict_f(params, X, key=k) for k in jax.random.split(key, 6)]
+    each = np.stack([likelihood.log_predictive_density(jnp.asarray(y), *mv) for mv in propagations])
+    mixed = deep.predict_log_density(params, X, y, key=key, num_samples=6)
+    np.testing.assert_allclose(mixed, np.log(np.mean(np.exp(each), axis=0)), rtol=1e-10)
+    assert not np.allclose(each[0], each[1])  # the propagations differ, so the average is not trivial
+    with pytest.raises(ValueError, match="key: DeepBSGP.predict_log_density propagates random draws"):
+        deep.predict_log_density(params, X, y)
+
+
 def test_deep_bsgp_architecture_follows_the_paper():
     r = np.random.default_rng(1)
     X = r.normal(size=(30, 4))
@@ -212,6 +229,10 @@ def test_fit_deep_bsgp_two_layers(problem):
     assert np.isfinite(lpd).all()
     again = fit.log_predictive_density(X, y, key=jax.random.PRNGKey(2))
     np.testing.assert_array_equal(lpd, again)  # the inner-layer draws come from the key
+    idata, groups = fit.inference_data(X, y, log_likelihood_of="predictive")
+    assert "log_likelihood" in groups and idata.log_likelihood["y"].shape == (1, 8, N)
+    assert np.isfinite(idata.log_likelihood["y"].values).all()
+    assert "log_likelihood" not in fit.inference_data(X, y)[1]  # the potential's data term has no pointwise form
 
 
 @pytest.mark.slow
