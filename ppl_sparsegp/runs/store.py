@@ -144,7 +144,8 @@ class StoredRun:
     arrays: dict[str, np.ndarray]
     draws: dict[str, np.ndarray] | None
     scaler: data.Standardizer
-    _training: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    _dataset: data.Dataset | None = field(default=None, repr=False)
+    _standardised_data: data.Dataset | None = field(default=None, repr=False)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -180,16 +181,31 @@ class StoredRun:
         Raises:
             ValueError: the dataset cannot be loaded, or its standardisation is not the stored one.
         """
-        if self._training is None:
+        std = self._standardised()
+        return std.X_train.astype(self.dtype), std.y_train.astype(self.dtype)
+
+    def evaluation(self) -> tuple[np.ndarray, np.ndarray]:
+        """The points the run was evaluated on (results.json's ``evaluated_on``: the test split, else the training
+        set), in original units: X [S, D] and y [S] (or [S, P]; class labels for classification)."""
+        self._standardised()
+        ds = self._dataset
+        return (ds.X_test, ds.y_test) if self.record.get("evaluated_on", "test") == "test" else (ds.X_train, ds.y_train)
+
+    def _standardised(self) -> data.Dataset:
+        """The run's dataset (``--data``, ``--split``, ``--target``), standardised, checked against the stored
+        standardisation."""
+        if self._standardised_data is None:
             name, split = self.record["data"], self.record["split"]
             try:
-                std, scaler = data.standardize(data.load_dataset(name, split, self.options.get("target")))
+                ds = data.load_dataset(name, split, self.options.get("target"))
+                ds = data.as_multiclass(ds) if self.record["task"] == "multiclass" else ds
+                std, scaler = data.standardize(ds)
             except (ValueError, OSError) as err:
-                raise ValueError(f"{self.folder}: the {self.record['method']} model predicts from its training data, "
-                                 f"and {name} (split {split}) could not be loaded: {err}") from None  # fmt: skip
+                raise ValueError(f"{self.folder}: the {self.record['method']} run's data {name} (split {split}) "
+                                 f"could not be loaded: {err}") from None  # fmt: skip
             for key, value in vars(scaler).items():
                 if not np.allclose(value, getattr(self.scaler, key), rtol=1e-12, atol=0.0):
                     raise ValueError(f"{self.folder}: {name} (split {split}) is not the data this run was fitted on "
                                      f"(its standardisation differs in {key})")  # fmt: skip
-            self._training = std.X_train.astype(self.dtype), std.y_train.astype(self.dtype)
-        return self._training
+            self._dataset, self._standardised_data = ds, std
+        return self._standardised_data

@@ -18,7 +18,7 @@ from test_cli_outputs import QUIET, RUNS
 from ppl_sparsegp import data, metrics
 from ppl_sparsegp.cli import main
 from ppl_sparsegp.posterior import diagnostics
-from ppl_sparsegp.runs import load_run
+from ppl_sparsegp.runs import compare_runs, load_run
 
 VARIANTS = {
     **{method: (method, RUNS[method]) for method in RUNS if method != "sas"},  # sas: refused, tested below
@@ -88,6 +88,21 @@ def test_a_loaded_run_predicts_the_test_set_as_the_run_did(name, fitted):
     if name in GAUSSIAN_PREDICTIVE:
         nlpd = np.mean(0.5 * np.log(2 * np.pi * var) + 0.5 * (ds.y_test - mean) ** 2 / var)
         assert nlpd == pytest.approx(m["nlpd"], rel=1e-9)
+
+
+@pytest.mark.parametrize("name", [variant(name) for name in VARIANTS])
+def test_a_loaded_runs_test_density_is_the_runs_nlpd(name, fitted):
+    record = json.loads((fitted[name] / "results.json").read_text())
+    run = load_run(fitted[name])
+    X, y = run.stored.evaluation()
+    assert len(X) == record["n_eval"]
+    logp = run.log_density(X, y, chunk_size=30)
+    assert logp.shape == (len(X),)
+    m = record["metrics"]
+    if VARIANTS[name][1][-2:] == ("--layers", "2"):  # deep: the inner layers' draws come from another key
+        assert -np.mean(logp) == pytest.approx(m["nlpd"], rel=0.05)
+    else:  # sgpr predicts through the SVGP of q*(u): the same equations, rounded differently
+        assert -np.mean(logp) == pytest.approx(m.get("nlpd", m.get("nll")), rel=1e-8)
 
 
 def test_prediction_in_chunks_equals_prediction_at_once(fitted):
@@ -186,6 +201,38 @@ def test_a_run_predicting_from_its_data_refuses_other_data(fitted, tmp_path):
     run = load_run(folder)
     with pytest.raises(ValueError, match="is not the data this run was fitted on"):
         run.predict(np.zeros((2, 10)))
+
+
+def test_compare_by_test_density_ranks_by_the_runs_nlpd(fitted, tmp_path, capsys):
+    runs = ("svgp", "sgpr", "sgpr-csv")
+    out = tmp_path / "cmp"
+    assert main(["compare", *(str(fitted[name]) for name in runs), "--by", "test", "--out", str(out)]) == 2
+    assert "were fitted on different data (data 'embedded/diabetes' vs" in capsys.readouterr().err
+    assert main(["compare", str(fitted["svgp"]), str(fitted["sgpr"]), "--by", "test", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Test-set log predictive density on embedded/diabetes (split 0, test points S = 89")
+    summary = json.loads((out / "compare.json").read_text())
+    assert summary["criterion"] == "test" and summary["pareto_k_above_limit"] == {}
+    for name in ("svgp", "sgpr"):
+        record = json.loads((fitted[name] / "results.json").read_text())
+        row = summary["table"][fitted[name].name]
+        assert row["elpd_test"] == pytest.approx(-89 * record["metrics"]["nlpd"], rel=1e-8)
+    best, other = sorted(summary["table"].values(), key=lambda row: row["rank"])
+    assert best["elpd_test"] >= other["elpd_test"] and best["elpd_diff"] == best["dse"] == 0.0
+    assert other["elpd_diff"] == pytest.approx(best["elpd_test"] - other["elpd_test"]) and other["dse"] > 0
+    with pytest.raises(ValueError, match="criterion must be one of .loo., .test.; got .waic."):
+        compare_runs([fitted["svgp"], fitted["sgpr"]], criterion="waic")
+
+
+@pytest.mark.slow  # idsgp, sgpmc, bsgp and deep bsgp runs
+def test_compare_by_test_density_ranks_every_loadable_method(fitted, tmp_path):
+    runs = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "bsgp-deep", "selective", "idsgp")
+    out = tmp_path / "cmp"
+    assert main(["compare", *(str(fitted[name]) for name in runs), "--by", "test", "--out", str(out)]) == 0
+    table = json.loads((out / "compare.json").read_text())["table"]
+    assert set(table) == {fitted[name].name for name in runs}
+    assert sorted(row["rank"] for row in table.values()) == list(range(len(runs)))
+    assert all(np.isfinite(row["elpd_test"]) and row["se"] > 0 for row in table.values())
 
 
 COMPARED = ("svgp", "sgpr", "gpr", "sgpmc", "bsgp", "bsgp-deep", "selective")
