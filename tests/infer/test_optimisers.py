@@ -52,6 +52,22 @@ def test_frozen_params_keep_their_initial_values_for_their_steps_then_move(optim
     assert all(abs(float(thawed.params[name]) - 1.0) > 1e-3 for name in HYPERPARAMETERS)
 
 
+@pytest.mark.parametrize(
+    "likelihood",
+    [pytest.param(Gaussian(variance=0.5), marks=pytest.mark.slow), Bernoulli()],
+    ids=["gaussian", "probit"],
+)  # without the restart the probit fit's loss jumps at the thaw
+def test_lbfgs_restarts_when_a_freeze_ends_and_never_goes_uphill(likelihood):
+    y = Y if isinstance(likelihood, Gaussian) else (Y > 0).astype(float)
+    gp = SVGP(RBF(variance=1.0, lengthscale=3.0), likelihood, Z=X[::3], learn_Z=False)
+    freeze = dict.fromkeys(HYPERPARAMETERS, 30)
+    fit = fit_svi(gp.model, gp.guide, X, y, optimizer=LBFGS(), num_steps=200, freeze=freeze, progress=False,
+                  steps_per_dispatch=10)  # fmt: skip
+    assert np.all(np.diff(fit.losses) <= 1e-8), np.max(np.diff(fit.losses))  # across the thaw too
+    free = fit_svi(gp.model, gp.guide, X, y, optimizer=LBFGS(), num_steps=200, progress=False)
+    assert fit.losses[-1] <= free.losses[-1] + 0.05
+
+
 def test_bad_freeze_and_combinations_are_refused_by_name():
     gp = SVGP(RBF(), Gaussian(), Z=Z)
     bad = [
