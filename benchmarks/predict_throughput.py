@@ -34,11 +34,46 @@ CELLS = (("svgp", False), ("sgpr", False), ("sgpr", True))
 """(method, recompute q*(u) in every chunk)."""
 
 
-def _memory_kib(field: str) -> int:
+def memory_kib(field: str) -> int:
+    """A field of /proc/self/status in KiB (``VmRSS``: resident memory now, ``VmHWM``: its peak so far)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def test_inputs(run, points: int) -> np.ndarray:
+    """``points`` inputs in original units: rows of the run's training inputs (seeded) plus N(0, 0.1²) noise in
+    standardised units."""
+    X_train, _ = run.stored.training()
+    rng = np.random.default_rng(0)
+    X_std = X_train[rng.integers(0, len(X_train), points)] + 0.1 * rng.standard_normal((points, X_train.shape[1]))
+    return run.scaler.x_mean + X_std * run.scaler.x_scale
+
+
+def measure(predict, X_new: np.ndarray, chunk: int) -> tuple[dict, tuple[np.ndarray, np.ndarray]]:
+    """Predict ``X_new`` in chunks of ``chunk`` rows with ``predict(X) -> (mean, var)``, in this process: the
+    seconds of the first chunk, the points/s over the others and over all, and the growth of the peak resident
+    memory. Returns those figures and the first chunk's (mean, var)."""
+    points = len(X_new)
+    rss_before = memory_kib("VmRSS")
+    start = time.perf_counter()
+    first = predict(X_new[:chunk])
+    first_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    rest = [predict(X_new[i : i + chunk]) for i in range(chunk, points, chunk)]
+    rest_seconds = time.perf_counter() - start
+    grown = (memory_kib("VmHWM") - rss_before) / 1024
+    mean = np.concatenate([first[0], *(r[0] for r in rest)])
+    assert mean.shape == (points,) and np.all(np.isfinite(mean))
+    figures = {
+        "first_chunk_seconds": first_seconds,
+        "points_per_second": (points - chunk) / rest_seconds if chunk < points else None,
+        "total_seconds": first_seconds + rest_seconds,
+        "points_per_second_overall": points / (first_seconds + rest_seconds),
+        "peak_memory_growth_mib": grown,
+    }
+    return figures, first
 
 
 def child(folder: str, points: int, chunk: int, recompute: bool) -> dict:
@@ -49,10 +84,7 @@ def child(folder: str, points: int, chunk: int, recompute: bool) -> dict:
     from ppl_sparsegp.runs import load_run
 
     run = load_run(folder)
-    X_train, _ = run.stored.training()
-    rng = np.random.default_rng(0)
-    X_std = X_train[rng.integers(0, len(X_train), points)] + 0.1 * rng.standard_normal((points, X_train.shape[1]))
-    X_new = run.scaler.x_mean + X_std * run.scaler.x_scale
+    X_new = test_inputs(run, points)
     if recompute:
         training = dict(zip(("X", "y"), run.stored.training(), strict=True))
         jax.config.update("jax_enable_x64", True)
@@ -60,22 +92,7 @@ def child(folder: str, points: int, chunk: int, recompute: bool) -> dict:
         predict = lambda X: tuple(np.asarray(a) for a in naive(run.params, jnp.asarray(run.scaler.transform_x(X))))  # noqa: E731
     else:
         predict = lambda X: run.predict(X, chunk_size=chunk)  # noqa: E731
-    rss_before = _memory_kib("VmRSS")
-    start = time.perf_counter()
-    first = predict(X_new[:chunk])
-    first_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    rest = [predict(X_new[i : i + chunk]) for i in range(chunk, points, chunk)]
-    rest_seconds = time.perf_counter() - start
-    mean = np.concatenate([first[0], *(r[0] for r in rest)])
-    assert mean.shape == (points,) and np.all(np.isfinite(mean))
-    return {
-        "first_chunk_seconds": first_seconds,
-        "points_per_second": (points - chunk) / rest_seconds if chunk < points else None,
-        "total_seconds": first_seconds + rest_seconds,
-        "points_per_second_overall": points / (first_seconds + rest_seconds),
-        "peak_memory_growth_mib": (_memory_kib("VmHWM") - rss_before) / 1024,
-    }
+    return measure(predict, X_new, chunk)[0]
 
 
 def main() -> None:
