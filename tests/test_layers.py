@@ -17,6 +17,7 @@ ALLOWED = {
         "ppl_sparsegp.infer.score_function",  # the baseline site that ScoreFunctionELBO reads, declared in guides
     ),
     "infer": ("ppl_sparsegp.core.ops", "ppl_sparsegp.infer", "ppl_sparsegp.results", "ppl_sparsegp.validation"),
+    "pyro": ("ppl_sparsegp.core", "ppl_sparsegp.pyro"),
 }
 FORBIDDEN = {
     # layer: the ppl_sparsegp modules it must not import (the layers above it)
@@ -25,7 +26,10 @@ FORBIDDEN = {
     "runs": ("ppl_sparsegp.cli",),
 }
 MODELS = PACKAGE.parent / "models"
-FORBIDDEN_THIRD_PARTY = {"core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox")}
+FORBIDDEN_THIRD_PARTY = {
+    "core": ("jax", "jaxlib", "numpyro", "torch", "pyro", "flax", "equinox"),
+    "pyro": ("jax", "jaxlib", "numpyro", "flax", "equinox"),
+}
 
 
 def _imports(path: Path) -> list[str]:
@@ -62,4 +66,14 @@ def test_recipes_and_models_do_not_import_the_layers_above_them():
     for folder, names in [*layers, (MODELS, ("ppl_sparsegp.recipes", "ppl_sparsegp.cli"))]:
         for path in folder.rglob("*.py"):
             broken += [f"{path.name} imports {name}" for name in _imports(path) if name.startswith(names)]
+    assert not broken, "\n".join(broken)
+
+
+def test_the_pyro_twins_and_what_they_share_import_neither_jax_nor_numpyro():
+    jax_side = ("jax", "jaxlib", "numpyro", "equinox", "flax")
+    broken = []
+    for path in [MODELS / "_shared.py", *(MODELS / "pyro").rglob("*.py")]:
+        for name in _imports(path):
+            if name.split(".")[0] in jax_side or ".numpyro" in name:
+                broken.append(f"{path.relative_to(MODELS.parent)} imports {name}")
     assert not broken, "\n".join(broken)

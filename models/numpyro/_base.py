@@ -9,8 +9,9 @@ a random variable under MCMC). Naming it in ``fixed`` keeps it at its initial va
 
 Every model class has a keyword-only field ``jitter`` (None: :data:`ppl_sparsegp.core.ops.JITTER` of the dtype) and
 is wrapped by :func:`scoped_methods`: :class:`GPModel` carries the decorator, which its subclasses inherit through
-``__init_subclass__``; the model classes not derived from it (the deep GPs) are decorated themselves. Each public
-method a class defines (every function not starting with ``_``: model, guide, elbo, predict_f, ...) then runs
+``__init_subclass__``; the model classes not derived from it (the deep GPs) are decorated themselves
+(:mod:`models._shared`, shared with the Pyro twins, holds it and the checks below). Each public method a class
+defines (every function not starting with ``_``: model, guide, elbo, predict_f, ...) then runs
 
 * inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter``: every Cholesky factor formed inside,
   traced (the model and guide under SVI or MCMC) or eager (predictions, bounds), starts from it. A caller overrides
@@ -26,10 +27,7 @@ method a class defines (every function not starting with ``_``: model, guide, el
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
-import functools
-import inspect
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,82 +39,20 @@ import numpy as np
 import numpyro.distributions as dist
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.core import ops
+from ppl_sparsegp.core import hyperparameters
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
+from .._shared import check_latent_functions, checked_jitter, leading_output_axis, scoped_methods
+
 Array = Any
 
 
 def _is_concrete(*arrays: Array) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in arrays if a is not None)
-
-
-_IN_ENTRY: contextvars.ContextVar[bool] = contextvars.ContextVar("in_model_method", default=False)
-
-
-def _check_arguments(model: Any, arguments: Mapping[str, Any]) -> None:
-    """The eager checks of a public method's arguments (module docstring)."""
-    params = arguments.get("params")
-    if isinstance(params, Mapping) and hasattr(model, "parameter_names"):
-        validation.check_keys("params", params, model.parameter_names())
-    if arguments.get("X_new") is not None:
-        validation.check_inputs(arguments["X_new"], x_name="X_new")
-    if arguments.get("y_new") is not None:
-        validation.check_finite("y_new", arguments["y_new"])
-
-
-def _entry(method: Callable) -> Callable:
-    """``method`` in its model's jitter scope, with the eager checks of the outermost call (module docstring)."""
-    signature = inspect.signature(method)
-
-    @functools.wraps(method)
-    def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _IN_ENTRY.get():
-            args, kwargs = validation.as_arrays(args, kwargs)
-            try:
-                arguments = signature.bind(self, *args, **kwargs).arguments
-            except TypeError:  # the call below raises Python's own message (e.g. an unexpected keyword argument)
-                arguments = {}
-            _check_arguments(self, arguments)
-        token = _IN_ENTRY.set(True)
-        try:
-            with ops.model_jitter(self.jitter):
-                return method(self, *args, **kwargs)
-        finally:
-            _IN_ENTRY.reset(token)
-
-    entry.__ppl_sparsegp_entry__ = True
-    return entry
-
-
-def _wrap_public_methods(cls: type) -> None:
-    for name, method in list(vars(cls).items()):  # plain functions: static and class methods have no model
-        if not name.startswith("_") and inspect.isfunction(method) and not hasattr(method, "__ppl_sparsegp_entry__"):
-            setattr(cls, name, _entry(method))
-
-
-def scoped_methods(cls: type) -> type:
-    """Class decorator: wrap the public methods that ``cls`` defines (module docstring), and have every subclass of
-    ``cls`` wrap those it defines when it is created (an ``__init_subclass__``). The class declares the field
-    ``jitter: float | None = field(default=None, kw_only=True)`` and checks it with :func:`checked_jitter`."""
-    _wrap_public_methods(cls)
-
-    def __init_subclass__(subclass: type, **kwargs: Any) -> None:
-        super(cls, subclass).__init_subclass__(**kwargs)
-        _wrap_public_methods(subclass)
-
-    cls.__init_subclass__ = classmethod(__init_subclass__)
-    return cls
-
-
-def checked_jitter(jitter: Any) -> float | None:
-    """A model's ``jitter`` field: None (the dtype's :data:`ppl_sparsegp.core.ops.JITTER`) or a finite number >= 0
-    as a float, else ValueError naming ``jitter``."""
-    return None if jitter is None else ops.check_jitter(jitter)
 
 
 @scoped_methods
@@ -151,16 +87,7 @@ class GPModel:
         check_latent_functions(self, self.likelihood)
         if getattr(self, "Z", None) is not None:
             self.Z = as_float(validation.as_array(self.Z))
-        names = set(self.hyperparameter_sites())
-        for arg, given in (("priors", set(self.priors)), ("fixed", set(self.fixed))):
-            unknown = given - names
-            if unknown:
-                raise ValueError(
-                    f"{arg} names unknown hyperparameter sites {sorted(unknown)}; expected some of {sorted(names)}"
-                )
-        both = set(self.priors) & set(self.fixed)
-        if both:
-            raise ValueError(f"sites {sorted(both)} are in both `priors` and `fixed`; choose one")
+        hyperparameters.check_choices(self.hyperparameter_sites(), self.priors, self.fixed)
 
     def hyperparameter_sites(self) -> dict[str, Any]:
         """Site name -> initial value for every kernel and likelihood hyperparameter."""
@@ -312,94 +239,17 @@ def layer_parameter_names(likelihood: Likelihood, kernels: Sequence[Kernel], lay
     }
 
 
-def check_latent_functions(model: Any, likelihood: Likelihood) -> None:
-    """A multi-class ``likelihood`` of J classes goes only to a model that takes one (:attr:`GPModel.multiclass`)
-    and has ``num_latent`` = J latent functions.
-
-    Raises:
-        ValueError: naming ``likelihood`` or ``num_latent``.
-    """
-    J, name = likelihood.latent_dim, type(likelihood).__name__
-    if J is None:
-        return
-    if not getattr(model, "multiclass", False):
-        raise ValueError(
-            f"likelihood: {type(model).__name__} takes an elementwise likelihood; the multi-class {name} needs SVGP "
-            "or SGPMC"
-        )
-    if model.num_latent != J:
-        raise ValueError(f"num_latent: the {name} likelihood of {J} classes needs num_latent = {J}, got "
-                         f"{model.num_latent}")  # fmt: skip
-
-
-def check_every_hyperparameter_sampled(model: GPModel) -> None:
-    """A model sampled by MCMC (SGPMC, GPMC) has a prior for, or fixes, every hyperparameter: an MCMC engine would
-    otherwise keep a ``param`` at its initial value silently.
-
-    Raises:
-        ValueError: naming ``priors`` and the sites without one.
-    """
-    free = set(model.hyperparameter_sites()) - set(model.priors) - set(model.fixed)
-    if free:
-        raise ValueError(
-            f"priors: {type(model).__name__} samples its hyperparameters, so each needs a prior or must be named in "
-            f"`fixed`; no prior for {sorted(free)}"
-        )
-
-
-def check_output_columns(y: Array | None, num_latent: int, likelihood: Likelihood | None = None) -> None:
-    """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y); with a
-    multi-class ``likelihood``, y [N] holds one label per point.
-
-    Raises:
-        ValueError: naming ``y`` and ``num_latent``.
-    """
-    P = None if y is None else 1 if y.ndim == 1 else y.shape[1]
-    if likelihood is not None and likelihood.latent_dim is not None:
-        if y is not None and y.ndim != 1:
-            raise ValueError(f"y: expected one class label per point, shape [N], got shape {tuple(y.shape)}")
-        return
-    if P not in (None, num_latent):
-        raise ValueError(f"y: expected {num_latent} output column(s) (num_latent), got {P}")
-
-
-def check_sparse_settings(Z: Array, **counts: int | None) -> None:
-    """Eager checks shared by the sparse models: inducing inputs ``Z`` [M, D] given and finite, and each of
-    ``counts`` (e.g. ``num_latent``, ``batch_size``) None or a positive integer.
-
-    Raises:
-        ValueError: naming the argument and what was expected.
-    """
-    if Z is None:
-        raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
-    validation.check_inputs(validation.as_array(Z), x_name="Z")
-    for name, value in counts.items():
-        validation.check_count(name, value, minimum=1, optional=True)
-
-
 def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) -> Array:
     """``params[site]``, a parameter of q(u), in its site's shape: [P, M] (``u_loc``, ``u_scale``, a draw ``u``) or
-    [P, M, M] (``u_scale_tril``). With one output (P = 1) the leading axis may be left out ([M], [M, M]) and is
-    added. A ``*u_scale_tril`` is read on and below its diagonal only, as NumPyro's lower-Cholesky constraint would.
+    [P, M, M] (``u_scale_tril``), as :func:`models._shared.leading_output_axis` reads it. A ``*u_scale_tril`` is
+    read on and below its diagonal only, as NumPyro's lower-Cholesky constraint would.
 
     Raises:
         ValueError: another shape, naming ``params[site]`` and the expected one.
     """
     value = jnp.asarray(params[site])
-    if shape[0] == 1 and value.shape == shape[1:]:
-        value = value[None]
-    if value.shape != shape:
-        one = f" (or {list(shape[1:])} for one output)" if shape[0] == 1 else ""
-        layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
-        raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value.shape)}")
+    value = value[None] if leading_output_axis(site, tuple(value.shape), shape) else value
     return jnp.tril(value) if site.endswith("u_scale_tril") else value
-
-
-def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Array, Array]:
-    """[P, S] core layout -> [S] (one output) or [S, P]; full covariances [P, S, S] -> [S, S] or kept."""
-    if var.ndim == 3:
-        return (mean[0], var[0]) if single_output else (mean.T, var)
-    return (mean[0], var[0]) if single_output else (mean.T, var.T)
 
 
 def to_numpy_params(params: Mapping[str, Array]) -> dict[str, np.ndarray]:

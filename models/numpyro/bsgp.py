@@ -46,7 +46,8 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
-from ._base import GPModel, as_output_columns, check_output_columns, check_sparse_settings
+from .._shared import as_output_columns, check_output_columns, check_sparse_settings
+from ._base import GPModel
 
 Array = Any
 

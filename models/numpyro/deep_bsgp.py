@@ -39,7 +39,8 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
-from ._base import as_output_columns, checked_jitter, checked_layers, layer_parameter_names, scoped_methods
+from .._shared import as_output_columns, checked_jitter, scoped_methods
+from ._base import checked_layers, layer_parameter_names
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any

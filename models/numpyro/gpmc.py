@@ -28,7 +28,8 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, ops
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_every_hyperparameter_sampled, check_output_columns, q_parameter
+from .._shared import as_output_columns, check_every_hyperparameter_sampled, check_output_columns
+from ._base import GPModel, q_parameter
 
 Array = Any
 

@@ -23,7 +23,8 @@ from ppl_sparsegp.core import bounds, ops
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns
+from .._shared import as_output_columns
+from ._base import GPModel
 from .sgpr import SGPR
 from .svgp import SVGP
 

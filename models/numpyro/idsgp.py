@@ -49,7 +49,8 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.numpyro import nn, sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
-from ._base import GPModel, check_output_columns
+from .._shared import check_output_columns
+from ._base import GPModel
 
 Array = Any
 

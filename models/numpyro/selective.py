@@ -62,7 +62,7 @@ from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from ._base import check_output_columns, scoped_methods
+from .._shared import check_output_columns, scoped_methods
 from .sgpr import SGPR
 from .svgp import SVGP
 

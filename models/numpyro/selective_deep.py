@@ -44,7 +44,7 @@ from ppl_sparsegp.core.masking import masked_q
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import SubsetPointProcess
 
-from ._base import scoped_methods
+from .._shared import scoped_methods
 from .deep_svgp import DeepSVGP, Layer
 from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, check_alpha, gp_parameters
 

@@ -34,7 +34,8 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, base_fields, check_every_hyperparameter_sampled, check_output_columns, check_sparse_settings
+from .._shared import check_every_hyperparameter_sampled, check_output_columns, check_sparse_settings
+from ._base import GPModel, base_fields
 from .svgp import SVGP
 
 Array = Any

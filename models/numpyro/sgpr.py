@@ -21,7 +21,8 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_sparse_settings
+from .._shared import as_output_columns, check_sparse_settings
+from ._base import GPModel
 from .svgp import SVGP
 
 Array = Any

@@ -39,7 +39,8 @@ import numpyro
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_output_columns, check_sparse_settings, q_parameter
+from .._shared import as_output_columns, check_output_columns, check_sparse_settings
+from ._base import GPModel, q_parameter
 
 Array = Any
 

@@ -39,7 +39,8 @@ from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.core.opper_archambeau import whitened_q
 from ppl_sparsegp.numpyro import sites
 
-from ._base import GPModel, as_output_columns, check_output_columns, q_parameter
+from .._shared import as_output_columns, check_output_columns
+from ._base import GPModel, q_parameter
 
 Array = Any
 

@@ -1,14 +1,14 @@
 """NumPyro distributions over inducing outputs u [P, M] (KL registered for NumPyro's ELBOs), and of y given f.
 
 ``InducingPrior`` is p(u) = Π_p N(u_p | 0, Kmm) (or, whitened, p(v) = N(0, I)); ``InducingPosterior`` is the
-variational q(u) = Π_p N(u_p | m_p, R_p R_p^T) with a full lower-triangular or diagonal R_p. With both registered,
+variational q(u) = Π_p N(u_p | m_p, R_p R_p^T) with a full lower-triangular or diagonal R_p (their densities and
+draws: :mod:`ppl_sparsegp.core.inducing_gaussians`, shared with the Pyro twin). With both registered,
 ``TraceMeanField_ELBO`` computes KL[q(u) || p(u)] in closed form (thesis eq 4.26) through
 :func:`ppl_sparsegp.core.kl.kl_qu_pu`, which for the whitened prior needs no O(M³) solve.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax
@@ -17,7 +17,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.kl import kl_divergence
 
-from ppl_sparsegp.core import kl, ops
+from ppl_sparsegp.core import inducing_gaussians, kl
 from ppl_sparsegp.core.likelihoods import (
     Bernoulli,
     Beta,
@@ -53,17 +53,10 @@ class InducingPrior(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         eps = jax.random.normal(key, sample_shape + self.event_shape, dtype=self.dtype)
-        return eps if self.Lmm is None else eps @ self.Lmm.T
+        return inducing_gaussians.prior_draw(eps, self.Lmm)
 
     def log_prob(self, value):
-        P, M = self.event_shape
-        if self.Lmm is None:
-            maha, logdet = jnp.sum(value**2, axis=(-2, -1)), 0.0
-        else:
-            alpha = ops.solve_triangular(self.Lmm, jnp.swapaxes(value, -1, -2), lower=True)
-            maha = jnp.sum(alpha**2, axis=(-2, -1))
-            logdet = P * ops.logdet_from_cholesky(self.Lmm)
-        return -0.5 * (maha + logdet + P * M * math.log(2.0 * math.pi))
+        return inducing_gaussians.prior_log_prob(value, self.Lmm)
 
 
 class InducingPosterior(dist.Distribution):
@@ -87,21 +80,10 @@ class InducingPosterior(dist.Distribution):
 
     def sample(self, key, sample_shape=()):
         eps = jax.random.normal(key, sample_shape + self.event_shape, dtype=self.loc.dtype)
-        if self.is_diagonal:
-            return self.loc + self.scale * eps
-        return self.loc + jnp.einsum("pij,...pj->...pi", self.scale, eps)
+        return inducing_gaussians.posterior_draw(eps, self.loc, self.scale)
 
     def log_prob(self, value):
-        P, M = self.event_shape
-        r = value - self.loc
-        if self.is_diagonal:
-            white = r / self.scale
-            logdet = 2.0 * jnp.sum(jnp.log(jnp.abs(self.scale)))
-        else:
-            white = ops.solve_triangular(self.scale, r[..., None], lower=True)[..., 0]
-            logdet = jnp.sum(jax.vmap(ops.logdet_from_cholesky)(self.scale))
-        maha = jnp.sum(white**2, axis=(-2, -1))
-        return -0.5 * (maha + logdet + P * M * math.log(2.0 * math.pi))
+        return inducing_gaussians.posterior_log_prob(value, self.loc, self.scale)
 
 
 @kl_divergence.register(InducingPosterior, InducingPrior)

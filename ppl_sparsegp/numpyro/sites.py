@@ -33,6 +33,8 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 
 from ppl_sparsegp.core import conditionals, ops
+from ppl_sparsegp.core.hyperparameters import rebuild as rebuild
+from ppl_sparsegp.core.hyperparameters import site_values
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
@@ -122,21 +124,10 @@ def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[
 
 
 def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Any]:
-    """Site name -> initial value for every kernel and likelihood hyperparameter (floating arrays in JAX's default
-    float dtype, :mod:`ppl_sparsegp.numpyro.dtype`)."""
-    sites = {f"{prefix}kernel.{k}": v for k, v in kernel.parameters().items()}
-    if likelihood is not None:
-        sites.update({f"{prefix}likelihood.{k}": v for k, v in likelihood.parameters().items()})
-    return {site: as_float(value) for site, value in sites.items()}
-
-
-def rebuild(
-    kernel: Kernel, likelihood: Likelihood | None, values: Mapping[str, Array], prefix: str = ""
-) -> tuple[Kernel, Likelihood | None]:
-    """Kernel and likelihood with the hyperparameters in ``values`` (keyed by site name) replaced."""
-    k = {s.removeprefix(f"{prefix}kernel."): v for s, v in values.items() if s.startswith(f"{prefix}kernel.")}
-    lik = {s.removeprefix(f"{prefix}likelihood."): v for s, v in values.items() if s.startswith(f"{prefix}likelihood.")}
-    return kernel.with_parameters(k), (None if likelihood is None else likelihood.with_parameters(lik))
+    """Site name -> initial value for every kernel and likelihood hyperparameter
+    (:func:`ppl_sparsegp.core.hyperparameters.site_values`; floating arrays in JAX's default float dtype,
+    :mod:`ppl_sparsegp.numpyro.dtype`)."""
+    return {site: as_float(value) for site, value in site_values(kernel, likelihood, prefix).items()}
 
 
 def hyperparameters(

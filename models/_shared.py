@@ -1,0 +1,176 @@
+"""What the NumPyro models (``models/numpyro``) and their Pyro twins (``models/pyro``) share, written once and free of
+jax and torch: the jitter scope and eager argument checks around every public method (:func:`scoped_methods`), and
+the checks and layout helpers the models call before and after any computation.
+
+:func:`scoped_methods` wraps each public method a model class defines (every function not starting with ``_``) so
+that it runs inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter`` field, with pandas
+arguments as numpy arrays, and after the eager checks of the outermost call: ``X_new`` and ``y_new`` finite and the
+keys of a ``params`` dict among the model's ``parameter_names()`` (see ``models/numpyro/_base.py``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ppl_sparsegp import validation
+from ppl_sparsegp.core import ops
+from ppl_sparsegp.core.likelihoods import Likelihood
+
+Array = Any
+
+
+_IN_ENTRY: contextvars.ContextVar[bool] = contextvars.ContextVar("in_model_method", default=False)
+
+
+def _check_arguments(model: Any, arguments: Mapping[str, Any]) -> None:
+    """The eager checks of a public method's arguments (module docstring)."""
+    params = arguments.get("params")
+    if isinstance(params, Mapping) and hasattr(model, "parameter_names"):
+        validation.check_keys("params", params, model.parameter_names())
+    if arguments.get("X_new") is not None:
+        validation.check_inputs(arguments["X_new"], x_name="X_new")
+    if arguments.get("y_new") is not None:
+        validation.check_finite("y_new", arguments["y_new"])
+
+
+def _entry(method: Callable) -> Callable:
+    """``method`` in its model's jitter scope, with the eager checks of the outermost call (module docstring)."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def entry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _IN_ENTRY.get():
+            args, kwargs = validation.as_arrays(args, kwargs)
+            try:
+                arguments = signature.bind(self, *args, **kwargs).arguments
+            except TypeError:  # the call below raises Python's own message (e.g. an unexpected keyword argument)
+                arguments = {}
+            _check_arguments(self, arguments)
+        token = _IN_ENTRY.set(True)
+        try:
+            with ops.model_jitter(self.jitter):
+                return method(self, *args, **kwargs)
+        finally:
+            _IN_ENTRY.reset(token)
+
+    entry.__ppl_sparsegp_entry__ = True
+    return entry
+
+
+def _wrap_public_methods(cls: type) -> None:
+    for name, method in list(vars(cls).items()):  # plain functions: static and class methods have no model
+        if not name.startswith("_") and inspect.isfunction(method) and not hasattr(method, "__ppl_sparsegp_entry__"):
+            setattr(cls, name, _entry(method))
+
+
+def scoped_methods(cls: type) -> type:
+    """Class decorator: wrap the public methods that ``cls`` defines (module docstring), and have every subclass of
+    ``cls`` wrap those it defines when it is created (an ``__init_subclass__``). The class declares the field
+    ``jitter: float | None = field(default=None, kw_only=True)`` and checks it with :func:`checked_jitter`."""
+    _wrap_public_methods(cls)
+
+    def __init_subclass__(subclass: type, **kwargs: Any) -> None:
+        super(cls, subclass).__init_subclass__(**kwargs)
+        _wrap_public_methods(subclass)
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+    return cls
+
+
+def checked_jitter(jitter: Any) -> float | None:
+    """A model's ``jitter`` field: None (the dtype's :data:`ppl_sparsegp.core.ops.JITTER`) or a finite number >= 0
+    as a float, else ValueError naming ``jitter``."""
+    return None if jitter is None else ops.check_jitter(jitter)
+
+
+def check_latent_functions(model: Any, likelihood: Likelihood) -> None:
+    """A multi-class ``likelihood`` of J classes goes only to a model that takes one (its class attribute
+    ``multiclass``) and has ``num_latent`` = J latent functions.
+
+    Raises:
+        ValueError: naming ``likelihood`` or ``num_latent``.
+    """
+    J, name = likelihood.latent_dim, type(likelihood).__name__
+    if J is None:
+        return
+    if not getattr(model, "multiclass", False):
+        raise ValueError(
+            f"likelihood: {type(model).__name__} takes an elementwise likelihood; the multi-class {name} needs SVGP "
+            "or SGPMC"
+        )
+    if model.num_latent != J:
+        raise ValueError(f"num_latent: the {name} likelihood of {J} classes needs num_latent = {J}, got "
+                         f"{model.num_latent}")  # fmt: skip
+
+
+def check_every_hyperparameter_sampled(model: Any) -> None:
+    """A model sampled by MCMC (SGPMC, GPMC) has a prior for, or fixes, every hyperparameter: an MCMC engine would
+    otherwise keep a ``param`` at its initial value silently.
+
+    Raises:
+        ValueError: naming ``priors`` and the sites without one.
+    """
+    free = set(model.hyperparameter_sites()) - set(model.priors) - set(model.fixed)
+    if free:
+        raise ValueError(
+            f"priors: {type(model).__name__} samples its hyperparameters, so each needs a prior or must be named in "
+            f"`fixed`; no prior for {sorted(free)}"
+        )
+
+
+def check_output_columns(y: Array | None, num_latent: int, likelihood: Likelihood | None = None) -> None:
+    """y [N] or [N, P] has P = ``num_latent`` columns (None: nothing to check, the model draws y); with a
+    multi-class ``likelihood``, y [N] holds one label per point.
+
+    Raises:
+        ValueError: naming ``y`` and ``num_latent``.
+    """
+    P = None if y is None else 1 if y.ndim == 1 else y.shape[1]
+    if likelihood is not None and likelihood.latent_dim is not None:
+        if y is not None and y.ndim != 1:
+            raise ValueError(f"y: expected one class label per point, shape [N], got shape {tuple(y.shape)}")
+        return
+    if P not in (None, num_latent):
+        raise ValueError(f"y: expected {num_latent} output column(s) (num_latent), got {P}")
+
+
+def check_sparse_settings(Z: Array, **counts: int | None) -> None:
+    """Eager checks shared by the sparse models: inducing inputs ``Z`` [M, D] given and finite, and each of
+    ``counts`` (e.g. ``num_latent``, ``batch_size``) None or a positive integer.
+
+    Raises:
+        ValueError: naming the argument and what was expected.
+    """
+    if Z is None:
+        raise ValueError("Z: expected inducing inputs of shape [M, D], got None")
+    validation.check_inputs(validation.as_array(Z), x_name="Z")
+    for name, value in counts.items():
+        validation.check_count(name, value, minimum=1, optional=True)
+
+
+def as_output_columns(mean: Array, var: Array, single_output: bool) -> tuple[Array, Array]:
+    """[P, S] core layout -> [S] (one output) or [S, P]; full covariances [P, S, S] -> [S, S] or kept."""
+    if var.ndim == 3:
+        return (mean[0], var[0]) if single_output else (mean.T, var)
+    return (mean[0], var[0]) if single_output else (mean.T, var.T)
+
+
+def leading_output_axis(site: str, value_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``params[site]`` of ``value_shape``, a parameter of q(u) or a draw of u, needs the leading output axis
+    added to take its site's ``shape``, [P, M] (``u_loc``, ``u_scale``, ``u``) or [P, M, M] (``u_scale_tril``):
+    with one output (P = 1) the axis may be left out ([M], [M, M]).
+
+    Raises:
+        ValueError: another shape, naming ``params[site]`` and the expected one.
+    """
+    if shape[0] == 1 and value_shape == shape[1:]:
+        return True
+    if value_shape != shape:
+        one = f" (or {list(shape[1:])} for one output)" if shape[0] == 1 else ""
+        layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
+        raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value_shape)}")
+    return False

@@ -1,0 +1,31 @@
+"""THE floating dtype of the Pyro models, the twin of :mod:`ppl_sparsegp.numpyro.dtype`.
+
+Parameters, latent sites and data are tensors of torch's default floating dtype (``torch.get_default_dtype()``:
+float32 unless the caller sets float64 with ``torch.set_default_dtype``), as NumPyro's models follow JAX's default
+float dtype. The models convert the arrays they are given (numpy, torch, pandas already taken as numpy) with
+:func:`as_tensor` once, where they enter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+Array = Any
+
+
+def float_dtype() -> torch.dtype:
+    """torch's default floating dtype now."""
+    return torch.get_default_dtype()
+
+
+def as_tensor(x: Array) -> Array:
+    """A floating array (numpy or torch, any shape) as a torch tensor of :func:`float_dtype`; integer and boolean
+    arrays (labels, masks) as tensors of their own dtype; None stays None; a torch tensor of the right dtype is
+    returned as it is (gradients flow through it)."""
+    if x is None:
+        return None
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    return t.to(float_dtype()) if t.is_floating_point() else t

@@ -1,0 +1,186 @@
+"""The site helpers the Pyro models are written with, the twins of :mod:`ppl_sparsegp.numpyro.sites` under the same
+names and with the same site names, constraints and scaling.
+
+* :func:`data_plate` is THE ``"data"`` plate: with ``batch_size=B < N`` it subsamples B indices i.i.d. (with
+  replacement, as the NumPyro twin) and Pyro scales every site inside it by N/B; with ``num_data`` it scales
+  externally supplied minibatches by ``num_data / N``. Sites outside it (the KL of q(u), priors) count once.
+* :func:`hyperparameters` registers one site per kernel and likelihood hyperparameter, named as
+  :mod:`ppl_sparsegp.core.hyperparameters` names them: a positive ``param``, a ``sample`` site under its prior (a
+  Pyro distribution), or a constant when fixed; :func:`hyperparameter_guide` gives the guide's point masses at
+  ``"<site>_map"`` for those with priors.
+* :func:`inducing_outputs` and :func:`inducing_posterior` are the ``"u"`` sample site of the model and the guide,
+  :func:`inducing_posterior_parameters` q(u)'s params ``"u_loc"`` and ``"u_scale_tril"`` (or ``"u_scale"``), and
+  :func:`inducing_inputs` the param ``"Z"``. :func:`whitened_inducing_data` is the rest of a model sampled by MCMC
+  over whitened inducing outputs (SGPMC): v at ``"u"``, then the data given v.
+* :func:`predictive` and :func:`prior_predictive` are the ``y=None`` branches: the sites ``"f"`` and ``"y"``.
+
+Randomness is Pyro's: torch's generator (``pyro.set_rng_seed``) draws the batch indices and every sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from torch.distributions import constraints
+
+from ppl_sparsegp.core import conditionals, ops
+from ppl_sparsegp.core.hyperparameters import rebuild as rebuild
+from ppl_sparsegp.core.hyperparameters import site_values
+from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.pyro.distributions import InducingPosterior, InducingPrior, observation_distribution
+from ppl_sparsegp.pyro.dtype import as_tensor
+
+Array = Any
+
+
+@contextmanager
+def data_plate(n: int, batch_size: int | None = None, num_data: int | None = None) -> Iterator[Array | None]:
+    """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
+
+    ``batch_size=B < n`` draws B indices uniformly with replacement (the data term is scaled by n/B); otherwise the
+    plate covers all n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of
+    ``num_data`` points.
+    """
+    if batch_size is not None and batch_size < n:
+        with pyro.plate("data", n, subsample=torch.randint(0, n, (batch_size,))) as idx:
+            yield idx
+    else:
+        scale = 1.0 if num_data is None else num_data / n
+        with poutine.scale(scale=scale), pyro.plate("data", n):
+            yield None
+
+
+def batch(X: Array, y: Array, idx: Array | None) -> tuple[Array, Array]:
+    """The rows of the current batch: X [N, D] -> [B, D] and y [N] or [N, P] -> Y [P, B] (outputs first, the
+    layout of the conditionals)."""
+    Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+    return Xb, (yb[None, :] if yb.ndim == 1 else yb.T)
+
+
+def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of a model (``pyro.infer.Predictive``): f ~ N(mean, var) independently per point as
+    the site ``"f"`` and y ~ p(y | f) as ``"y"``, both [S] (one output) or [S, P]; mean, var [P, S]."""
+    mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
+    f = pyro.sample("f", dist.Normal(mean, torch.sqrt(var)).to_event(mean.ndim))
+    return f, observations(likelihood, f)
+
+
+def observations(likelihood: Likelihood, f: Array) -> Array:
+    """y ~ p(y | f) as the site ``"y"``, one event over every point and output of f [S] or [S, P] (a multi-class
+    likelihood: f [S, J] gives y [S])."""
+    y = observation_distribution(likelihood, f)
+    return pyro.sample("y", y.to_event(f.ndim - (likelihood.latent_dim is not None)))
+
+
+def prior_predictive(kernel: Kernel, likelihood: Likelihood, X: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of GPR and SGPR: f ~ N(0, k(X, X)) jointly at the S rows of X as the site ``"f"`` [S]
+    and y ~ p(y | f) as ``"y"`` [S]."""
+    K = kernel(X)
+    f = pyro.sample("f", dist.MultivariateNormal(torch.zeros(X.shape[0], dtype=K.dtype), scale_tril=ops.cholesky(K)))
+    return f, observations(likelihood, f)
+
+
+def hyperparameter_values(kernel: Kernel, likelihood: Likelihood | None, prefix: str = "") -> dict[str, Array]:
+    """Site name -> initial value for every kernel and likelihood hyperparameter
+    (:func:`ppl_sparsegp.core.hyperparameters.site_values`), as tensors of torch's default float dtype."""
+    return {site: as_tensor(value) for site, value in site_values(kernel, likelihood, prefix).items()}
+
+
+def hyperparameters(
+    kernel: Kernel,
+    likelihood: Likelihood | None,
+    priors: Mapping[str, dist.TorchDistribution],
+    fixed: Collection[str] = (),
+    prefix: str = "",
+) -> tuple[Kernel, Likelihood | None]:
+    """Model side: register every hyperparameter site and return kernel and likelihood built from their values.
+
+    A site in ``fixed`` keeps its initial value, one in ``priors`` is ``sample``-d from it, any other is a
+    positive ``param``."""
+    values: dict[str, Array] = {}
+    for site, init in hyperparameter_values(kernel, likelihood, prefix).items():
+        if site in fixed:
+            values[site] = init
+        elif site in priors:
+            values[site] = pyro.sample(site, priors[site])
+        else:
+            values[site] = pyro.param(site, init, constraint=constraints.positive)
+    return rebuild(kernel, likelihood, values, prefix)
+
+
+def hyperparameter_guide(
+    kernel: Kernel, likelihood: Likelihood | None, priors: Mapping[str, dist.TorchDistribution], prefix: str = ""
+) -> dict[str, Array]:
+    """Guide side: a point mass at the positive param ``"<site>_map"`` for each hyperparameter with a prior
+    (MAP estimation under SVI); returns their values by site."""
+    values = {}
+    for site, init in hyperparameter_values(kernel, likelihood, prefix).items():
+        if site in priors:
+            values[site] = pyro.param(f"{site}_map", init, constraint=constraints.positive)
+            pyro.sample(site, dist.Delta(values[site], event_dim=len(priors[site].event_shape)))
+    return values
+
+
+def inducing_outputs(num_latent: int, num_inducing: int, Lmm: Array | None, dtype: Any, name: str = "u") -> Array:
+    """The model's ``u`` [P, M]: p(u) = N(0, Kmm) given its factor ``Lmm``, or, whitened (``Lmm=None``), v ~ N(0, I)."""
+    return pyro.sample(name, InducingPrior(num_latent, num_inducing, Lmm, dtype))
+
+
+def whitened_inducing_data(
+    kernel: Kernel,
+    likelihood: Likelihood,
+    Z: Array,
+    num_latent: int,
+    X: Array,
+    y: Array | None,
+    batch_size: int | None,
+    log_likelihood: Callable[[Array, Array, Array], Array],
+) -> None:
+    """Model side, after the hyperparameters and Z [M, D]: v ~ N(0, I) at site ``"u"`` [P, M] (u = Lmm v), then the
+    factor ``"y"`` of Σ_p ℓ_pn for every point n of a batch of the ``"data"`` plate (``batch_size`` of them, None:
+    all), with ℓ = ``log_likelihood(Y [P, B], mean [P, B], var [P, B])`` -> [P, B] and f_n | v ~ N(mean, var) the
+    whitened conditional (:func:`ppl_sparsegp.core.conditionals.inducing_conditional`; thesis eq 5.26). With
+    ``y=None``: f and y at every row of X given v, as :func:`predictive` draws them."""
+    v = inducing_outputs(num_latent, Z.shape[0], None, Z.dtype)
+    if y is None:
+        predictive(likelihood, *conditionals.inducing_conditional(kernel, Z, X, v))
+        return
+    with data_plate(y.shape[0], batch_size) as idx:
+        Xb, Yb = batch(X, y, idx)
+        mean, var = conditionals.inducing_conditional(kernel, Z, Xb, v)
+        pyro.factor("y", torch.sum(log_likelihood(Yb, mean, var), dim=0))
+
+
+def inducing_posterior_parameters(
+    num_latent: int, num_inducing: int, dtype: Any, q_diag: bool = False, prefix: str = ""
+) -> tuple[Array, Array]:
+    """q(u)'s params: ``"u_loc"`` [P, M] (zeros) and ``"u_scale_tril"`` [P, M, M] (identity), or, ``q_diag``,
+    ``"u_scale"`` [P, M] (ones)."""
+    P, M = num_latent, num_inducing
+    loc = pyro.param(f"{prefix}u_loc", torch.zeros((P, M), dtype=dtype))
+    if q_diag:
+        return loc, pyro.param(f"{prefix}u_scale", torch.ones((P, M), dtype=dtype), constraint=constraints.positive)
+    eye = torch.eye(M, dtype=dtype).expand(P, M, M).clone()
+    return loc, pyro.param(f"{prefix}u_scale_tril", eye, constraint=constraints.lower_cholesky)
+
+
+def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:
+    """The guide's ``u`` ~ q(u) = Π_p N(loc_p, R_p R_pᵀ): loc [P, M], scale [P, M, M] or diagonal [P, M]."""
+    return pyro.sample(name, InducingPosterior(loc, scale))
+
+
+def inducing_inputs(Z: Array, learn: bool = True, name: str = "Z") -> Array:
+    """The inducing inputs Z [M, D]: the param ``name`` started at ``Z``, or the constant ``Z`` when not learned."""
+    return pyro.param(name, as_tensor(Z)) if learn else as_tensor(Z)
+
+
+def param_store_values() -> dict[str, Array]:
+    """Pyro's param store as a ``params`` dict for the models' predictions: name -> constrained value, detached."""
+    return {name: value.detach().clone() for name, value in pyro.get_param_store().items()}
