@@ -106,8 +106,23 @@ def gaussian_log_marginal(K: Array, y: Array, noise_variance: Array) -> Array:
     return -0.5 * xp.sum(alpha * alpha) - 0.5 * P * ops.logdet_from_cholesky(L) - 0.5 * N * P * math.log(2.0 * math.pi)
 
 
+def gaussian_posterior_factor(K: Array, y: Array, noise_variance: Array) -> tuple[Array, Array]:
+    """What exact GP prediction keeps from the training data (thesis eq 1.24): the lower Cholesky factor L of
+    K + σ²I [N, N] and L⁻¹ y [N, P] (y [N] or [N, P]); O(N³) once, for any number of test points."""
+    xp = ops.namespace(K)
+    L = ops.cholesky(K + noise_variance * xp.eye(K.shape[-1], dtype=K.dtype))
+    return L, ops.solve_triangular(L, _as_columns(y), lower=True)
+
+
 def gaussian_posterior(
-    K: Array, Ksn: Array, Kss: Array, y: Array, noise_variance: Array, *, full_cov: bool = False
+    K: Array,
+    Ksn: Array,
+    Kss: Array,
+    y: Array,
+    noise_variance: Array,
+    *,
+    full_cov: bool = False,
+    factor: tuple[Array, Array] | None = None,
 ) -> tuple[Array, Array]:
     """Exact GP regression posterior of f at new inputs (thesis eq 1.24).
 
@@ -115,15 +130,15 @@ def gaussian_posterior(
 
     Args:
         K: K(X, X) [N, N]; Ksn: K(X*, X) [S, N]; Kss: diag [S] or full [S, S]; y: [N] or [N, P].
+        factor: :func:`gaussian_posterior_factor` of (K, y, noise_variance) when already formed (then K, y and the
+            noise are not read); None: formed here.
 
     Returns:
         mean [P, S] and variance [S] (or covariance [S, S]), shared by the P output columns.
     """
-    xp = ops.namespace(K)
-    N = K.shape[-1]
-    L = ops.cholesky(K + noise_variance * xp.eye(N, dtype=K.dtype))
+    xp = ops.namespace(Ksn)
+    L, alpha = gaussian_posterior_factor(K, y, noise_variance) if factor is None else factor
     V = ops.solve_triangular(L, ops.matrix_transpose(Ksn), lower=True)  # [N, S]
-    alpha = ops.solve_triangular(L, _as_columns(y), lower=True)  # [N, P]
     mean = ops.matrix_transpose(V) @ alpha
     cov = Kss - ops.matrix_transpose(V) @ V if full_cov else Kss - xp.sum(V * V, axis=0)
     return ops.matrix_transpose(mean), cov

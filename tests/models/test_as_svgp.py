@@ -46,3 +46,17 @@ def test_gpr_as_svgp_is_the_exact_posterior(data):
         ):
             # K(X, X) of 40 close inputs is ill-conditioned: the relative jitter of its Cholesky moves the result
             np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_gpr_with_its_posterior_factor_predicts_as_without(data):
+    X, y, X_new, params = data
+    with jax.enable_x64(True):
+        gpr = GPR(RBF(lengthscale=np.ones(2)), Gaussian())
+        cached = gpr.with_posterior_factor(params, X, y)
+        assert cached["posterior.cholesky"].shape == (40, 40) and cached["posterior.projected_y"].shape == (40, 1)
+        for got, expected in zip(
+            gpr.predict_y(cached, X_new, X=X, y=y), gpr.predict_y(params, X_new, X=X, y=y), strict=True
+        ):
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+        stale = gpr.with_posterior_factor(params, X, -y)  # the factor is used, not recomputed from y
+        assert not np.allclose(gpr.predict_y(stale, X_new, X=X, y=y)[0], gpr.predict_y(params, X_new, X=X, y=y)[0])
