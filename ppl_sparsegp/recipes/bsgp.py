@@ -134,7 +134,7 @@ class BSGPFit:
             posterior_predictive=False, log_likelihood_of=log_likelihood_of, dims=dims,
         )  # fmt: skip
         present = diagnostics.group_names(idata)
-        return idata, [g for g in ("posterior", "sample_stats", "log_likelihood", "observed_data") if g in present]
+        return idata, [g for g in ("posterior", "sample_stats", "observed_data", "log_likelihood") if g in present]
 
     def _key(self, key: Array | None) -> Array | None:
         if isinstance(self.model, DeepBSGP):

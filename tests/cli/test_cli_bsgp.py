@@ -224,7 +224,7 @@ def test_two_layer_bsgp_on_diabetes(tmp_path):
     record = fit(folder, "--layers", "2", "--z-prior", "uniform", *TINY, "--quiet")
     assert record["layers"] == 2 and record["data"] == "embedded/diabetes"
     assert math.isfinite(record["metrics"]["mnll"]) and record["updates_per_second"] > 0
-    groups = ["posterior", "sample_stats", "log_likelihood", "observed_data", "constant_data"]
+    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data"]
     assert record["files"]["posterior_groups"] == groups
     idata = diagnostics.load(folder / "posterior.nc")
     assert (
