@@ -3,8 +3,9 @@
 :mod:`ppl_sparsegp.core.ops` imports this module (by name, lazily) only when it is handed a jax array, so the core
 itself never imports jax. What lives here, and why it is jax-specific:
 
-* the jittered Cholesky as one primitive whose primal escalates the jitter inside the compiled program
-  (``lax.while_loop`` + a host callback for the warning) and whose tangent is the closed-form Cholesky rule;
+* the Cholesky of a traced matrix: one factorisation at the jitter of the current escalation step (no loop, no host
+  callback: see :mod:`ppl_sparsegp.core.ops` for where the escalation happens instead), differentiated by the
+  closed-form Cholesky rule;
 * the fused projection ``A = chol(K)⁻¹ B`` with a single custom derivative for the pair;
 * triangular solves, ``stop_gradient`` and the special functions, each compiled as one unit.
 
@@ -22,7 +23,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jax.scipy.special as jss
-import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular as _jax_solve_triangular
 
@@ -35,54 +35,34 @@ Array = Any
 
 
 def cholesky(A: Array, j0: float) -> Array:
-    """Lower factor of ``A + level * mean(diag A) * I`` [..., n, n], the level escalated from ``j0`` (see ops)."""
-    L = _cholesky_primitive()(A, j0)
-    if not isinstance(L, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(L))):
-        raise ops.CholeskyError(ops.failure_message(ops.jitter_level(j0, A, ops.MAX_ESCALATIONS)))
-    return L
+    """Lower factor of ``A + level * mean(diag A) * I`` [..., n, n], with ``level`` the jitter of the current
+    :func:`ppl_sparsegp.core.ops.escalated_jitter` step from ``j0``; NaN where it fails (the caller escalates)."""
+    return _cholesky_rule()(A, ops.jitter_level(j0, A, ops.escalation()))
+
+
+def raw_cholesky(A: Array) -> Array | None:
+    """Cholesky of a concrete jax array, or None when it fails (for :func:`ppl_sparsegp.core.ops.cholesky`'s
+    eager escalation)."""
+    L = _plain_cholesky(A)
+    return L if bool(jnp.all(jnp.isfinite(L))) else None
+
+
+_plain_cholesky = jax.jit(jnp.linalg.cholesky)
 
 
 @lru_cache(maxsize=1)
-def _cholesky_primitive():
-    """A jax Cholesky whose primal escalates the jitter (``while_loop``) and whose tangent is the standard
-    Cholesky rule dL = L Φ(L⁻¹ dA L⁻ᵀ) (Φ: lower triangle, halved diagonal; Murray 2016), with the jitter held
-    constant. Differentiating through the control flow instead costs ~25x a plain Cholesky."""
-
-    def primal(A, j0):
-        # A while_loop rather than lax.cond: under vmap (vectorised MCMC chains) a cond with a batched predicate
-        # runs both branches on every call, escalation and host callback included; a batched while_loop runs
-        # its body only while some matrix in the batch still needs more jitter.
-        eye, scale = ops.eye_like(A), ops.diagonal_scale(A)
-
-        def not_done(state):
-            k, L = state
-            return jnp.logical_and(jnp.logical_not(jnp.all(jnp.isfinite(L))), k < ops.MAX_ESCALATIONS)
-
-        def try_next(state):
-            k, _ = state
-            level = ops.jitter_level(j0, A, k + 1)
-            L = jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
-            ok = jnp.all(jnp.isfinite(L))
-            # pure_callback with vmap_method="broadcast_all" calls the host once per batch; jax.debug.callback
-            # would emit one call per batch element, so the program (and its compile time) grew with the batch.
-            # The returned zero is added to the counter to keep the call alive.
-            flags = (level, ok, jnp.logical_or(ok, k + 1 == ops.MAX_ESCALATIONS), not_done(state))
-            token = jax.pure_callback(
-                _warn_from_device, jax.ShapeDtypeStruct((), jnp.int32), *flags, vmap_method="broadcast_all"
-            )
-            return k + 1 + token, L
-
-        L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
-        return lax.while_loop(not_done, try_next, (jnp.asarray(0, dtype=jnp.int32), L0))[1]
+def _cholesky_rule():
+    """The jittered Cholesky whose tangent is the standard rule dL = L Φ(L⁻¹ dA L⁻ᵀ) (Φ: lower triangle, halved
+    diagonal; Murray 2016), with the jitter a constant."""
 
     @partial(jax.custom_jvp, nondiff_argnums=(1,))
-    def chol(A, j0):
-        return primal(A, j0)
+    def chol(A, level):
+        return jnp.linalg.cholesky(A + level * ops.diagonal_scale(A) * ops.eye_like(A))
 
     @chol.defjvp
-    def chol_jvp(j0, primals, tangents):
+    def chol_jvp(level, primals, tangents):
         (A,), (dA,) = primals, tangents
-        L = chol(A, j0)  # through this rule again, so higher derivatives avoid the control flow too
+        L = chol(A, level)  # through this rule again, so higher derivatives avoid differentiating LAPACK's
         return L, L @ _cholesky_tangent_phi(L, dA)
 
     return chol
@@ -97,20 +77,11 @@ def _cholesky_tangent_phi(L: Array, dA: Array) -> Array:
     return jnp.tril(inner) / (1.0 + jnp.eye(L.shape[-1], dtype=L.dtype))
 
 
-def _warn_from_device(level, ok, final, active) -> np.ndarray:
-    """Host side of the Cholesky's escalation: warn once a matrix succeeded at a raised jitter, or failed at
-    the last one. Under vmap the arguments are batched and matrices that needed no (more) jitter are inactive.
-    Returns zeros of the batch shape (the token that keeps the call in the program)."""
-    mask = np.asarray(active, bool)
-    levels, oks, finals = (np.ravel(np.broadcast_to(np.asarray(a), mask.shape)[mask]) for a in (level, ok, final))
-    for level_i, ok_i, final_i in zip(levels, oks, finals, strict=True):
-        if final_i:
-            ops.warn_jitter(float(level_i), bool(ok_i))
-    return np.zeros(mask.shape, dtype=np.int32)
-
-
 def cholesky_project(K: Array, B: Array, j0: float) -> Array:
-    """A = L⁻¹ B with L = chol(K) [n, n], B [n, k], differentiated by one closed-form rule (see ops)."""
+    """A = L⁻¹ B with L = chol(K) [n, n], B [n, k], differentiated by one closed-form rule (see ops); a concrete
+    K goes through the eager escalation of :func:`ppl_sparsegp.core.ops.cholesky`."""
+    if not ops.is_traced(K):
+        return ops.lower_solve(ops.cholesky(K, j0), B)
     return _cholesky_project()(K, B, j0)
 
 

@@ -12,12 +12,16 @@ The jitter policy lives here and nowhere else (ARCHITECTURE: "one place for each
   precedence, the call's ``jitter=`` argument, the innermost :func:`relative_jitter` scope (the caller's
   per-call setting, like GPyTorch's ``settings.cholesky_jitter``), the innermost :func:`model_jitter` scope (a
   model's ``jitter`` field, set around each of its public methods), or ``JITTER[dtype]``;
-* if that factorisation fails (non-finite entries), the jitter is multiplied by 10 up to ``MAX_ESCALATIONS``
-  times, with a :class:`JitterWarning` naming the jitter that worked;
-* if every level fails, :class:`CholeskyError` is raised (eagerly), or -- inside a compiled jax function, where
-  raising is impossible -- the factor is NaN, a warning is printed from the device callback, and the fit loop
-  (``infer.svi``) turns the resulting non-finite loss into a :class:`CholeskyError`. A failed factorisation never
-  passes silently.
+* called on concrete arrays, a factorisation that fails (non-finite entries) is retried with the jitter multiplied
+  by 10, up to ``MAX_ESCALATIONS`` times, with a :class:`JitterWarning` naming the jitter that worked, and
+  :class:`CholeskyError` is raised when every level fails;
+* inside a compiled jax program (a traced matrix) there is one factorisation, at the level of the innermost
+  :func:`escalated_jitter` scope (the base jitter unless an engine raised it): no data-dependent loop, no host
+  callback, so the compiled step never stalls an accelerator. A failed factorisation there is NaN, and the engines
+  check for it after every compiled chunk: ``fit_svi`` and the SG-MCMC runs re-run a chunk whose loss or state went
+  non-finite with the jitter escalated (:mod:`ppl_sparsegp.infer.hot_path`), with the same warning, and raise when
+  no level helps. An HMC/NUTS proposal through a failed factorisation has non-finite energy and is rejected (a
+  divergence). A failed factorisation never passes silently; inside your own ``jax.jit`` the NaN is what you see.
 """
 
 from __future__ import annotations
@@ -121,6 +125,7 @@ def dtype_name(x: Array) -> str:
 
 _SCOPED_JITTER: contextvars.ContextVar[float | None] = contextvars.ContextVar("relative_jitter", default=None)
 _MODEL_JITTER: contextvars.ContextVar[float | None] = contextvars.ContextVar("model_jitter", default=None)
+_ESCALATION: contextvars.ContextVar[int] = contextvars.ContextVar("escalation", default=0)
 
 
 @contextlib.contextmanager
@@ -157,6 +162,31 @@ def model_jitter(value: float | None) -> contextlib.AbstractContextManager[None]
         ValueError: ``value`` is not a finite number >= 0.
     """
     return _jitter_scope(_MODEL_JITTER, value)
+
+
+@contextlib.contextmanager
+def escalated_jitter(step: int) -> Iterator[None]:
+    """Within the block, factorisations traced into a compiled jax program use escalation step ``step`` of the
+    jitter (:func:`jitter_level`: the base jitter times ``10**step``) instead of the base jitter.
+
+    The engines enter it when they re-run a compiled chunk whose loss or state went non-finite
+    (:mod:`ppl_sparsegp.infer.hot_path`); like the other scopes it is read when a function is traced.
+
+    Raises:
+        ValueError: ``step`` is not an integer in [0, MAX_ESCALATIONS].
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_ESCALATIONS:
+        raise ValueError(f"step: expected an integer in [0, {MAX_ESCALATIONS}], got {step!r}")
+    token = _ESCALATION.set(step)
+    try:
+        yield
+    finally:
+        _ESCALATION.reset(token)
+
+
+def escalation() -> int:
+    """The escalation step of the innermost :func:`escalated_jitter` scope (0 outside any)."""
+    return _ESCALATION.get()
 
 
 def check_jitter(value: Any) -> float:
@@ -219,9 +249,9 @@ def diagonal_scale(A: Array) -> Array:
     return xp.mean(diag, axis=-1)[..., None, None]
 
 
-def jitter_level(j0: float, A: Array, k):
+def jitter_level(j0: float, A: Array, k: int) -> float:
     """Relative jitter of escalation step ``k`` (0: the requested ``j0``; then ×10 from at least the base)."""
-    if isinstance(k, int) and k == 0:
+    if k == 0:
         return j0
     return max(j0, base_jitter(A)) * 10.0**k
 
@@ -238,22 +268,17 @@ def failure_message(level: float) -> str:
     )
 
 
-COMPILED_FAILURE = (
-    " This factorisation ran inside a compiled program (an SVI step, an MCMC proposal or NUTS's search for a step "
-    "size), where it returns NaN rather than raising: an MCMC proposal through it has non-finite energy and is "
-    "rejected (a divergence if it comes after warmup; the chain keeps its last state, so the draws are not "
-    "corrupted), and fit_svi stops with NonFiniteLossError. A run that ends without an error is unaffected; many "
-    "such warnings mean the sampler is exploring hyperparameters where K is singular (tighten their priors)."
-)
-"""What a failed factorisation inside a compiled program means for the result (appended to its warning)."""
-
-
-def warn_jitter(level: float, ok: bool) -> None:
-    """The :class:`JitterWarning` of an escalation inside a compiled program (the jax backend's) that ended at
-    ``level``, successfully or not; a failure's warning says what it means for the result (:data:`COMPILED_FAILURE`).
-    """
-    message = jitter_message(level) if ok else failure_message(level) + COMPILED_FAILURE
-    warnings.warn(message, JitterWarning, stacklevel=3)
+def warn_escalated(step: int, where: str) -> None:
+    """The :class:`JitterWarning` of an engine that re-ran a compiled chunk (``where``: e.g. "SVI steps 100-199")
+    whose loss or state went non-finite, successfully, with every factorisation's jitter at escalation ``step``."""
+    factor = 10.0**step
+    warnings.warn(
+        f"Cholesky factorisations in {where} failed at the base jitter; the chunk was run again with every "
+        f"relative jitter raised {factor:.0e}-fold (to {JITTER['float64'] * factor:.0e} in float64, "
+        f"{JITTER['float32'] * factor:.0e} in float32 by default), which is kept for the rest of the run.",
+        JitterWarning,
+        stacklevel=3,
+    )
 
 
 def cholesky(A: Array, jitter: float | None = None) -> Array:
@@ -268,11 +293,15 @@ def cholesky(A: Array, jitter: float | None = None) -> Array:
     """
     j0 = base_jitter(A) if jitter is None else check_jitter(jitter)
     backend = _backend(A)
-    if is_jax(A):
-        return backend.cholesky(A, j0)
+    first = 0
+    if is_jax(A):  # one factorisation, kept when it is part of a compiled program or succeeded
+        L = backend.cholesky(A, j0)
+        if is_traced(L) or bool(np.all(np.isfinite(np.asarray(L)))):
+            return L
+        first = 1
     raw = _raw_cholesky if backend is None else backend.raw_cholesky
     eye, scale = eye_like(A), diagonal_scale(A)
-    for k in range(MAX_ESCALATIONS + 1):
+    for k in range(first, MAX_ESCALATIONS + 1):
         level = jitter_level(j0, A, k)
         L = raw(A + level * scale * eye)
         if L is not None:

@@ -11,8 +11,14 @@ steps, each continuing from the last state. After every warmup piece and every c
   and, because the state carries the random keys, gives the same draws as an uninterrupted run. A checkpoint
   written by a run with other settings, data, key, initial values or schedule is refused before anything compiles;
 * KeyboardInterrupt returns what was drawn so far (``MCMCResult.interrupted``);
-* if a kernel reports a non-finite state (the ``nonfinite`` field of the SG-MCMC kernels), the run stops with
-  :class:`DivergingChainError`, which carries every draw made before the first non-finite one.
+* if a kernel reports a non-finite state (the ``nonfinite`` field of the SG-MCMC kernels), the piece is run again
+  from its starting state with the Cholesky jitter escalated (:mod:`.hot_path`), and if that does not help the run
+  stops with :class:`DivergingChainError`, which carries every draw made before the first non-finite one.
+
+The pieces run on the hot path of :mod:`.hot_path`: static trip counts (a piece shorter than its program masks
+the steps it does not take), the data passed to the program once placed on the device, a transfer guard around
+each call, explicit float32 matmul precision. At most two programs are compiled (one for warmup pieces, one for
+sampling chunks; one when their sizes agree and ``thinning`` is 1), whatever the number of chunks.
 
 Draws are grouped by chain: ``samples[site]`` has shape [C, S, ...] for C chains and S kept draws.
 """
@@ -38,6 +44,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.validation import as_arrays, check_count
 
@@ -255,48 +262,56 @@ def _init_state(
     key: Array,
     num_warmup: int,
     init_params: Mapping[str, Array] | None,
-    model_args: tuple,
-    model_kwargs: dict,
+    data: tuple[tuple, dict],
     num_chains: int,
     chain_method: str,
 ) -> Any:
     """The kernel's initial state (compiled, as eager initialisation is several times slower): one call with a
-    batch of keys for vectorized chains, else one per chain, stacked."""
-    init = jax.jit(lambda k, p: kernel.init(k, num_warmup, p, model_args, model_kwargs))
+    batch of keys for vectorized chains, else one per chain, stacked. ``data`` is ``(model_args, model_kwargs)``."""
+    init = jax.jit(lambda k, p, data: kernel.init(k, num_warmup, p, *data))
     if num_chains == 1:
-        return init(key, init_params)
+        return init(key, init_params, data)
     keys = jax.random.split(key, num_chains)
     if chain_method == "vectorized":
-        return init(keys, init_params)
+        return init(keys, init_params, data)
     per_chain = [None if init_params is None else {k: v[c] for k, v in init_params.items()} for c in range(num_chains)]
-    states = [init(keys[c], per_chain[c]) for c in range(num_chains)]
+    states = [init(keys[c], per_chain[c], data) for c in range(num_chains)]
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
 
 
 def _compiled_chunk(
     kernel: MCMCKernel,
-    model_args: tuple,
-    model_kwargs: dict,
     fields: Sequence[str],
     *,
     length: int,
+    thinning: int,
     num_chains: int,
     chain_method: str,
     state: Any,
+    data: tuple[tuple, dict],
+    precision: str,
+    step: int,
 ) -> Callable:
-    """Compile ``chunk(state, first, every, active) -> (state, collected)``, used for warmup and sampling alike.
+    """Compile ``chunk(state, data, active) -> (state, collected)`` for warmup pieces and sampling chunks.
 
-    A scan of ``length`` iterations; iteration j runs ``first`` kernel steps (j = 0), ``every`` steps
-    (0 < j < active) or none, then records ``kernel.sample_field`` and ``fields``: [length, ...] per chain. The
-    step counts are run-time values, so one compilation serves the warmup (first = num_warmup, active = 1) and
-    every sampling chunk (first = every = thinning, active = draws in the chunk).
+    A scan of ``length`` iterations of ``thinning`` kernel steps each, both static; the steps are numbered from 0,
+    and those numbered ``active`` or more are computed but discarded by a select (no branch, no loop whose trip
+    count the program reads at run time), so one program serves every piece of up to ``length * thinning`` steps.
+    After each iteration it records ``kernel.sample_field`` and ``fields``: [length, ...] per chain. ``data`` is
+    ``(model_args, model_kwargs)``, an argument of the program (placed on the device once), not a constant in it.
+    Factorisations run at jitter escalation ``step`` and float32 products at ``precision`` (see :mod:`.hot_path`).
     """
     getters = {name: attrgetter(name) for name in (kernel.sample_field, *fields)}
 
-    def one_chain(chain_state: Any, first: Array, every: Array, active: Array) -> tuple[Any, dict]:
+    def one_chain(chain_state: Any, data: tuple[tuple, dict], active: Array) -> tuple[Any, dict]:
+        model_args, model_kwargs = data
+
+        def kernel_step(number: Array, carry: Any) -> Any:
+            moved = kernel.sample(carry, model_args, model_kwargs)
+            return jax.tree.map(partial(jnp.where, number < active), moved, carry)
+
         def iteration(carry: Any, j: Array) -> tuple[Any, dict]:
-            n = jnp.where(j == 0, first, jnp.where(j < active, every, 0))
-            carry = jax.lax.fori_loop(0, n, lambda _, s: kernel.sample(s, model_args, model_kwargs), carry)
+            carry = jax.lax.fori_loop(0, thinning, lambda t, s: kernel_step(j * thinning + t, s), carry)
             return carry, {name: get(carry) for name, get in getters.items()}
 
         last, collected = jax.lax.scan(iteration, chain_state, jnp.arange(length))
@@ -304,9 +319,14 @@ def _compiled_chunk(
             collected = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), collected)
         return last, collected
 
-    mapped = _chain_map(one_chain, num_chains, chain_method, in_axes=(0, None, None, None))
-    count = jnp.asarray(0, dtype=jnp.int32)
-    return jax.jit(mapped).lower(state, count, count, count).compile()
+    mapped = _chain_map(one_chain, num_chains, chain_method, in_axes=(0, None, None))
+    with hot_path.precision_scope(precision, step):
+        return jax.jit(mapped).lower(state, data, _count(0)).compile()
+
+
+def _count(n: int) -> Array:
+    """``n`` as an int32 scalar on the device (an explicit transfer, allowed under the hot path's guard)."""
+    return jax.device_put(np.int32(n))
 
 
 def _constrain(kernel: MCMCKernel, model_args: tuple, model_kwargs: dict, num_chains: int) -> Callable:
@@ -353,12 +373,13 @@ def run_mcmc(
     callback: Callable[[MCMCResult], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
+    matmul_precision: str = hot_path.MATMUL_PRECISION,
     **model_kwargs: Array,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
 
     The kernel's own ``init`` and ``sample`` are driven directly (as ``numpyro.infer.MCMC`` does), in compiled
-    ``lax.scan`` chunks that are compiled once, so chunking for checkpoints costs no recompilation.
+    ``lax.scan`` chunks whose programs are compiled once, so chunking for checkpoints costs no recompilation.
 
     Args:
         kernel: any NumPyro MCMC kernel built on a model (``NUTS(model)``, ``HMC(model)``, ``SGHMC(model)``...).
@@ -388,6 +409,7 @@ def run_mcmc(
             eager checks. The engine itself knows nothing of the model.
         callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
             where the run is; ``last_state`` is the kernel state).
+        matmul_precision: float32 matrix products on an accelerator (see :func:`ppl_sparsegp.infer.svi.fit_svi`).
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
@@ -418,6 +440,7 @@ def run_mcmc(
     warmup_chunk = max(num_warmup, 1) if warmup_chunk_size is None else warmup_chunk_size
     warmup_chunk = check_count("warmup_chunk_size", warmup_chunk, minimum=1)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
+    precision = hot_path.check_precision(matmul_precision)
     path = None if checkpoint is None else Path(checkpoint)
     if validate is not None:  # eager checks of the data, before anything compiles
         validate(*model_args, **model_kwargs)
@@ -429,7 +452,15 @@ def run_mcmc(
         expected = checkpoints.make_fingerprint(fingerprint, model_args, model_kwargs, run)
         saved = checkpoints.read(path, fingerprint=expected) if path.exists() else None
 
-    init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
+    data = hot_path.on_device((model_args, model_kwargs))
+    name = type(kernel).__name__
+    escalation = hot_path.Escalation()
+
+    def initial(step: int) -> Any:
+        with hot_path.precision_scope(precision, step):
+            return _init_state(kernel, key, num_warmup, init_params, data, num_chains, chain_method)
+
+    init_state = escalation.run(initial, lambda state: not _any_nonfinite(state), f"{name} initialisation")[0]
     draws: dict[str, list] = {}
     extras: dict[str, list] = {}
     done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
@@ -443,23 +474,29 @@ def run_mcmc(
     progress = progress_bars.shown(progress)
     warmup_tick = progress_bars.piece_size(num_warmup) if progress else warmup_chunk
     sample_tick = min(chunk, progress_bars.piece_size(num_samples, thinning)) if progress else chunk
-    length = max(1, sample_tick // thinning)
-    chunk_fn = _compiled_chunk(
-        kernel,
-        model_args,
-        model_kwargs,
-        fields,
-        length=length,
-        num_chains=num_chains,
-        chain_method=chain_method,
-        state=state,
-    )
+    programs: dict[tuple[int, int, int], Callable] = {}
 
-    def steps(state: Any, first: int, every: int, active: int) -> tuple[Any, dict]:
-        as_count = partial(jnp.asarray, dtype=jnp.int32)
-        return chunk_fn(state, as_count(first), as_count(every), as_count(active))
+    def steps(state: Any, size: int, thin: int, active: int, where: str) -> tuple[Any, dict]:
+        """``active`` kernel steps from ``state`` by the program for pieces of ``size`` steps recorded every
+        ``thin``; a piece whose chain went non-finite is run again with the jitter escalated (see :mod:`.hot_path`)."""
 
-    name = type(kernel).__name__
+        def attempt(step: int) -> tuple[Any, dict]:
+            if (size, thin, step) not in programs:
+                programs[size, thin, step] = _compiled_chunk(
+                    kernel,
+                    fields,
+                    length=size // thin,
+                    thinning=thin,
+                    num_chains=num_chains,
+                    chain_method=chain_method,
+                    state=state,
+                    data=data,
+                    precision=precision,
+                    step=step,
+                )
+            return hot_path.call_guarded(programs[size, thin, step], state, data, _count(active))
+
+        return escalation.run(attempt, lambda piece: not _any_nonfinite(piece[0]), where)[0]
 
     def result(interrupted: bool, last_state: Any) -> MCMCResult:
         return MCMCResult(
@@ -486,7 +523,7 @@ def run_mcmc(
             start = time.perf_counter()
             n = min(warmup_chunk, num_warmup - warmup_done)
             for m in progress_bars.pieces(n, warmup_tick):
-                state, _ = steps(state, m, 0, 1)
+                state, _ = steps(state, warmup_tick, 1, m, f"{name} warmup steps {warmup_done}-{warmup_done + n - 1}")
                 jax.block_until_ready(state)
                 warmup_bar.update(m)
             warmup_s += time.perf_counter() - start
@@ -503,7 +540,7 @@ def run_mcmc(
             start = time.perf_counter()
             parts = []
             for m in progress_bars.pieces(n, sample_tick):
-                state, collected = steps(state, thinning, thinning, m // thinning)
+                state, collected = steps(state, sample_tick, thinning, m, f"{name} steps {done}-{done + n - 1}")
                 parts.append(jax.device_get(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
                 bar.update(m)
             collected = jax.tree.map(lambda *xs: np.concatenate(xs, axis=int(num_chains > 1)), *parts)
@@ -537,9 +574,15 @@ def run_mcmc(
     return result(False, state)
 
 
-def _check_warmup_state(state: Any, result: Callable[[bool, Any], MCMCResult]) -> None:
+def _any_nonfinite(state: Any) -> bool:
+    """Whether a kernel state reports a non-finite chain (the SG-MCMC kernels' ``nonfinite``; False for kernels
+    without the field, such as HMC and NUTS, which reject non-finite proposals themselves)."""
     flags = getattr(state, "nonfinite", None)
-    if flags is not None and bool(np.any(np.asarray(flags))):
+    return flags is not None and bool(np.any(jax.device_get(flags)))
+
+
+def _check_warmup_state(state: Any, result: Callable[[bool, Any], MCMCResult]) -> None:
+    if _any_nonfinite(state):
         raise DivergingChainError(
             "a chain reached a non-finite state during warmup, before any draw was kept; lower the step size "
             "or check the model for values where its density is not finite",

@@ -2,9 +2,12 @@
 
 The engine knows nothing about GPs: it takes any NumPyro model and guide. Steps run in chunks of
 ``steps_per_dispatch`` inside one compiled ``lax.scan`` (one host round trip per chunk), compiled ahead of time
-so that compilation and run time are reported separately. After every chunk the losses are checked: a
-non-finite loss raises :class:`NonFiniteLossError` carrying the last finite parameters (a failed Cholesky
-inside a compiled step shows up here; see :mod:`ppl_sparsegp.core.ops`).
+so that compilation and run time are reported separately. The compiled chunk is the hot path of
+:mod:`ppl_sparsegp.infer.hot_path`: the data goes to the device once, the call runs under a transfer guard, float32
+products run at an explicit precision, and the trip count and jitter are static. After every chunk the losses are
+checked: a chunk whose loss went non-finite is run again with the Cholesky jitter escalated (a failed factorisation
+inside a compiled step shows up here; see :mod:`ppl_sparsegp.core.ops`), and one that stays non-finite raises
+:class:`NonFiniteLossError` carrying the last finite parameters.
 
 Checkpoints: with ``checkpoint=path`` the full SVI state (parameters, optimiser state, random key), the step
 count and the loss trace are written atomically every ``checkpoint_every`` steps and on KeyboardInterrupt
@@ -39,6 +42,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
@@ -134,6 +138,7 @@ def fit_svi(
     fingerprint: Mapping[str, Any] | None = None,
     natural_gradient: NaturalGradient | None = None,
     freeze: Mapping[str, int] | None = None,
+    matmul_precision: str = hot_path.MATMUL_PRECISION,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -174,6 +179,9 @@ def fit_svi(
             ``ppl_sparsegp.models`` class); None: no eager checks. The engine itself knows nothing of the model.
         blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.core.ops.blas_threads`; None: no
             limit).
+        matmul_precision: float32 matrix products on an accelerator, one of
+            :data:`~ppl_sparsegp.infer.hot_path.MATMUL_PRECISIONS` (default ``"highest"``, full float32; CPUs always
+            compute them in full).
 
     Returns:
         An :class:`SVIResult`.
@@ -187,6 +195,7 @@ def fit_svi(
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
+    precision = hot_path.check_precision(matmul_precision)
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     freeze = {} if freeze is None else check_freeze(freeze)
@@ -224,8 +233,10 @@ def fit_svi(
                 checkpoint, f"holds {saved.counters['step']} steps, more than the {num_steps} asked for"
             )
     init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
+    args, kwargs = hot_path.on_device((args, kwargs))
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
-    state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
+    with hot_path.precision_scope(precision):
+        state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
     unknown = sorted(set(freeze) - set(svi.get_params(state)))
@@ -243,7 +254,7 @@ def fit_svi(
             checkpoint, state, counters={"step": done}, arrays={"losses": np.concatenate(history)}, fingerprint=expected
         )
 
-    def chunk(state: SVIState, args: tuple, kwargs: dict, length: int):
+    def chunk(state: SVIState, args: tuple, kwargs: dict, length: int, step: int):
         def body(s, _):
             if lbfgs is not None:
                 return _lbfgs_step(svi, lbfgs, freeze, s, args, kwargs)
@@ -251,9 +262,24 @@ def fit_svi(
                 s = _natural_step(svi, natural_gradient, s, args, kwargs)
             return svi.update(s, *args, **kwargs)
 
-        return jax.lax.scan(body, state, None, length=length)
+        with hot_path.precision_scope(precision, step):
+            return jax.lax.scan(body, state, None, length=length)
 
-    compiled: dict[int, Callable] = {}
+    def attempt(length: int, step: int) -> tuple[SVIState, np.ndarray]:
+        nonlocal compile_seconds, run_seconds
+        if (length, step) not in compiled:
+            t0 = time.perf_counter()
+            lowered = jax.jit(chunk, static_argnums=(3, 4)).lower(state, args, kwargs, length, step)
+            compiled[length, step] = lowered.compile()
+            compile_seconds += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        new_state, chunk_losses = hot_path.call_guarded(compiled[length, step], state, args, kwargs)
+        chunk_losses = jax.device_get(chunk_losses)
+        run_seconds += time.perf_counter() - t0
+        return new_state, chunk_losses
+
+    compiled: dict[tuple[int, int], Callable] = {}
+    escalation = hot_path.Escalation()
     compile_seconds = run_seconds = 0.0
     history = [losses]
     best, since_best, stopped = math.inf, 0, False
@@ -264,20 +290,14 @@ def fit_svi(
     try:
         while done < num_steps:
             length = min(steps_per_dispatch, num_steps - done)
-            if length not in compiled:
-                t0 = time.perf_counter()
-                lowered = jax.jit(chunk, static_argnums=3).lower(state, args, kwargs, length)
-                compiled[length] = lowered.compile()
-                compile_seconds += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            new_state, chunk_losses = compiled[length](state, args, kwargs)
-            chunk_losses = np.asarray(chunk_losses)
-            run_seconds += time.perf_counter() - t0
-            if not np.all(np.isfinite(chunk_losses)):
+            (new_state, chunk_losses), finite = escalation.run(
+                partial(attempt, length), _all_finite, f"SVI steps {done}-{done + length - 1}"
+            )
+            if not finite:
                 bad = done + int(np.argmin(np.isfinite(chunk_losses)))
                 raise NonFiniteLossError(
-                    f"the loss became non-finite at step {bad}; the returned error carries the parameters "
-                    "of the last finite chunk (lower the learning rate, check the data, or raise the jitter)",
+                    f"the loss became non-finite at step {bad}{hot_path.NOT_THE_JITTER}; the returned error carries "
+                    "the parameters of the last finite chunk (lower the learning rate or check the data)",
                     step=bad,
                     params=svi.get_params(state),
                 )
@@ -321,6 +341,10 @@ def fit_svi(
         steps_run=done - first_step,
         resumed_from=first_step,
     )
+
+
+def _all_finite(chunk: tuple[SVIState, np.ndarray]) -> bool:
+    return bool(np.all(np.isfinite(chunk[1])))
 
 
 def _loss_of_raw(svi: SVI, key: Array, args: tuple, kwargs: dict) -> Callable[[dict[str, Array]], Array]:

@@ -115,8 +115,9 @@ class NormalZPrior(_ZPrior):
 
 
 _log_det_psd = jax.jit(point_processes.dpp_log_density)
-"""log det K_zz, compiled as one unit: called eagerly, the Cholesky's jitter-escalation loop would otherwise be
-traced and compiled anew on every call."""
+"""log det K_zz, compiled as one unit (called eagerly, its dozens of operations would each be dispatched); inside it
+the factorisation has the static jitter of compiled programs, so an eager caller that gets a non-finite value
+recomputes it uncompiled, where :func:`ppl_sparsegp.core.ops.cholesky` escalates."""
 
 
 class DeterminantalZPrior(_ZPrior):
@@ -164,16 +165,20 @@ class DeterminantalZPrior(_ZPrior):
                 jitter; under ``jit`` the value is NaN instead, as for every Cholesky in the project.
         """
         Z = self._as_inputs(value)
+        flat = Z.reshape((-1, *self.event_shape))
         if Z.ndim == 2:
             log_det = _log_det_psd(self.kernel(Z))
         else:
-            flat = Z.reshape((-1, *self.event_shape))
             log_det = jax.vmap(lambda z: _log_det_psd(self.kernel(z)))(flat).reshape(Z.shape[:-2])
         if not isinstance(log_det, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(log_det))):
-            raise ops.CholeskyError(
-                "K_zz of the DPP prior could not be factorised even with the escalated jitter "
-                "(non-finite inducing inputs or kernel hyperparameters?)"
-            )
+            try:  # eagerly, uncompiled: each failed factorisation escalates its jitter
+                eager = [point_processes.dpp_log_density(self.kernel(z)) for z in flat]
+            except ops.CholeskyError:
+                raise ops.CholeskyError(
+                    "K_zz of the DPP prior could not be factorised even with the escalated jitter "
+                    "(non-finite inducing inputs or kernel hyperparameters?)"
+                ) from None
+            log_det = jnp.stack(eager).reshape(Z.shape[:-2])
         return log_det
 
     def sample_from_candidates(self, key_or_rng: KeyOrRng, candidates: Array) -> np.ndarray:

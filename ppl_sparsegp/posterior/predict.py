@@ -24,6 +24,7 @@ import numpy as np
 from numpyro.infer import Predictive
 
 from ppl_sparsegp.data import Standardizer
+from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -62,7 +63,10 @@ def _map_draws(
         draw, draw_key = pair
         return fn({**fixed, **draw}, {} if draw_key is None else {"key": draw_key})
 
-    return jax.jit(lambda d, k: jax.lax.map(one, (d, k), batch_size=batch))(draws, keys)
+    def compute() -> Any:
+        return jax.jit(lambda d, k: jax.lax.map(one, (d, k), batch_size=batch))(draws, keys)
+
+    return hot_path.escalating(compute, "predictions over the posterior draws")
 
 
 def draw_moments(

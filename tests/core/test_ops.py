@@ -41,11 +41,38 @@ def test_hopeless_matrix_raises_cholesky_error(conv):
             ops.cholesky(conv(-np.eye(3)))
 
 
-def test_compiled_failure_is_nan_and_warns_never_silent():
-    with pytest.warns(ops.JitterWarning, match="failed"):
+def test_compiled_factorisation_is_one_call_without_a_loop_or_callback_and_nan_on_failure():
+    """issue 26 §1: traced, the Cholesky is one factorisation at a static jitter (the engines escalate by re-running
+    a chunk, see tests/infer/test_hot_path.py); a failure is NaN, with nothing sent to the host."""
+    primitives = {e.primitive.name for e in jax.make_jaxpr(ops.cholesky)(jnp.eye(3)).jaxpr.eqns}
+    assert "while" not in primitives and not any("callback" in p for p in primitives)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         L = jax.jit(ops.cholesky)(-jnp.eye(3))
-        L.block_until_ready()
     assert np.all(np.isnan(np.asarray(L)[np.tril_indices(3)]))
+
+
+def test_traced_cholesky_takes_the_jitter_of_its_escalation_step():
+    """Under ``escalated_jitter(k)`` a traced factorisation adds max(j0, base) * 10**k; eagerly the scope is unused
+    (the eager path escalates by itself); a step outside [0, MAX_ESCALATIONS] is refused. The scope is read when a
+    function is traced, so each jit here is a new function (jax caches traces by function and arguments only)."""
+
+    def factor(A):
+        return jax.jit(lambda a: ops.cholesky(a))(A)
+
+    A = jnp.asarray([[2.0, 0.5], [0.5, 1.0]])
+    for step in (0, 2):
+        with ops.escalated_jitter(step):
+            L = factor(A)
+        level = ops.JITTER["float64"] * 10.0**step
+        np.testing.assert_allclose(L @ L.T, A + level * 1.5 * np.eye(2), rtol=1e-13)
+    singular = jnp.ones((2, 2)) - 5e-8 * jnp.eye(2)  # fails at 1e-8, works at 1e-7
+    assert np.all(np.isnan(np.asarray(factor(singular))[np.tril_indices(2)]))
+    with ops.escalated_jitter(1):
+        assert np.all(np.isfinite(np.asarray(factor(singular))))
+    with pytest.raises(ValueError, match="step"):
+        with ops.escalated_jitter(ops.MAX_ESCALATIONS + 1):
+            pass
 
 
 def test_cholesky_derivatives_equal_jax_cholesky_to_second_order(rng):
@@ -98,25 +125,15 @@ def test_namespace_prefers_the_non_numpy_backend():
     assert "torch" in ops.namespace(np.ones(2), torch.ones(2)).__name__
 
 
-def test_jax_cholesky_under_vmap_escalates_only_the_matrices_that_need_it():
-    """A batch (as with vectorised MCMC chains): the singular matrix escalates and warns once, the others are the
-    plain factors, and a batch that needs no jitter raises no warning."""
-    import warnings
-
-    import jax
-    import jax.numpy as jnp
-
-    good = jnp.array([[2.0, 0.5], [0.5, 1.0]])
-    singular = jnp.ones((2, 2)) - 1e-4 * jnp.eye(2)  # indefinite by less than the escalated jitter
-    factor = jax.jit(jax.vmap(ops.cholesky))
+def test_eager_jax_cholesky_escalates_like_numpy():
+    """A concrete jax matrix takes the eager path: escalated with a warning, the same factor as numpy's."""
+    singular = np.ones((2, 2)) - 1e-4 * np.eye(2)  # indefinite by less than the escalated jitter
     with pytest.warns(ops.JitterWarning, match="relative jitter") as record:
-        L = jax.block_until_ready(factor(jnp.stack([good, singular, good])))
+        L = ops.cholesky(jnp.asarray(singular))
     assert len(record) == 1
-    np.testing.assert_allclose(L[0] @ L[0].T, good + ops.JITTER["float64"] * 1.5 * np.eye(2), rtol=1e-12)
-    assert np.all(np.isfinite(L[1]))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        jax.block_until_ready(factor(jnp.stack([good, good])))
+    with pytest.warns(ops.JitterWarning):
+        expected = ops.cholesky(singular)
+    np.testing.assert_allclose(np.asarray(L), expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("columns", [5, 40])  # narrow (solve) and wide (inverse) right-hand sides
