@@ -13,13 +13,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import jax
 import matplotlib
 import numpy as np
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer.checkpoint import prepare
 
 matplotlib.use("Agg")
@@ -267,10 +267,11 @@ def predict_gp(gp: Any, params: Mapping[str, Any], d: Data) -> tuple[dict[str, f
     of the 1-D regression picture (None where it does not apply), by one compiled predictor (gpr and sgpr predict
     from the training data)."""
 
-    @jax.jit
-    def predict(params, X, y, X_new, y_new):
+    def evaluate(params, X, y, X_new, y_new):
         mean, var = gp.predict_y(params, X_new, X=X, y=y)
         return mean, var, gp.predict_log_density(params, X_new, y_new, X=X, y=y)
+
+    predict = hot_path.EscalatingJit(evaluate, "the predictions")
 
     m, mean, var = d.evaluate(predict(params, d.X, d.y, d.X_eval, d.y_eval_std))
 

@@ -104,16 +104,40 @@ class Escalation:
         return kept, True
 
 
-def escalating(compute: Callable[[], Result], where: str) -> Result:
-    """``compute()``, run again with the jitter escalated as a chunk is when its result has non-finite entries
-    (the result at the base jitter when no step mends it). ``compute`` must trace its program afresh on each call
-    (a new ``jax.jit`` wrapper): the escalation step is read when a function is traced."""
+class EscalatingJit:
+    """``jax.jit(fn)`` for the library's prediction paths, whose calls go through an :class:`Escalation` as an
+    engine's chunks do: a call whose result has non-finite entries is run again with the Cholesky jitter escalated,
+    and the step that worked is kept for later calls (a result that no step mends is returned as it is, and later
+    calls are not retried: its non-finite entries are the function's own, e.g. a log density of -inf).
 
-    def attempt(step: int) -> Result:
-        with ops.escalated_jitter(step):
-            return compute()
+    Args:
+        fn: the function to compile; called with the arguments the wrapper is called with.
+        where: what it computes, for the warning (e.g. "predictions over the posterior draws").
+    """
 
-    return Escalation().run(attempt, _all_finite, where)[0]
+    def __init__(self, fn: Callable[..., Result], where: str) -> None:
+        self.fn, self.where = fn, where
+        self.escalation = Escalation()
+        self.futile = False
+        self._compiled: dict[int, Callable[..., Result]] = {}
+
+    def _at(self, step: int) -> Callable[..., Result]:
+        """``fn`` compiled with its factorisations at escalation ``step`` (read inside the traced function)."""
+        if step not in self._compiled:
+
+            def traced(*args: Any, **kwargs: Any) -> Result:
+                with ops.escalated_jitter(step):
+                    return self.fn(*args, **kwargs)
+
+            self._compiled[step] = jax.jit(traced)
+        return self._compiled[step]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Result:
+        if self.futile:
+            return self._at(self.escalation.step)(*args, **kwargs)
+        result, finite = self.escalation.run(lambda step: self._at(step)(*args, **kwargs), _all_finite, self.where)
+        self.futile = not finite
+        return result
 
 
 def _all_finite(tree: Any) -> bool:

@@ -63,10 +63,10 @@ def _map_draws(
         draw, draw_key = pair
         return fn({**fixed, **draw}, {} if draw_key is None else {"key": draw_key})
 
-    def compute() -> Any:
-        return jax.jit(lambda d, k: jax.lax.map(one, (d, k), batch_size=batch))(draws, keys)
-
-    return hot_path.escalating(compute, "predictions over the posterior draws")
+    over_draws = hot_path.EscalatingJit(
+        lambda d, k: jax.lax.map(one, (d, k), batch_size=batch), "predictions over draws"
+    )
+    return over_draws(draws, keys)
 
 
 def draw_moments(

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats
 
 from ppl_sparsegp import data, results
+from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.posterior.predict import draw_moments, log_predictive_density, mixture_moments
@@ -117,7 +118,7 @@ class Run:
     @cached_property
     def _point_log_density(self) -> Any:
         model = self._prepared[0]
-        return jax.jit(lambda p, X, y, data: model.predict_log_density(p, X, y, **data))
+        return hot_path.EscalatingJit(lambda p, X, y, data: model.predict_log_density(p, X, y, **data), "log densities")
 
     def _predict_std(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         predict, state, training = self._predictor
@@ -160,8 +161,8 @@ class Run:
                 _, _, y_mean, y_var = draw_moments(model, draws, X, params=fixed, key=key, **data)
                 return mixture_moments(y_mean, y_var)
 
-            return jax.jit(mixture), (self.draws, params), training
-        return jax.jit(lambda p, X, data: model.predict_y(p, X, **data)), params, training
+            return hot_path.EscalatingJit(mixture, "predictions"), (self.draws, params), training
+        return hot_path.EscalatingJit(lambda p, X, data: model.predict_y(p, X, **data), "predictions"), params, training
 
 
 def load_run(folder: str | os.PathLike) -> Run:

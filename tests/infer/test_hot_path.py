@@ -296,3 +296,23 @@ def test_autoguide_models_run_the_guarded_loop_too():
         result = fit_svi(model, AutoDelta(model), X[:, 0], Y, optimizer=optax.adam(0.1), num_steps=40,
                          steps_per_dispatch=10, loss=Trace_ELBO(), progress=False)  # fmt: skip
     assert np.isfinite(result.losses[-1])
+
+
+def test_prediction_paths_escalate_once_and_keep_the_step():
+    """EscalatingJit (the prediction paths' jit): the first call, broken by a factorisation, is re-run at the first
+    step that works with one warning; later calls use that step directly. A result whose non-finite entries are
+    the function's own is returned as it is, and not retried again."""
+    singular = jnp.ones((4, 4)) - 5e-8 * jnp.eye(4)
+
+    def log_det(scale):
+        return jnp.sum(jnp.log(jnp.diagonal(ops.cholesky(scale * singular))))
+
+    wrapped = hot_path.EscalatingJit(log_det, "the test")
+    with pytest.warns(ops.JitterWarning, match="raised 1e\\+01-fold"):
+        first = wrapped(1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = wrapped(2.0)
+    assert np.isfinite(first) and np.isfinite(second) and wrapped.escalation.step == 1
+    own = hot_path.EscalatingJit(lambda x: jnp.log(x), "the test")
+    assert np.isneginf(own(0.0)) and own.futile and np.isneginf(own(0.0))
