@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from ppl_sparsegp import validation
 
@@ -541,6 +540,8 @@ def load_uci_classification(name: str, split: int = 0, test_size: float = 0.2) -
     if not 0.0 < test_size < 1.0:
         raise ValueError(f"test_size must be in (0, 1), got {test_size!r}")
     X, y, task = _classification_arrays(name)
+    from sklearn.model_selection import train_test_split  # sklearn on first use (~1 s)
+
     train, test = train_test_split(np.arange(len(y)), test_size=test_size, random_state=split, stratify=y)
     return _indexed_split(
         X,
@@ -711,6 +712,8 @@ def load_embedded(name: str, split: int = 0) -> Dataset:
     }[name]
     X, y = loader(return_X_y=True)
     y = y.astype(np.float64 if task == "regression" else np.int64)
+    from sklearn.model_selection import train_test_split  # sklearn on first use (~1 s)
+
     train, test = train_test_split(np.arange(len(y)), test_size=0.2, random_state=split)
     return _indexed_split(X.astype(np.float64), y, train, test, f"embedded/{name}", task, split=split)
 
@@ -768,6 +771,8 @@ def load_bsgp_uci(name: str, fold: int) -> Dataset:
             f"{len(targets)}; results are not directly comparable to the paper's",
             stacklevel=2,
         )
+    from sklearn.model_selection import train_test_split  # sklearn on first use (~1 s)
+
     train, test = train_test_split(np.arange(len(X)), test_size=0.2, random_state=fold)
     return _indexed_split(
         X,

@@ -20,7 +20,6 @@ import math
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
 
 Array = Any
 
@@ -229,6 +228,8 @@ def roc_auc(y: Array, scores: Array) -> float:
         raise ValueError(f"scores must be [N] or [N, C], got shape {s.shape}")
     if s.shape[0] != labels.shape[0]:
         raise ValueError(f"scores must have len(y) = {labels.shape[0]} rows, got {s.shape[0]}")
+    from sklearn.metrics import roc_auc_score  # sklearn on first use (~1 s)
+
     if s.ndim == 1:
         return float(roc_auc_score(labels, s))
     return float(roc_auc_score(labels, s, multi_class="ovr", labels=np.arange(s.shape[1])))

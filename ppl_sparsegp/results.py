@@ -192,6 +192,14 @@ def figure_file(figure: Any, fmt: str = "png", dpi: int = 120) -> FileWriter:
     return write
 
 
+def close_figure(figure: Any) -> None:
+    """Close a pyplot ``figure`` once it is written (pyplot imported here, so that importing a module that closes
+    figures does not load matplotlib)."""
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+
+
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())

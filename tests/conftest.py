@@ -30,6 +30,8 @@ jax.config.update("jax_enable_x64", True)
 _COMPILATION_CACHE = tempfile.mkdtemp(prefix="ppl-sparsegp-test-jax-cache-")
 atexit.register(shutil.rmtree, _COMPILATION_CACHE, ignore_errors=True)
 jax.config.update("jax_compilation_cache_dir", _COMPILATION_CACHE)
+# The processes that tests start (the command line, notebooks) use it too, rather than the user's cache folder.
+os.environ.setdefault("PPL_SPARSEGP_COMPILATION_CACHE", _COMPILATION_CACHE)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from ppl_sparsegp import data
 from ppl_sparsegp.cli import bsgp, compare, diagnose, fetch, gpr, idsgp, predict, sas, selective, sgpmc, sgpr, svgp
 from ppl_sparsegp.cli.run import RESTART_HINT
 from ppl_sparsegp.data import DataIntegrityError
+from ppl_sparsegp.infer import compilation_cache
 from ppl_sparsegp.infer.checkpoint import CheckpointError
 
 METHODS: dict[str, ModuleType] = {
@@ -35,6 +36,8 @@ METHODS: dict[str, ModuleType] = {
 ``METHOD_DEFAULTS``)."""
 COMMANDS: dict[str, ModuleType] = {"predict": predict, "compare": compare, "diagnose": diagnose, "data": fetch}
 """The commands beside ``fit``, each a module with ``add_arguments`` and ``run``."""
+PLOTTING = ("fit", "compare", "diagnose")
+"""The commands that draw figures: matplotlib is imported (with its non-interactive Agg backend) only for them."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -99,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "fit" and args.out is None:
         name = Path(args.data).stem if data.is_table_path(args.data) else args.data.replace("/", "_")
         args.out = Path("runs") / f"{args.method}-{name}-{args.split}"
+    if args.command != "data":  # every other command compiles: JAX's persistent cache from the start
+        compilation_cache.enable()
+    if args.command in PLOTTING:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, never a window
     precision = jax.enable_x64(args.dtype == "float64") if args.command == "fit" else contextlib.nullcontext()
     try:
         with precision:  # --dtype float64 (the default) computes in 64 bits whatever the process's x64 flag

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ppl_sparsegp import results, validation
-from ppl_sparsegp.runs.compare import CRITERIA, compare_runs, plt
+from ppl_sparsegp.runs.compare import CRITERIA, compare_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,6 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> Any:
                  "compare.png": results.figure_file(figure)}  # fmt: skip
         results.write_output_set(args.out, files)
     finally:
-        plt.close(figure)
+        results.close_figure(figure)
     print("\n".join([*comparison.lines, f"wrote {args.out / 'compare.json'}, {args.out / 'compare.png'}"]))
     return comparison.table

@@ -10,11 +10,9 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-import arviz as az
 import numpy as np
 
 from ppl_sparsegp import results
-from ppl_sparsegp.cli.run import plt
 from ppl_sparsegp.posterior import diagnostics
 
 
@@ -39,6 +37,8 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> str:
     hyper = [v for v in idata.posterior.data_vars if v != "u"]
     table = diagnostics.summary(idata, var_names=None if args.all else hyper).to_string()
     figures = {}
+    import arviz as az  # on first use, as every heavy module of the command line
+
     try:
         for name, plot in (("trace.png", az.plot_trace), ("rank.png", az.plot_rank)):
             figures[name] = np.asarray(plot(idata, var_names=hyper)).ravel()[0].figure
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, argv: Sequence[str] = ()) -> str:
         results.write_output_set(args.run_dir, {name: results.figure_file(f) for name, f in figures.items()})
     finally:
         for figure in figures.values():
-            plt.close(figure)
+            results.close_figure(figure)
     print(table)
     print(f"wrote {', '.join(str(args.run_dir / name) for name in figures)}")
     return table

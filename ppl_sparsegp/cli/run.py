@@ -13,7 +13,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 import numpy as np
 
 from ppl_sparsegp import data, results, validation
@@ -21,9 +20,6 @@ from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
 from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer.checkpoint import prepare
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 
 LIKELIHOODS_BY_TASK = {
     "regression": ("gaussian", "studentt"),
@@ -320,7 +316,7 @@ def finish(opts: Mapping[str, Any], d: Data, argv: Sequence[str], record: Mappin
         outputs = {**files, "fit.png": results.figure_file(figure), "results.json": results.json_file(full)}
         results.write_output_set(opts["out"], outputs)
     finally:
-        plt.close(figure)
+        results.close_figure(figure)
     if not opts["quiet"]:
         print("\n".join([*summary, f"  wrote {', '.join([str(opts['out'] / 'results.json'), *files, 'fit.png'])}"]))
     return full

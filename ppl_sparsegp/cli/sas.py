@@ -118,7 +118,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  "results.json": results.json_file(record)}  # fmt: skip
         results.write_output_set(opts["out"], files)
     finally:
-        shared.plt.close(figure)
+        results.close_figure(figure)
     if not opts["quiet"]:
         kind = "Bayesian SAS" if config.bayesian else "SAS"
         accuracy = f", 1-NN accuracy {m['nearest_neighbour_accuracy']:.3f}" if "nearest_neighbour_accuracy" in m else ""

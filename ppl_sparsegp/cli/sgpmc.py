@@ -15,7 +15,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import arviz as az
 import jax
 import numpy as np
 
@@ -104,6 +103,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         (pred.y_mean, pred.y_var, log_predictive_density(fit.model, draws, d.X_eval, d.y_eval_std))
     )
     hyper = [v for v in idata.posterior.data_vars if v != "u"]
+    import arviz as az  # on first use, as every heavy module of the command line
+
     record = {
         "engine": opts["engine"], "metrics": m, "draws_per_chain": mcmc.num_draws, "chains": mcmc.num_chains,
         "divergences": mcmc.divergences,

@@ -29,8 +29,6 @@ import numbers
 from typing import Any
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import expit
 
 from . import ops
 
@@ -105,6 +103,9 @@ def no_signal_inclusion_probability(num_candidates: int, alpha: float) -> float:
     a = np.asarray(alpha)
     if a.ndim != 0 or a.dtype.kind not in "fiu" or not np.isfinite(a) or a < 0:
         raise ValueError(f"alpha must be a finite real scalar >= 0 (the prior strength), got {alpha!r}")
+    from scipy.optimize import brentq  # scipy on first use: importing the core stays light
+    from scipy.special import expit
+
     K, a = int(num_candidates), float(a)
     lo, hi = -a * (2 * K - 1), -a
     if lo == hi:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 from ppl_sparsegp import validation
 
@@ -43,6 +42,8 @@ def kmeans(X: Array, num_inducing: int, seed: int = 0, max_points: int = 20000) 
     rng = np.random.default_rng(seed)
     if X.shape[0] > max_points:
         X = X[rng.choice(X.shape[0], size=max_points, replace=False)]
+    from sklearn.cluster import KMeans  # sklearn on first use (~1 s)
+
     km = KMeans(n_clusters=num_inducing, n_init=1, random_state=seed).fit(X)
     return np.asarray(km.cluster_centers_, dtype=X.dtype)
 

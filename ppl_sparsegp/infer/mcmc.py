@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import compilation_cache
 from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.validation import as_arrays, check_count
@@ -418,6 +419,7 @@ def run_mcmc(
             fingerprint (every difference named) or for another kernel; all found before anything is compiled,
             except the last.
     """
+    compilation_cache.enable()
     model_args, model_kwargs = as_arrays(model_args, model_kwargs)
     num_warmup = check_count("num_warmup", num_warmup)
     num_samples = check_count("num_samples", num_samples, minimum=1)

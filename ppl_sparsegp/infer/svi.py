@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import compilation_cache
 from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
@@ -191,6 +192,7 @@ def fit_svi(
             written with another fingerprint (every difference named) or for another model, guide or optimiser, or
             holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
+    compilation_cache.enable()
     args, kwargs = as_arrays(args, kwargs)
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
@@ -239,7 +241,7 @@ def fit_svi(
         state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
-    unknown = sorted(set(freeze) - set(svi.get_params(state)))
+    unknown = sorted(set(freeze) - set(svi.optim.get_params(state.optim_state)))  # the names, nothing constrained
     if unknown:
         raise ValueError(f"freeze: no params {unknown}; the params are {sorted(svi.get_params(state))}")
     if lbfgs is not None:
@@ -332,7 +334,7 @@ def fit_svi(
         limits.restore_original_limits()
         bar.close()
     return SVIResult(
-        params=svi.get_params(state),
+        params=jax.jit(svi.get_params)(state),  # one program, not dozens of small ones op by op
         losses=np.concatenate(history),
         state=state,
         stopped_early=stopped,

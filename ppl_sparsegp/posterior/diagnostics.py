@@ -21,17 +21,16 @@ groups, which its functions take in place of InferenceData.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import arviz as az
 import jax
 import jax.numpy as jnp
 import numpy as np
-import xarray as xr
 from numpyro.infer import MCMC
 
 from ppl_sparsegp import results, validation
@@ -40,9 +39,13 @@ from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.numpyro.distributions import observation_distribution
 from ppl_sparsegp.posterior.predict import guide_draws
 
+if TYPE_CHECKING:
+    import xarray as xr
+
 Array = Any
 
-ARVIZ_MAJOR = int(az.__version__.split(".")[0])
+ARVIZ_MAJOR = int(importlib.metadata.version("arviz").split(".")[0])
+"""ArviZ's major version, read from its metadata: arviz and xarray are imported by the functions that use them."""
 STAT_NAMES = {
     "diverging": "diverging",
     "accept_prob": "acceptance_rate",
@@ -76,6 +79,8 @@ def site_dims(samples: Mapping[str, np.ndarray], num_inputs: int | None = None) 
 
 
 def _dataset(arrays: Mapping[str, Array], dims: Mapping[str, list[str]], leading: list[str]) -> xr.Dataset:
+    import xarray as xr
+
     variables = {}
     for name, value in arrays.items():
         value = np.asarray(value)
@@ -119,7 +124,11 @@ def to_inference_data(
     for ds in groups.values():
         ds.attrs.update({k: str(v) for k, v in (attrs or {}).items()})
     if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
         return xr.DataTree.from_dict(groups)
+    import arviz as az
+
     return az.InferenceData(**groups)
 
 
@@ -320,6 +329,8 @@ def with_constant_data(idata: Any, arrays: Mapping[str, Array]) -> Any:
     fixed Z, the data's standardisation), which :func:`ppl_sparsegp.runs.load_run` reads back."""
     group = _dataset(arrays, {}, [])
     if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
         idata["constant_data"] = xr.DataTree(group)
     else:
         idata.add_groups(constant_data=group)
@@ -350,7 +361,11 @@ def netcdf_file(idata: Any) -> results.FileWriter:
 def load(path: str | os.PathLike) -> Any:
     """Read what :func:`save` wrote (fully into memory, so the file is closed)."""
     if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
         return xr.open_datatree(path).load()
+    import arviz as az
+
     idata = az.from_netcdf(path)
     idata.load()
     return idata
@@ -358,4 +373,6 @@ def load(path: str | os.PathLike) -> Any:
 
 def summary(idata: Any, var_names: list[str] | None = None) -> Any:
     """``az.summary`` (mean, sd, HDI, MCSE, ESS, R-hat) as a pandas DataFrame."""
+    import arviz as az
+
     return az.summary(idata, var_names=var_names)

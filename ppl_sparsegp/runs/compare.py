@@ -18,18 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import arviz as az
-import matplotlib
 import numpy as np
-import pandas as pd
 
 from ppl_sparsegp import results, validation
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.runs.load import load_run
 from ppl_sparsegp.runs.store import read_record
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
 
 PARETO_K_LIMIT = 0.7
 """Pareto k above which PSIS-LOO's estimate for a point is unreliable (Vehtari et al. 2017), where ArviZ does not
@@ -108,7 +102,10 @@ class Comparison:
 
     def figure(self) -> Any:
         """elpd_loo ± its standard error of every run, best on top, the best's value dashed (drawn here rather than
-        by ``az.plot_compare``, whose return type differs between ArviZ 0.x and 1.x)."""
+        by ``az.plot_compare``, whose return type differs between ArviZ 0.x and 1.x); with matplotlib's backend as
+        the caller left it (``ppl-sparsegp compare`` selects Agg)."""
+        import matplotlib.pyplot as plt
+
         table = self.table
         elpd = table[next(c for c in ("elpd_loo", "elpd", "elpd_test") if c in table.columns)]
         figure, ax = plt.subplots(figsize=(6.0, 1.0 + 0.45 * len(table)))
@@ -145,6 +142,8 @@ def compare_runs(run_dirs: Sequence[Path], criterion: str = "loo") -> Comparison
     names = _names(folders)
     if criterion == "test":
         return _by_test_density(names, folders, records)
+    import arviz as az
+
     idatas = {name: _posterior(folder, record) for name, folder, record in zip(names, folders, records, strict=True)}
     with warnings.catch_warnings():  # ArviZ warns once per run; the Pareto-k lines below say which and how many
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto", category=UserWarning)
@@ -187,6 +186,8 @@ def _by_test_density(names: list[str], folders: list[Path], records: list[dict[s
                "dse": float(np.sqrt(S * np.var(best - pointwise[name])))}
         for rank, name in enumerate(order)
     }  # fmt: skip
+    import pandas as pd
+
     table = pd.DataFrame.from_dict(rows, orient="index")
     first = records[0]
     lines = [f"Test-set log predictive density on {first['data']} (split {first['split']}, "

@@ -19,7 +19,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import stats
 
 from ppl_sparsegp import data, results
 from ppl_sparsegp.infer import hot_path
@@ -204,6 +203,8 @@ def prediction_columns(mean: np.ndarray, var: np.ndarray, task: str, level: floa
     outputs get one set of columns each, suffixed ``_<output>``."""
     if task == "multiclass":
         return {f"p{k}": mean[:, k] for k in range(mean.shape[1])}
+    from scipy import stats
+
     mean, var = np.atleast_2d(mean.T).T, np.atleast_2d(var.T).T
     z = stats.norm.ppf(0.5 + level / 2)
     columns = {}

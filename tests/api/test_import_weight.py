@@ -1,0 +1,43 @@
+"""Start-up: importing the library, an engine or the command line's module loads none of the heavy packages that
+only some paths use (ArviZ, matplotlib, pandas, scikit-learn, torch); they load when first used. Each check runs in
+a fresh interpreter and reads ``sys.modules``, so it does not depend on how fast this machine is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("arviz", "matplotlib", "pandas", "sklearn", "torch", "pyro", "xarray")
+"""Loaded on first use only: posterior.nc and diagnostics (arviz, xarray), figures (matplotlib), tables (pandas),
+k-means and the embedded datasets (sklearn), the Pyro twin (torch, pyro)."""
+
+
+def _loaded_after(statement: str) -> list[str]:
+    """The top-level packages of :data:`HEAVY` (and jax, numpyro) in ``sys.modules`` after ``statement`` runs in a
+    fresh interpreter."""
+    watched = (*HEAVY, "jax", "numpyro")
+    code = f"import json, sys\n{statement}\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_the_library_loads_nothing_heavy_not_even_jax():
+    assert _loaded_after("import ppl_sparsegp") == []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import ppl_sparsegp.cli.__main__",  # the command line's module: every sub-command's parser
+        "import ppl_sparsegp as psg; psg.fit_svi; psg.run_mcmc; psg.SVGP; psg.load_run; psg.compare_runs",
+        "from ppl_sparsegp.cli.__main__ import build_parser; build_parser().parse_args(['fit', 'svgp'])",
+    ],
+)
+def test_the_command_line_and_the_engines_load_heavy_packages_on_first_use(statement):
+    loaded = _loaded_after(statement)
+    assert "jax" in loaded  # the statement did import the engines
+    assert [m for m in loaded if m in HEAVY] == []
