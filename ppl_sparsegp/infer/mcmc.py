@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
+from ppl_sparsegp.infer.sharding import ChainParallel
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -283,6 +284,7 @@ def _compiled_chunk(
     num_chains: int,
     chain_method: str,
     state: Any,
+    parallel: ChainParallel | None = None,
 ) -> Callable:
     """Compile ``chunk(state, first, every, active) -> (state, collected)``, used for warmup and sampling alike.
 
@@ -305,6 +307,7 @@ def _compiled_chunk(
         return last, collected
 
     mapped = _chain_map(one_chain, num_chains, chain_method, in_axes=(0, None, None, None))
+    mapped = mapped if parallel is None else parallel.step(mapped, 3)
     count = jnp.asarray(0, dtype=jnp.int32)
     return jax.jit(mapped).lower(state, count, count, count).compile()
 
@@ -353,6 +356,7 @@ def run_mcmc(
     callback: Callable[[MCMCResult], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
+    devices: int | str | None = None,
     **model_kwargs: Array,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
@@ -388,6 +392,11 @@ def run_mcmc(
             eager checks. The engine itself knows nothing of the model.
         callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
             where the run is; ``last_state`` is the kernel state).
+        devices: a positive int or ``"all"`` (:mod:`ppl_sparsegp.infer.sharding`): NUTS and HMC split their
+            vectorized chains over that many devices (``num_chains`` a multiple of it; each device steps its own
+            chains under ``shard_map``); the SG-MCMC kernels split the minibatch of the model's subsampled
+            ``"data"`` plate over them (the data and the state replicated), taking the same steps as on one device
+            up to the order of floating-point sums. None: one device.
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
@@ -418,6 +427,10 @@ def run_mcmc(
     warmup_chunk = max(num_warmup, 1) if warmup_chunk_size is None else warmup_chunk_size
     warmup_chunk = check_count("warmup_chunk_size", warmup_chunk, minimum=1)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
+    parallel = ChainParallel.create(
+        devices, over_chains=isinstance(kernel, HMC), num_chains=num_chains, chain_method=chain_method
+    )
+    model_args, model_kwargs = parallel.put((model_args, model_kwargs))
     path = None if checkpoint is None else Path(checkpoint)
     if validate is not None:  # eager checks of the data, before anything compiles
         validate(*model_args, **model_kwargs)
@@ -429,13 +442,17 @@ def run_mcmc(
         expected = checkpoints.make_fingerprint(fingerprint, model_args, model_kwargs, run)
         saved = checkpoints.read(path, fingerprint=expected) if path.exists() else None
 
-    init_state = _init_state(kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method)
+    with parallel.tracing():
+        init_state = _init_state(
+            kernel, key, num_warmup, init_params, model_args, model_kwargs, num_chains, chain_method
+        )
+    init_state = parallel.put_state(init_state)
     draws: dict[str, list] = {}
     extras: dict[str, list] = {}
     done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
     state = init_state
     if saved is not None:
-        state = saved.restore(init_state)
+        state = parallel.put_state(saved.restore(init_state))
         _append(draws, saved.groups["samples"])
         _append(extras, saved.groups["extra_fields"])
         done, warmup_done = saved.counters["draws_done"], saved.counters["warmup_done"]
@@ -444,16 +461,18 @@ def run_mcmc(
     warmup_tick = progress_bars.piece_size(num_warmup) if progress else warmup_chunk
     sample_tick = min(chunk, progress_bars.piece_size(num_samples, thinning)) if progress else chunk
     length = max(1, sample_tick // thinning)
-    chunk_fn = _compiled_chunk(
-        kernel,
-        model_args,
-        model_kwargs,
-        fields,
-        length=length,
-        num_chains=num_chains,
-        chain_method=chain_method,
-        state=state,
-    )
+    with parallel.tracing():
+        chunk_fn = _compiled_chunk(
+            kernel,
+            model_args,
+            model_kwargs,
+            fields,
+            length=length,
+            num_chains=num_chains,
+            chain_method=chain_method,
+            state=state,
+            parallel=parallel,
+        )
 
     def steps(state: Any, first: int, every: int, active: int) -> tuple[Any, dict]:
         as_count = partial(jnp.asarray, dtype=jnp.int32)

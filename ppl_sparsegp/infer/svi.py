@@ -42,6 +42,7 @@ from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
+from ppl_sparsegp.infer.sharding import DataParallel
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -134,6 +135,7 @@ def fit_svi(
     fingerprint: Mapping[str, Any] | None = None,
     natural_gradient: NaturalGradient | None = None,
     freeze: Mapping[str, int] | None = None,
+    devices: int | str | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -174,6 +176,11 @@ def fit_svi(
             ``ppl_sparsegp.models`` class); None: no eager checks. The engine itself knows nothing of the model.
         blas_threads: BLAS/LAPACK threads while fitting (see :func:`ppl_sparsegp.core.ops.blas_threads`; None: no
             limit).
+        devices: data parallelism (:mod:`ppl_sparsegp.infer.sharding`): a positive int or ``"all"``; the model's
+            subsampled ``"data"`` plate is split over that many devices (each evaluates B/devices rows, the gradients
+            are summed by XLA), the data and parameters replicated. The same steps as on one device, up to the order
+            of floating-point sums. None: one device. A count above the devices available, or a minibatch that is
+            not a multiple of it, raises a ValueError before anything compiles.
 
     Returns:
         An :class:`SVIResult`.
@@ -184,6 +191,7 @@ def fit_svi(
             holds more than ``num_steps`` steps; all but the last two are found before anything is compiled.
     """
     args, kwargs = as_arrays(args, kwargs)
+    parallel = DataParallel.create(devices)
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
@@ -201,7 +209,9 @@ def fit_svi(
         if not isinstance(optimizer, optax.GradientTransformation):
             raise ValueError(f"freeze: needs an optax optimizer or LBFGS, got {optimizer!r}")
         optimizer = frozen_for(optimizer, freeze)
-    svi = SVI(model, guide, _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO())
+    svi = SVI(
+        parallel.wrap(model), parallel.wrap(guide), _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO()
+    )
 
     if validate is not None:  # eager checks of the data and initial values, before anything compiles
         validate(*args, init_params=init_params, **kwargs)
@@ -225,9 +235,11 @@ def fit_svi(
             )
     init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
+    args, kwargs = parallel.put((args, kwargs))
     state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
+    state = parallel.put(state)
     unknown = sorted(set(freeze) - set(svi.get_params(state)))
     if unknown:
         raise ValueError(f"freeze: no params {unknown}; the params are {sorted(svi.get_params(state))}")
@@ -235,7 +247,7 @@ def fit_svi(
         _check_deterministic(svi, state, args, kwargs)
     done, losses = 0, np.zeros(0)
     if saved is not None:
-        state, done, losses = saved.restore(state), saved.counters["step"], saved.arrays["losses"]
+        state, done, losses = parallel.put(saved.restore(state)), saved.counters["step"], saved.arrays["losses"]
     first_step = done
 
     def save(state: SVIState, done: int) -> None:
@@ -251,7 +263,7 @@ def fit_svi(
                 s = _natural_step(svi, natural_gradient, s, args, kwargs)
             return svi.update(s, *args, **kwargs)
 
-        return jax.lax.scan(body, state, None, length=length)
+        return parallel.constrain(jax.lax.scan(lambda s, x: parallel.constrain(body(s, x)), state, None, length=length))
 
     compiled: dict[int, Callable] = {}
     compile_seconds = run_seconds = 0.0
