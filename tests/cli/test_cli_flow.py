@@ -19,7 +19,7 @@ from ppl_sparsegp.cli import main
 
 LIBRARY = {Path(ppl_sparsegp.__file__).parent: "ppl_sparsegp", Path(ppl_sparsegp.models.__file__).parent: "models"}
 NUMERICAL = ("ppl_sparsegp/core/", "ppl_sparsegp/backends/")
-MAX_FILES = 22
+MAX_FILES = 23  # 22, and infer/sharding since fit_svi's devices= (the mesh, or None for one device)
 
 
 def _import_everything() -> None:

@@ -122,3 +122,37 @@ def test_initialize_reads_the_environment_and_checks_it():
         sharding.initialize(environ=env)
     with pytest.raises(ValueError, match="^num_processes: "):
         sharding.initialize(environ={**env, "PPL_SPARSEGP_NUM_PROCESSES": "two"})
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_on_localhost_equal_one_process(tmp_path):
+    """jax.distributed over 2 CPU processes (gloo collectives), one device each: 100 sharded Adam steps equal the
+    same fit in one process on one device."""
+    worker = Path(__file__).with_name("_multiprocess.py")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "OPENBLAS_NUM_THREADS": "1"}
+    env.pop("XLA_FLAGS", None)
+    coordinator = f"localhost:{_free_port()}"
+    outs = [tmp_path / f"process{i}.npz" for i in range(2)] + [tmp_path / "reference.npz"]
+    commands = [[coordinator, "2", str(i), str(outs[i])] for i in range(2)] + [["-", "0", "0", str(outs[2])]]
+    procs = [
+        subprocess.Popen([sys.executable, str(worker), *c], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for c in commands
+    ]
+    try:
+        logs = [p.communicate(timeout=300)[0].decode()[-3000:] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), logs
+    with np.load(outs[0]) as got, np.load(outs[2]) as want:
+        assert int(got["processes"]) == 2 and int(got["devices"]) == 2
+        names = [k for k in want if k.startswith("params/")] + ["losses"]
+        for name in names:
+            np.testing.assert_allclose(got[name], want[name], rtol=0, atol=1e-6, err_msg=name)
