@@ -127,7 +127,27 @@ def refusals(devices: int | None) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in messages.items()}
 
 
+def streamed(devices: int | None) -> dict[str, np.ndarray]:
+    """SVGP fitted for 50 steps on minibatches of 64 rows streamed from .npy files (num_data = N)."""
+    import dataclasses
+    import tempfile
+    from pathlib import Path
+
+    from ppl_sparsegp.infer.sharding import data_mesh
+    from ppl_sparsegp.infer.streaming import NpyBatches, fit_streamed
+
+    gp, X, y = svgp_problem()
+    gp = dataclasses.replace(gp, batch_size=None, num_data=X.shape[0])
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(Path(folder) / "X.npy", X)
+        np.save(Path(folder) / "y.npy", y)
+        batches = NpyBatches(Path(folder) / "X.npy", Path(folder) / "y.npy", 64, seed=4, mesh=data_mesh(devices))
+        params, losses = fit_streamed(gp.model, gp.guide, batches, optimizer=optax.adam(0.01), num_steps=50, key=2)
+    return {"losses": losses, **{f"params/{k}": np.asarray(v) for k, v in params.items()}}
+
+
 CASES = {
+    "streamed": streamed,
     "refusals": refusals,
     "elbo": elbo_and_gradient,
     "sgd": lambda d: svi_steps(d, "sgd"),
