@@ -136,9 +136,9 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("devices and processes")
     group.add_argument(
         "--devices", metavar="N|all", default=None,
-        help="split each minibatch over N devices (or all: every device of every process); --batch-size must be a "
-        "multiple of N; the data and parameters are replicated and the gradients summed across devices (default: "
-        "one device)",
+        help="split each minibatch (svgp, bsgp's sghmc) or the chains (bsgp's nuts) over N devices (or all: every "
+        "device of every process); --batch-size (or --chains) must be a multiple of N; the data and parameters are "
+        "replicated and the gradients summed across devices (default: one device)",
     )  # fmt: skip
     env = sharding.ENVIRONMENT
     group.add_argument(
@@ -164,8 +164,9 @@ def join_processes(args: argparse.Namespace) -> None:
             args.out, args.quiet = Path(f"{args.out}.process{jax.process_index()}"), True
 
 
-def check_devices(opts: Mapping[str, Any], batch_size: int | None) -> None:
-    """``--devices``: a count that exists, and a minibatch it splits evenly (checked before anything compiles)."""
+def check_devices(opts: Mapping[str, Any], batch_size: int | None, what: str = "--batch-size") -> None:
+    """``--devices``: a count that exists, and a minibatch (or ``what``: ``--chains``) it splits evenly (checked
+    before anything compiles)."""
     if opts.get("devices") is None:
         return
     try:
@@ -175,7 +176,7 @@ def check_devices(opts: Mapping[str, Any], batch_size: int | None) -> None:
     if batch_size is None:
         raise ValueError("--devices splits a minibatch over the devices: give --batch-size, smaller than the data")
     if batch_size % count:
-        raise ValueError(f"--batch-size ({batch_size}) must be a multiple of --devices ({count})")
+        raise ValueError(f"{what} ({batch_size}) must be a multiple of --devices ({count})")
 
 
 def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negative: Iterable[str] = ()) -> None:

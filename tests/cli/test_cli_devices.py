@@ -47,3 +47,23 @@ def test_a_run_on_four_devices_has_the_metrics_of_one_device(tmp_path):
     assert four["options"]["devices"] == "4"
     for name, value in one["metrics"].items():
         assert four["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
+
+
+@pytest.mark.slow
+def test_bsgp_sghmc_on_two_devices_has_the_metrics_of_one_device(tmp_path):
+    """The SG-MCMC path: BSGP's SGHMC with its minibatch of 100 split over 2 devices; NUTS refuses 3 chains."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    bsgp = ["fit", "bsgp", "--data", "yacht", "--iterations", "20", "--kept", "4", "--inducing", "10", "--quiet"]
+    nuts = ["fit", "bsgp", "--data", "yacht", "--engine", "nuts", "--chains", "3", "--inducing", "10", "--quiet"]
+    script = (
+        "import sys\nfrom ppl_sparsegp.cli import main\n"
+        f"for extra in ([], ['--devices', '2']):\n"
+        f"    assert main({bsgp!r} + ['--batch-size', '100', '--out', sys.argv[1] + str(len(extra))] + extra) == 0\n"
+        f"assert main({nuts!r} + ['--out', sys.argv[1] + 'x', '--devices', '2']) == 2\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "error: --chains (3) must be a multiple of --devices (2)" in run.stderr
+    one, two = (json.loads((tmp_path / f"run{k}" / "results.json").read_text()) for k in (0, 2))
+    for name, value in one["metrics"].items():
+        assert two["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
