@@ -60,6 +60,25 @@ def svi_steps(devices: int | None, optimizer: str) -> dict[str, np.ndarray]:
     return out
 
 
+def resumed(devices: int | None) -> dict[str, np.ndarray]:
+    """One device: 100 Adam steps. Several: 50 steps on one device, checkpointed, then resumed to 100 on them."""
+    import tempfile
+    from pathlib import Path
+
+    from ppl_sparsegp.infer.svi import fit_svi
+
+    gp, X, y = svgp_problem()
+    kw = dict(optimizer=optax.adam(0.01), key=3, progress=False, steps_per_dispatch=25, checkpoint_every=25)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "checkpoint.npz"
+        if devices is not None:
+            fit_svi(gp.model, gp.guide, X, y, num_steps=50, checkpoint=path, **kw)
+        res = fit_svi(gp.model, gp.guide, X, y, num_steps=100, checkpoint=path, devices=devices, **kw)
+    out = {"losses": res.losses, "resumed_from": np.asarray(res.resumed_from)}
+    out.update({f"params/{k}": np.asarray(v) for k, v in res.params.items()})
+    return out
+
+
 def sghmc_draws(devices: int | None) -> dict[str, np.ndarray]:
     from ppl_sparsegp.infer.mcmc import run_mcmc
     from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
@@ -147,6 +166,7 @@ def streamed(devices: int | None) -> dict[str, np.ndarray]:
 
 
 CASES = {
+    "resumed": resumed,
     "streamed": streamed,
     "refusals": refusals,
     "elbo": elbo_and_gradient,

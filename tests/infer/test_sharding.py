@@ -62,6 +62,15 @@ def test_100_sharded_svi_steps_equal_one_device(tmp_path):
     assert_same(single, sharded, atol=1e-6)
 
 
+def test_a_checkpoint_written_on_one_device_resumes_on_four(tmp_path):
+    """50 steps on one device, then resumed to 100 on four (the device count is not part of the fingerprint): the
+    uninterrupted single-device run's losses and params."""
+    single, sharded = on_four_devices("resumed", tmp_path)
+    assert int(single.pop("resumed_from")) == 0 and int(sharded.pop("resumed_from")) == 50
+    assert single["losses"].shape == (100,)
+    assert_same(single, sharded, atol=1e-6)
+
+
 def test_sharded_sghmc_draws_equal_one_device(tmp_path):
     """The same key gives the same minibatches and noise on one device or four, so the same draws, up to the order
     of the minibatch sums (measured: 1e-14)."""
