@@ -67,3 +67,31 @@ def test_bsgp_sghmc_on_two_devices_has_the_metrics_of_one_device(tmp_path):
     one, two = (json.loads((tmp_path / f"run{k}" / "results.json").read_text()) for k in (0, 2))
     for name, value in one["metrics"].items():
         assert two["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
+
+
+@pytest.mark.slow
+def test_two_processes_write_one_run_and_a_quiet_copy_with_the_metrics_of_one_process(tmp_path):
+    """``--coordinator/--num-processes/--process-id`` on localhost (gloo): process 0 writes OUT, process 1
+    OUT.process1, both with the single-process run's metrics."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    cli = [sys.executable, "-m", "ppl_sparsegp.cli", *RUN]
+    out = str(tmp_path / "run")
+    joined = ["--devices", "all", "--coordinator", f"localhost:{port}", "--num-processes", "2", "--process-id"]
+    procs = [subprocess.Popen([*cli, "--out", out, *joined, str(k)], env=env) for k in (1, 0)]
+    procs.append(subprocess.Popen([*cli, "--out", str(tmp_path / "one")], env=env))
+    try:
+        assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+    finally:
+        for p in procs:
+            p.kill()
+    one = json.loads((tmp_path / "one" / "results.json").read_text())
+    for folder in ("run", "run.process1"):
+        got = json.loads((tmp_path / folder / "results.json").read_text())
+        for name, value in one["metrics"].items():
+            assert got["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), (folder, name)
