@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -84,3 +85,24 @@ def test_fit_streamed_reaches_the_conjugate_posterior(tmp_path):
     params, losses = fit_streamed(model, guide, batches, optimizer=optax.adam(0.02), num_steps=800)
     assert losses.shape == (800,)
     assert params["loc"] == pytest.approx(y.mean(), abs=0.05)
+
+
+def test_stratified_draws_keep_each_devices_rows_in_its_stratum(tmp_path):
+    """With a mesh of P devices each device's B/P rows come from its own N/P rows (a stand-in mesh object: only its
+    device count is read when drawing); N not a multiple of P is refused."""
+    np.save(tmp_path / "X.npy", np.zeros((40, 1)))
+    np.save(tmp_path / "y.npy", np.zeros(40))
+    batches = NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 12, stratified=True)
+    batches.num_devices = 4  # what a 4-device mesh gives; draw() reads nothing else
+    index = batches.draw(np.random.default_rng(0))
+    for device, rows in enumerate(index.reshape(4, 3)):
+        assert np.all((rows >= 10 * device) & (rows < 10 * (device + 1)))
+    many = np.concatenate([batches.draw(np.random.default_rng(k)) for k in range(500)])
+    assert np.bincount(many, minlength=40).min() > 0  # every row can be drawn
+    np.save(tmp_path / "X.npy", np.zeros((41, 1)))
+    np.save(tmp_path / "y.npy", np.zeros(41))
+    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]), ("data",))
+    NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 12, stratified=True, mesh=mesh)  # one device: one stratum
+    four = SimpleNamespace(shape={"data": 4}, devices=np.empty(4))  # what the constructor reads of a 4-device mesh
+    with pytest.raises(ValueError, match="^stratified: the 41 rows do not split into 4 equal strata"):
+        NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 12, stratified=True, mesh=four)
