@@ -3,7 +3,8 @@
 Pages:
 
 * ``index.html``: the README (the guide), with links to the rest;
-* ``architecture.html`` and ``benchmarks.html``: docs/architecture.md and benchmarks/README.md;
+* ``architecture.html``, ``scaling.html`` and ``benchmarks.html``: docs/architecture.md, docs/scaling.md and
+  benchmarks/README.md;
 * ``api/``: the API reference that pdoc generates from the docstrings of ``ppl_sparsegp`` and its models
   (Google-style sections), with a search box;
 * ``notebooks/<name>.html``: the notebooks of notebooks/ rendered as stored by nbconvert (tests/test_notebooks.py
@@ -42,6 +43,7 @@ def api_modules() -> list[str]:
 
 
 MARKDOWN_PAGES = {"index.html": ROOT / "README.md", "architecture.html": ROOT / "docs" / "architecture.md",
+                  "scaling.html": ROOT / "docs" / "scaling.md",
                   "benchmarks.html": ROOT / "benchmarks" / "README.md"}  # fmt: skip
 MARKDOWN_EXTRAS = ["fenced-code-blocks", "tables", "header-ids", "code-friendly"]
 STYLE = (
@@ -54,7 +56,8 @@ STYLE = (
 def navigation(notebooks: list[str]) -> str:
     """The links at the top of every Markdown page: the guide, the API reference, the other pages, the notebooks."""
     links = [("index.html", "Guide"), ("api/ppl_sparsegp.html", "API reference"),
-             ("architecture.html", "Architecture"), ("benchmarks.html", "Benchmarks")]  # fmt: skip
+             ("architecture.html", "Architecture"), ("scaling.html", "Scaling"),
+             ("benchmarks.html", "Benchmarks")]  # fmt: skip
     links += [(f"notebooks/{name}.html", f"Notebook: {name}") for name in notebooks]
     return "<nav>" + "".join(f'<a href="{href}">{html.escape(text)}</a>' for href, text in links) + "</nav>"
 

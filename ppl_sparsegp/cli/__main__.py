@@ -23,7 +23,7 @@ import jax
 
 from ppl_sparsegp import data
 from ppl_sparsegp.cli import bsgp, compare, diagnose, fetch, gpr, idsgp, predict, sas, selective, sgpmc, sgpr, svgp
-from ppl_sparsegp.cli.run import RESTART_HINT
+from ppl_sparsegp.cli.run import RESTART_HINT, join_processes
 from ppl_sparsegp.data import DataIntegrityError
 from ppl_sparsegp.infer import compilation_cache
 from ppl_sparsegp.infer.checkpoint import CheckpointError
@@ -110,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         matplotlib.use("Agg")  # files only, never a window
     precision = jax.enable_x64(args.dtype == "float64") if args.command == "fit" else contextlib.nullcontext()
     try:
+        if args.command == "fit":
+            join_processes(args)  # --coordinator etc.: before any JAX computation
         with precision:  # --dtype float64 (the default) computes in 64 bits whatever the process's x64 flag
             module.run(args, argv)
     except (ValueError, OSError, FloatingPointError, DataIntegrityError) as err:

@@ -69,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if help_ is not None:
                 kind = float if name == "step_size" else int
                 add(group, name, None, f"{engine}: {help_}", getattr(c, field), type=kind)
+    shared.add_device_options(parser)
 
 
 def _check(opts: dict[str, Any]) -> None:
@@ -119,10 +120,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         num_chains=opts["chains"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS if sghmc else None,
         **{field: opts[name] for name, (field, _) in ENGINE_OPTIONS[opts["engine"]].items()},
     )  # fmt: skip
+    if sghmc:
+        shared.check_devices(opts, opts["batch_size"] if opts["batch_size"] < N else None)
+    else:
+        shared.check_devices(opts, opts["chains"], "--chains")
     results.write_json(out / SETTINGS_FILE, settings)
     fit, fit_seconds = shared.timed(
         fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
         checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), fingerprint=settings,
+        devices=opts["devices"],
     )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt

@@ -13,12 +13,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.inducing import initialise
-from ppl_sparsegp.infer import hot_path
+from ppl_sparsegp.infer import hot_path, sharding
 from ppl_sparsegp.infer.checkpoint import prepare
 
 LIKELIHOODS_BY_TASK = {
@@ -29,8 +30,11 @@ LIKELIHOODS_BY_TASK = {
 DEFAULT_LIKELIHOOD = {"regression": "gaussian", "binary": "probit", "multiclass": "robustmax"}
 MULTICLASS_METHODS = ("svgp", "sgpmc")
 """The methods that fit a multi-class likelihood (J latent GPs sharing Z)."""
-NOT_IN_FINGERPRINT = ("out", "no_progress", "quiet", "restart", "checkpoint_every")
-"""Options that do not change a run's result (where it writes, what it prints, how often it checkpoints)."""
+DEVICE_OPTIONS = ("devices", "coordinator", "num_processes", "process_id")
+"""The options of :func:`add_device_options`."""
+NOT_IN_FINGERPRINT = ("out", "no_progress", "quiet", "restart", "checkpoint_every", *DEVICE_OPTIONS)
+"""Options that do not change a run's result (where it writes, what it prints, how often it checkpoints, on how many
+devices and processes it runs: the same steps, up to the order of floating-point sums)."""
 RESTART_HINT = "start afresh with --restart or choose another --out"
 
 
@@ -120,6 +124,55 @@ def add_common_arguments(parser: argparse.ArgumentParser, method: str, **default
     )
     group.add_argument("--quiet", action="store_true", help="print nothing on success, progress bar included")
     parser.set_defaults(method=method)
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    """``--devices`` and the multi-process flags (:mod:`ppl_sparsegp.infer.sharding`), for the methods whose engine
+    splits a minibatch over devices."""
+    group = parser.add_argument_group("devices and processes")
+    group.add_argument(
+        "--devices", metavar="N|all", default=None,
+        help="split each minibatch (svgp, bsgp's sghmc) or the chains (bsgp's nuts) over N devices (or all: every "
+        "device of every process); --batch-size (or --chains) must be a multiple of N; the data and parameters are "
+        "replicated and the gradients summed across devices (default: one device)",
+    )  # fmt: skip
+    env = sharding.ENVIRONMENT
+    group.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="join a multi-process run whose process 0 serves "
+        f"at HOST:PORT (jax.distributed; default: ${env['coordinator']}, else one process)",
+    )
+    group.add_argument(
+        "--num-processes", type=int, metavar="P", help=f"processes in the run (default: ${env['num_processes']})"
+    )
+    group.add_argument("--process-id", type=int, metavar="K", help="this process's rank in 0..P-1; processes "
+                       f"other than 0 write to OUT.processK, quietly (default: ${env['process_id']})")  # fmt: skip
+
+
+def join_processes(args: argparse.Namespace) -> None:
+    """Join a multi-process run (``--coordinator`` etc. or the environment) before any JAX computation; a process
+    other than 0 writes its copy of the run to ``OUT.process<K>`` and prints nothing."""
+    if not hasattr(args, "coordinator"):
+        return
+    if sharding.initialize(args.coordinator, args.num_processes, args.process_id):
+        if jax.process_index() > 0:
+            args.out, args.quiet = Path(f"{args.out}.process{jax.process_index()}"), True
+
+
+def check_devices(opts: Mapping[str, Any], batch_size: int | None, what: str = "--batch-size") -> None:
+    """``--devices``: a count that exists, and a minibatch (or ``what``: ``--chains``) it splits evenly (checked
+    before anything compiles)."""
+    if opts.get("devices") is None:
+        return
+    try:
+        count = sharding.count_devices(opts["devices"])
+    except ValueError as err:
+        raise ValueError(f"--{err}") from None
+    if batch_size is None:
+        raise ValueError("--devices splits a minibatch over the devices: give --batch-size, smaller than the data")
+    if batch_size % count:
+        raise ValueError(f"{what} ({batch_size}) must be a multiple of --devices ({count})")
 
 
 def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negative: Iterable[str] = ()) -> None:

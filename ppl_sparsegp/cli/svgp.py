@@ -47,6 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
                             "q(u) (default: full)")  # fmt: skip
         shared.add_options(parser, ("batch_size",))
+        shared.add_device_options(parser)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -67,10 +68,11 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
     if "inducing" in opts:
         parts["Z"] = initialise.by_name(opts["init"], d.X, opts["inducing"], parts["kernel"], seed=opts["seed"])
     gp = build(opts, d, parts)
+    shared.check_devices(opts, getattr(gp, "batch_size", None))
     fit, train_seconds = shared.timed(
         fit_svi, gp.model, gp.guide, d.X, d.y, optimizer=optax.adam(opts["lr"]), num_steps=opts["steps"],
         progress=shared.progress(opts), checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
-        key=opts["seed"], fingerprint=settings, validate=gp.check_data,
+        key=opts["seed"], fingerprint=settings, validate=gp.check_data, devices=opts.get("devices"),
     )  # fmt: skip
     return finish_svi(opts, d, argv, gp, fit, train_seconds, resumed_from)
 

@@ -44,9 +44,9 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
-from ppl_sparsegp.infer import compilation_cache
-from ppl_sparsegp.infer import hot_path
+from ppl_sparsegp.infer import compilation_cache, hot_path
 from ppl_sparsegp.infer import progress as progress_bars
+from ppl_sparsegp.infer.sharding import ChainParallel
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -292,6 +292,7 @@ def _compiled_chunk(
     data: tuple[tuple, dict],
     precision: str,
     step: int,
+    parallel: ChainParallel | None = None,
 ) -> Callable:
     """Compile ``chunk(state, data, active) -> (state, collected)`` for warmup pieces and sampling chunks.
 
@@ -321,8 +322,10 @@ def _compiled_chunk(
         return last, collected
 
     mapped = _chain_map(one_chain, num_chains, chain_method, in_axes=(0, None, None))
+    mapped = mapped if parallel is None else parallel.step(mapped, 2)
+    active = _count(0) if parallel is None else parallel.put(_count(0))
     with hot_path.precision_scope(precision, step):
-        return jax.jit(mapped).lower(state, data, _count(0)).compile()
+        return jax.jit(mapped).lower(state, data, active).compile()
 
 
 def _count(n: int) -> Array:
@@ -375,6 +378,7 @@ def run_mcmc(
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
     matmul_precision: str = hot_path.MATMUL_PRECISION,
+    devices: int | str | None = None,
     **model_kwargs: Array,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` post-warmup steps per chain.
@@ -411,6 +415,11 @@ def run_mcmc(
         callback: called with the result so far after every warmup piece and every chunk (``warmup_done`` says
             where the run is; ``last_state`` is the kernel state).
         matmul_precision: float32 matrix products on an accelerator (see :func:`ppl_sparsegp.infer.svi.fit_svi`).
+        devices: a positive int or ``"all"`` (:mod:`ppl_sparsegp.infer.sharding`): NUTS and HMC split their
+            vectorized chains over that many devices (``num_chains`` a multiple of it; each device steps its own
+            chains under ``shard_map``); the SG-MCMC kernels split the minibatch of the model's subsampled
+            ``"data"`` plate over them (the data and the state replicated), taking the same steps as on one device
+            up to the order of floating-point sums. None: one device.
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
@@ -443,6 +452,9 @@ def run_mcmc(
     warmup_chunk = check_count("warmup_chunk_size", warmup_chunk, minimum=1)
     fields = tuple(default_extra_fields(kernel) if extra_fields is None else extra_fields)
     precision = hot_path.check_precision(matmul_precision)
+    parallel = ChainParallel.create(
+        devices, over_chains=isinstance(kernel, HMC), num_chains=num_chains, chain_method=chain_method
+    )
     path = None if checkpoint is None else Path(checkpoint)
     if validate is not None:  # eager checks of the data, before anything compiles
         validate(*model_args, **model_kwargs)
@@ -454,13 +466,13 @@ def run_mcmc(
         expected = checkpoints.make_fingerprint(fingerprint, model_args, model_kwargs, run)
         saved = checkpoints.read(path, fingerprint=expected) if path.exists() else None
 
-    data = hot_path.on_device((model_args, model_kwargs))
+    data = parallel.put(hot_path.on_device((model_args, model_kwargs)))
     name = type(kernel).__name__
     escalation = hot_path.Escalation()
 
     def initial(step: int) -> Any:
-        with hot_path.precision_scope(precision, step):
-            return _init_state(kernel, key, num_warmup, init_params, data, num_chains, chain_method)
+        with hot_path.precision_scope(precision, step), parallel.tracing():
+            return parallel.put_state(_init_state(kernel, key, num_warmup, init_params, data, num_chains, chain_method))
 
     init_state = escalation.run(initial, lambda state: not _any_nonfinite(state), f"{name} initialisation")[0]
     draws: dict[str, list] = {}
@@ -468,7 +480,7 @@ def run_mcmc(
     done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
     state = init_state
     if saved is not None:
-        state = saved.restore(init_state)
+        state = parallel.put_state(saved.restore(init_state))
         _append(draws, saved.groups["samples"])
         _append(extras, saved.groups["extra_fields"])
         done, warmup_done = saved.counters["draws_done"], saved.counters["warmup_done"]
@@ -484,19 +496,21 @@ def run_mcmc(
 
         def attempt(step: int) -> tuple[Any, dict]:
             if (size, thin, step) not in programs:
-                programs[size, thin, step] = _compiled_chunk(
-                    kernel,
-                    fields,
-                    length=size // thin,
-                    thinning=thin,
-                    num_chains=num_chains,
-                    chain_method=chain_method,
-                    state=state,
-                    data=data,
-                    precision=precision,
-                    step=step,
-                )
-            return hot_path.call_guarded(programs[size, thin, step], state, data, _count(active))
+                with parallel.tracing():
+                    programs[size, thin, step] = _compiled_chunk(
+                        kernel,
+                        fields,
+                        length=size // thin,
+                        thinning=thin,
+                        num_chains=num_chains,
+                        chain_method=chain_method,
+                        state=state,
+                        data=data,
+                        precision=precision,
+                        step=step,
+                        parallel=parallel,
+                    )
+            return hot_path.call_guarded(programs[size, thin, step], state, data, parallel.put(_count(active)))
 
         return escalation.run(attempt, lambda piece: not _any_nonfinite(piece[0]), where)[0]
 

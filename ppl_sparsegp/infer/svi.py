@@ -42,11 +42,11 @@ from tqdm.auto import tqdm
 
 from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
-from ppl_sparsegp.infer import compilation_cache
-from ppl_sparsegp.infer import hot_path
+from ppl_sparsegp.infer import compilation_cache, hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
+from ppl_sparsegp.infer.sharding import DataParallel
 from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
@@ -140,6 +140,7 @@ def fit_svi(
     natural_gradient: NaturalGradient | None = None,
     freeze: Mapping[str, int] | None = None,
     matmul_precision: str = hot_path.MATMUL_PRECISION,
+    devices: int | str | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference.
@@ -183,6 +184,11 @@ def fit_svi(
         matmul_precision: float32 matrix products on an accelerator, one of
             :data:`~ppl_sparsegp.infer.hot_path.MATMUL_PRECISIONS` (default ``"highest"``, full float32; CPUs always
             compute them in full).
+        devices: data parallelism (:mod:`ppl_sparsegp.infer.sharding`): a positive int or ``"all"``; the model's
+            subsampled ``"data"`` plate is split over that many devices (each evaluates B/devices rows, the gradients
+            are summed by XLA), the data and parameters replicated. The same steps as on one device, up to the order
+            of floating-point sums. None: one device. A count above the devices available, or a minibatch that is
+            not a multiple of it, raises a ValueError before anything compiles.
 
     Returns:
         An :class:`SVIResult`.
@@ -194,6 +200,7 @@ def fit_svi(
     """
     compilation_cache.enable()
     args, kwargs = as_arrays(args, kwargs)
+    parallel = DataParallel.create(devices)
     num_steps = check_count("num_steps", num_steps, minimum=1)
     steps_per_dispatch = check_count("steps_per_dispatch", steps_per_dispatch, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
@@ -212,7 +219,9 @@ def fit_svi(
         if not isinstance(optimizer, optax.GradientTransformation):
             raise ValueError(f"freeze: needs an optax optimizer or LBFGS, got {optimizer!r}")
         optimizer = frozen_for(optimizer, freeze)
-    svi = SVI(model, guide, _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO())
+    svi = SVI(
+        parallel.wrap(model), parallel.wrap(guide), _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO()
+    )
 
     if validate is not None:  # eager checks of the data and initial values, before anything compiles
         validate(*args, init_params=init_params, **kwargs)
@@ -237,10 +246,12 @@ def fit_svi(
     init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
     args, kwargs = hot_path.on_device((args, kwargs))
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
+    args, kwargs = parallel.put((args, kwargs))
     with hot_path.precision_scope(precision):
         state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
     if init_state is not None:
         state = init_state
+    state = parallel.put(state)
     unknown = sorted(set(freeze) - set(svi.optim.get_params(state.optim_state)))  # the names, nothing constrained
     if unknown:
         raise ValueError(f"freeze: no params {unknown}; the params are {sorted(svi.get_params(state))}")
@@ -248,7 +259,7 @@ def fit_svi(
         _check_deterministic(svi, state, args, kwargs)
     done, losses = 0, np.zeros(0)
     if saved is not None:
-        state, done, losses = saved.restore(state), saved.counters["step"], saved.arrays["losses"]
+        state, done, losses = parallel.put(saved.restore(state)), saved.counters["step"], saved.arrays["losses"]
     first_step = done
 
     def save(state: SVIState, done: int) -> None:
@@ -265,7 +276,8 @@ def fit_svi(
             return svi.update(s, *args, **kwargs)
 
         with hot_path.precision_scope(precision, step):
-            return jax.lax.scan(body, state, None, length=length)
+            scanned = jax.lax.scan(lambda s, x: parallel.constrain(body(s, x)), state, None, length=length)
+        return parallel.constrain(scanned)
 
     def attempt(length: int, step: int) -> tuple[SVIState, np.ndarray]:
         nonlocal compile_seconds, run_seconds

@@ -219,6 +219,7 @@ def fit_bsgp(
     progress: bool | None = None,
     callback: Callable[[BSGPFit], None] | None = None,
     fingerprint: Mapping[str, Any] | None = None,
+    devices: int | str | None = None,
     **overrides: Any,
 ) -> BSGPFit:
     """Sample BSGP (``num_layers`` = 1) or deep BSGP with the paper's settings.
@@ -234,6 +235,7 @@ def fit_bsgp(
         callback: called with the :class:`BSGPFit` so far after every warmup piece and sampling chunk.
         fingerprint: the caller's settings, recorded in the checkpoint beside this function's own (model, Z, prior,
             likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
+        devices: :func:`run_mcmc`'s: SGHMC's minibatch, or NUTS's chains, split over that many devices.
     """
     c = configure(BSGPConfig, config, overrides)
     X, y = np.asarray(X), np.asarray(y)
@@ -320,6 +322,7 @@ def fit_bsgp(
         callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
         fingerprint={**own, **dict(fingerprint or {})},
         validate=model.check_data,
+        devices=devices,
     )
     return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)
 

@@ -249,6 +249,10 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--weight",
         "--bayesian",
         "--conditioning",
+        "--devices",
+        "--coordinator",
+        "--num-processes",
+        "--process-id",
     ]
     for option in options:
         assert option in text, option
