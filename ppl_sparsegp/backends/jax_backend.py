@@ -26,6 +26,7 @@ import numpy as np
 from jax import lax
 from jax.scipy.linalg import solve_triangular as _jax_solve_triangular
 
+from ppl_sparsegp.backends import jax_blocked
 from ppl_sparsegp.backends.jax_lapack import inline_batched_lapack
 from ppl_sparsegp.core import ops
 
@@ -61,7 +62,7 @@ def _cholesky_primitive():
         def try_next(state):
             k, _ = state
             level = ops.jitter_level(j0, A, k + 1)
-            L = jnp.linalg.cholesky(A + level.astype(A.dtype) * scale * eye)
+            L = jax_blocked.cholesky(A + level.astype(A.dtype) * scale * eye)
             ok = jnp.all(jnp.isfinite(L))
             # pure_callback with vmap_method="broadcast_all" calls the host once per batch; jax.debug.callback
             # would emit one call per batch element, so the program (and its compile time) grew with the batch.
@@ -72,7 +73,7 @@ def _cholesky_primitive():
             )
             return k + 1 + token, L
 
-        L0 = jnp.linalg.cholesky(A + j0 * scale * eye)
+        L0 = jax_blocked.cholesky(A + j0 * scale * eye)
         return lax.while_loop(not_done, try_next, (jnp.asarray(0, dtype=jnp.int32), L0))[1]
 
     @partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -133,6 +134,8 @@ def _cholesky_project():
 
 def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:
     """``L X = B`` (``Lᵀ X = B`` when ``transpose``): L [..., n, n], B [..., n, k] -> [..., n, k]."""
+    if lower:  # blocked for large L (jax_blocked.use_blocked), else LAPACK's trsm
+        return jax_blocked.solve_triangular(L, B, transpose=transpose)
     return _jax_solve_triangular(L, B, lower=lower, trans=1 if transpose else 0)
 
 
