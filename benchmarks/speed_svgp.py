@@ -84,12 +84,16 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_OUTPUT = os.path.join(HERE, "results", "speed_svgp.json")
-LIBRARIES = ("ppl_sparsegp", "gpytorch", "pyro", "gpjax", "ppl_sparsegp_lapack")
+LIBRARIES = ("ppl_sparsegp", "gpytorch", "pyro", "gpjax", "ppl_sparsegp_lapack", "ppl_sparsegp_blocked")
 OURS = "ppl_sparsegp"
-VARIANT_ENV = {"ppl_sparsegp_lapack": {"PPL_SPARSEGP_BLOCKED_LINALG": "0"}}
-"""Pseudo-libraries: ours with environment settings, e.g. ``ppl_sparsegp_lapack`` factorises and solves every
-matrix with LAPACK (the code before ``backends/jax_blocked``), for before/after ratios within one run. Not in the
-default ``--libraries``."""
+VARIANT_ENV = {
+    "ppl_sparsegp_lapack": {"PPL_SPARSEGP_BLOCKED_LINALG": "0"},
+    "ppl_sparsegp_blocked": {"PPL_SPARSEGP_BLOCKED_LINALG": "1"},
+}
+"""Pseudo-libraries: ours with environment settings, for before/after ratios within one run. ``ppl_sparsegp_lapack``
+factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked``
+(off by default since 2026-11-27; the results files of 2026-11-26 ran when it was on, so there ``ppl_sparsegp`` is
+the blocked path). Not in the default ``--libraries``."""
 
 INIT = {"kernel_variance": 1.0, "lengthscale": 1.0, "noise_variance": 0.1}
 D = 8
@@ -494,6 +498,7 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
 RUNNERS = {
     "ppl_sparsegp": run_ppl_sparsegp,
     "ppl_sparsegp_lapack": run_ppl_sparsegp,
+    "ppl_sparsegp_blocked": run_ppl_sparsegp,
     "gpytorch": run_gpytorch,
     "pyro": run_pyro,
     "gpjax": run_gpjax,

@@ -2,9 +2,9 @@
 
 Why: on CPU, jaxlib hands ``jnp.linalg.cholesky`` and ``solve_triangular`` to LAPACK's ``potrf`` / ``trsm`` (through
 scipy's OpenBLAS, on the one BLAS thread that :func:`ppl_sparsegp.core.ops.blas_threads` leaves it inside a fit),
-while a matrix product is XLA's own and runs on every core of its pool. At M = 1024 the product ran at 4-8 times the
-FLOP rate of the LAPACK calls here, and the SVGP step (one M x M factorisation, two M x B solves, two M x M solves in
-its gradient) was bound by them. The algorithms below are LAPACK's own blocked ones, written with ``jnp``: all but a
+while a matrix product is XLA's own and runs on every core of its pool. The SVGP step at M = 1024 makes one M x M
+factorisation, two M x B solves and two M x M solves (in its gradient), and issue 26 measured LAPACK at a fraction
+of the product's rate. The algorithms below are LAPACK's own blocked ones, written with ``jnp``: all but a
 fraction ~ ``block / n`` of the work is matrix products, and only the diagonal blocks (``block x block``) go to
 LAPACK. They are backward stable like the unblocked ones (the same operations in another order), so the results
 match LAPACK's to round-off, not bit for bit.
@@ -14,10 +14,15 @@ covers rows and columns ``s_j = j b`` to ``e_j = min(s_j + b, n)``. Every loop i
 blocks, so the compiled program holds ``p`` small LAPACK calls and ``p`` matrix products with static shapes (no
 control flow). Batch dimensions ``[...]`` are carried through every slice and product.
 
-Which matrices take this path is :func:`use_blocked`'s decision: order at least :data:`MIN_ORDER` (below it the
-LAPACK call is cheap and one call beats ``p`` of them), and not switched off by the environment variable
-:data:`ENV_SWITCH` (``PPL_SPARSEGP_BLOCKED_LINALG=0``), read when a function is traced, which gives the plain LAPACK
-programs for comparisons.
+Off by default (measured here, benchmarks/README.md "Blocked Cholesky"): the SVGP step at M = 1024 ran 1.12x
+faster in float32 and no faster in float64 (0.99x), on 2 cores shared with other jobs, while the blocked program
+took about twice as long to compile (6.2 s against 3.4 s for one step; +8 s for the benchmark's whole fit), so whole
+fits of a few hundred steps were slower. The premise (matrix products at many times LAPACK's rate) held less here than
+the issue measured: products ran at ~100 GFLOP/s in float32 and ~50 in float64, LAPACK's factorisation and solves
+at 15-45. Set the environment variable :data:`ENV_SWITCH` (``PPL_SPARSEGP_BLOCKED_LINALG=1``) to switch it on, for
+long float32 fits at large M or on hosts with more cores for XLA's products; it is read when a function is traced.
+Which matrices then take this path is :func:`use_blocked`'s decision: order at least :data:`MIN_ORDER` (below it
+the LAPACK call is cheap and one call beats ``p`` of them).
 """
 
 from __future__ import annotations
@@ -34,19 +39,21 @@ from jax.scipy.linalg import solve_triangular as _lapack_solve_triangular
 Array = Any
 
 BLOCK = 128
-"""Block size b. Measured at n = 1024 (f32 and f64, 2 cores): 128 against 64 and 256 (see benchmarks/README.md)."""
+"""Block size b. At n = 1024, float32, the projection's value and gradient ran 1.18x LAPACK's with 128, 1.11x with
+256 and 0.90x with 64 (2 cores, loaded; at n = 512 64 and 128 both 1.10x, 256 0.86x)."""
 
 MIN_ORDER = 512
 """Smallest matrix order that takes the blocked path (smaller ones call LAPACK once)."""
 
 ENV_SWITCH = "PPL_SPARSEGP_BLOCKED_LINALG"
-"""Environment variable: ``0`` / ``false`` / ``off`` sends every factorisation and solve to LAPACK (the code before
-the blocked path existed), read when a function is traced."""
+"""Environment variable: ``1`` / ``true`` / ``on`` / ``yes`` switches the blocked path on; unset or anything else
+sends every factorisation and solve to LAPACK (the code before the blocked path existed). Read when a function is
+traced."""
 
 
 def enabled() -> bool:
-    """Whether the blocked path is switched on (:data:`ENV_SWITCH` not ``0``/``false``/``off``/``no``)."""
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+    """Whether the blocked path is switched on (:data:`ENV_SWITCH` is ``1``/``true``/``on``/``yes``)."""
+    return os.environ.get(ENV_SWITCH, "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def use_blocked(n: int) -> bool:

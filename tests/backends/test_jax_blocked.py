@@ -21,6 +21,12 @@ from ppl_sparsegp.core import kernels, likelihoods, ops
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
+@pytest.fixture(autouse=True)
+def blocked_on(monkeypatch):
+    """The blocked path is off by default (see the module docstring): these tests switch it on."""
+    monkeypatch.setenv(jax_blocked.ENV_SWITCH, "1")
+
+
 def _kernel_matrix(rng, n, jitter=1e-6):
     """An RBF kernel matrix of n points in 4-D plus a relative jitter: SPD, condition number ~ 1 / jitter."""
     Z = rng.standard_normal((n, 4))
@@ -92,15 +98,19 @@ def test_blocked_path_in_float32_is_as_accurate_as_lapack(rng, transpose):
     assert _relative(X_blocked, X64) <= 4 * _relative(X_lapack, X64) + 1e-6
 
 
-def test_small_matrices_and_the_switch_keep_lapack(rng, monkeypatch):
+def test_small_matrices_and_the_default_keep_lapack(rng, monkeypatch):
     A = jnp.asarray(_kernel_matrix(rng, 600))
     B = jnp.ones((600, 8))
     assert _lapack_calls(lambda A: jax_blocked.cholesky(A[:100, :100]), A) == {"potrf": 1}
     assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L[:100, :100], B[:100]), A, B) == {"trsm": 1}
     assert _lapack_calls(jax_blocked.cholesky, A)["potrf"] == 5  # 600 = 4 x 128 + 88: five diagonal blocks
-    monkeypatch.setenv(jax_blocked.ENV_SWITCH, "0")
-    assert _lapack_calls(lambda A: jax_blocked.cholesky(A), A) == {"potrf": 1}
-    assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L, B), A, B) == {"trsm": 1}
+    for off in ("0", None):  # switched off, and unset (the default)
+        if off is None:
+            monkeypatch.delenv(jax_blocked.ENV_SWITCH)
+        else:
+            monkeypatch.setenv(jax_blocked.ENV_SWITCH, off)
+        assert _lapack_calls(lambda A: jax_blocked.cholesky(A), A) == {"potrf": 1}
+        assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L, B), A, B) == {"trsm": 1}
 
 
 def test_a_failed_blocked_factorisation_is_not_finite_and_ops_escalates(rng):
