@@ -41,6 +41,7 @@ from ppl_sparsegp.infer.score_function import score_function_baseline
 from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior, observation_distribution
 from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
+from ppl_sparsegp.numpyro.transforms import lower_cholesky
 
 Array = Any
 
@@ -221,7 +222,8 @@ def inducing_posterior_parameters(
     if q_diag:
         return loc, numpyro.param(f"{prefix}u_scale", jnp.ones((P, M), dtype=dtype), constraint=constraints.positive)
     eye = jnp.broadcast_to(jnp.eye(M, dtype=dtype), (P, M, M))
-    return loc, numpyro.param(f"{prefix}u_scale_tril", eye, constraint=constraints.lower_cholesky)
+    # lower_cholesky: NumPyro's constraint with the tril positions as program constants (numpyro/transforms.py)
+    return loc, numpyro.param(f"{prefix}u_scale_tril", eye, constraint=lower_cholesky)
 
 
 def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:
