@@ -9,7 +9,8 @@ import pytest
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import biject_to
 
-from ppl_sparsegp.numpyro import sites, transforms
+from ppl_sparsegp.numpyro import distributions as transforms
+from ppl_sparsegp.numpyro import sites
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 64])
