@@ -26,6 +26,7 @@ import jax.scipy.special as jss
 from jax import lax
 from jax.scipy.linalg import solve_triangular as _jax_solve_triangular
 
+from ppl_sparsegp.backends import jax_blocked
 from ppl_sparsegp.backends.jax_lapack import inline_batched_lapack
 from ppl_sparsegp.core import ops
 
@@ -57,7 +58,7 @@ def _cholesky_rule():
 
     @partial(jax.custom_jvp, nondiff_argnums=(1,))
     def chol(A, level):
-        return jnp.linalg.cholesky(A + level * ops.diagonal_scale(A) * ops.eye_like(A))
+        return jax_blocked.cholesky(A + level * ops.diagonal_scale(A) * ops.eye_like(A))
 
     @chol.defjvp
     def chol_jvp(level, primals, tangents):
@@ -104,6 +105,8 @@ def _cholesky_project():
 
 def solve_triangular(L: Array, B: Array, lower: bool = True, transpose: bool = False) -> Array:
     """``L X = B`` (``Lᵀ X = B`` when ``transpose``): L [..., n, n], B [..., n, k] -> [..., n, k]."""
+    if lower:  # blocked for large L (jax_blocked.use_blocked), else LAPACK's trsm
+        return jax_blocked.solve_triangular(L, B, transpose=transpose)
     return _jax_solve_triangular(L, B, lower=lower, trans=1 if transpose else 0)
 
 

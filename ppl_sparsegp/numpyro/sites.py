@@ -38,7 +38,12 @@ from ppl_sparsegp.core.hyperparameters import site_values
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.score_function import score_function_baseline
-from ppl_sparsegp.numpyro.distributions import InducingPosterior, InducingPrior, observation_distribution
+from ppl_sparsegp.numpyro.distributions import (
+    InducingPosterior,
+    InducingPrior,
+    lower_cholesky,
+    observation_distribution,
+)
 from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
@@ -221,7 +226,8 @@ def inducing_posterior_parameters(
     if q_diag:
         return loc, numpyro.param(f"{prefix}u_scale", jnp.ones((P, M), dtype=dtype), constraint=constraints.positive)
     eye = jnp.broadcast_to(jnp.eye(M, dtype=dtype), (P, M, M))
-    return loc, numpyro.param(f"{prefix}u_scale_tril", eye, constraint=constraints.lower_cholesky)
+    # lower_cholesky: NumPyro's constraint with the tril positions as program constants (numpyro/distributions.py)
+    return loc, numpyro.param(f"{prefix}u_scale_tril", eye, constraint=lower_cholesky)
 
 
 def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:

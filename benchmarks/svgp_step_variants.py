@@ -1,0 +1,120 @@
+"""The SVGP step at large M with each combination of the linear-algebra path and q(u)'s lower-Cholesky bijection,
+compiled in one process and timed call by call in turn (so that a busy machine slows every variant alike).
+
+Variants: ``PPL_SPARSEGP_BLOCKED_LINALG`` 0 / 1 (LAPACK / ``backends/jax_blocked``) x NumPyro's
+``constraints.lower_cholesky`` / ``ppl_sparsegp.numpyro.distributions.lower_cholesky``; "0 + numpyro" is the code
+before both. Problem: N = 20,000, D = 8, B = 256, Z = M random rows of X, RBF, Gaussian likelihood, whitened,
+full-rank q(u) at its initial value, Adam; one ``SVI.update`` per call; OpenBLAS on one thread as in ``fit_svi``.
+
+    python benchmarks/svgp_step_variants.py --dtype float32 --M 1024 --calls 15 --output results/....json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--M", type=int, default=1024)
+    p.add_argument("--calls", type=int, default=15, help="timed calls of every variant")
+    p.add_argument("--output", default=None)
+    a = p.parse_args(argv)
+
+    import jax
+
+    jax.config.update("jax_enable_x64", a.dtype == "float64")
+    import optax
+    from numpyro.distributions import constraints
+    from numpyro.infer import SVI, TraceMeanField_ELBO
+
+    from ppl_sparsegp.backends import jax_blocked
+    from ppl_sparsegp.core import kernels, likelihoods, ops
+    from ppl_sparsegp.models.numpyro.svgp import SVGP
+    from ppl_sparsegp.numpyro import distributions as transforms
+    from ppl_sparsegp.numpyro import sites
+
+    dt = np.dtype(a.dtype)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, 8)).astype(dt)
+    y = np.sin(X.sum(axis=1)).astype(dt)
+    Z = X[rng.choice(X.shape[0], a.M, replace=False)]
+    programs, states, compile_s = {}, {}, {}
+    for blocked in ("0", "1"):
+        for bijection in ("numpyro", "constant-index"):
+            name = f"blocked={blocked}, lower_cholesky={bijection}"
+            os.environ[jax_blocked.ENV_SWITCH] = blocked  # read when the step is traced
+            sites.lower_cholesky = constraints.lower_cholesky if bijection == "numpyro" else transforms.lower_cholesky
+            gp = SVGP(
+                kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(8, dt)),
+                likelihood=likelihoods.Gaussian(variance=0.1),
+                Z=Z,
+                batch_size=256,
+                whiten=True,
+            )
+            svi = SVI(gp.model, gp.guide, optax.adam(0.01), TraceMeanField_ELBO())
+            states[name] = svi.init(jax.random.PRNGKey(0), X, y)
+            t = time.perf_counter()
+            programs[name] = jax.jit(lambda s, X, y, svi=svi: svi.update(s, X, y)).lower(states[name], X, y).compile()
+            compile_s[name] = time.perf_counter() - t
+    sites.lower_cholesky = transforms.lower_cholesky
+    times = {name: [] for name in programs}
+    losses = {}
+    load = [os.getloadavg()[0]]
+    with ops.blas_threads(1):
+        for name, f in programs.items():
+            losses[name] = float(jax.block_until_ready(f(states[name], X, y)[1]))
+        for _ in range(a.calls):
+            for name, f in programs.items():
+                t = time.perf_counter()
+                jax.block_until_ready(f(states[name], X, y)[1])
+                times[name].append(time.perf_counter() - t)
+    load.append(os.getloadavg()[0])
+    before = np.asarray(times["blocked=0, lower_cholesky=numpyro"])
+    rows = []
+    for name in programs:
+        t = np.asarray(times[name])
+        rows.append(
+            {
+                "variant": name,
+                "median_ms": 1e3 * float(np.median(t)),
+                "min_ms": 1e3 * float(t.min()),
+                "steps_per_s": float(1 / np.median(t)),
+                "speedup_over_before_median_of_pairs": float(np.median(before / t)),
+                "compile_s": compile_s[name],
+                "first_loss": losses[name],
+            }
+        )
+        print(
+            f"{a.dtype} M={a.M} {name:40s} {rows[-1]['median_ms']:7.1f} ms ({rows[-1]['steps_per_s']:.2f} steps/s) "
+            f"x{rows[-1]['speedup_over_before_median_of_pairs']:.2f}  compile {compile_s[name]:.1f} s  "
+            f"loss {losses[name]!r}"
+        )
+    if a.output:
+        payload = {
+            "benchmark": "svgp_step_variants",
+            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "loadavg_1min": load},
+            "versions": {"jax": jax.__version__, "python": platform.python_version()},
+            "config": vars(a),
+            "rows": rows,
+            "times_s": times,
+        }
+        with open(a.output, "w") as fh:
+            json.dump(payload, fh, indent=2)
+            fh.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
