@@ -6,7 +6,7 @@ CONSTRAINTS := constraints-dev.txt
 # pytest-xdist workers, one per core this process may use.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 
-.PHONY: demo test test-slow docs lint clean
+.PHONY: demo test test-slow test-gpu docs lint clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ test: $(VENV)/.installed-dev
 
 test-slow: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow
+
+# The suite on an accelerator: jax on GPU_PLATFORM (install the `cuda` extra first: .venv/bin/pip install -e ".[cuda]"),
+# one pytest worker for the one device. `make test-gpu GPU_PLATFORM=cpu TEST_ARGS=tests/infer` runs the same path here.
+GPU_PLATFORM ?= cuda
+TEST_ARGS ?=
+test-gpu: $(VENV)/.installed-dev
+	JAX_PLATFORMS=$(GPU_PLATFORM) $(BIN)/python -m pytest -q -p no:xdist $(TEST_ARGS)
 
 docs: $(VENV)/.installed-dev
 	$(BIN)/python docs/build.py --out docs/_build
