@@ -31,42 +31,48 @@ def test_bad_devices_flags_are_refused_by_name(tmp_path, capsys, flags, message)
     assert capsys.readouterr().err.startswith(message)
 
 
-@pytest.mark.slow
-def test_a_run_on_four_devices_has_the_metrics_of_one_device(tmp_path):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+def _metrics_with_and_without_devices(tmp_path, count: int, run: list, refused: list, error: str) -> tuple:
+    """In one interpreter on ``count`` forced host devices: ``run`` on one device and with ``--devices count``, then
+    ``refused`` (which must exit 2 with ``error``); returns both runs' results.json."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}", "JAX_PLATFORMS": "cpu"}
     script = (
         "import sys\nfrom ppl_sparsegp.cli import main\n"
-        f"for extra in ([], ['--devices', '4']):\n"
-        f"    assert main({RUN!r} + ['--out', sys.argv[1] + str(len(extra))] + extra) == 0\n"
-        f"assert main({RUN!r} + ['--out', sys.argv[1] + 'x', '--devices', '3']) == 2\n"
+        f"for extra in ([], ['--devices', '{count}']):\n"
+        f"    assert main({run!r} + ['--out', sys.argv[1] + str(len(extra))] + extra) == 0\n"
+        f"assert main({refused!r} + ['--out', sys.argv[1] + 'x']) == 2\n"
     )
-    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "error: --batch-size (64) must be a multiple of --devices (3)" in run.stderr
-    one, four = (json.loads((tmp_path / f"run{k}" / "results.json").read_text()) for k in (0, 2))
-    assert four["options"]["devices"] == "4"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "run")], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert error in done.stderr
+    return tuple(json.loads((tmp_path / f"run{k}" / "results.json").read_text()) for k in (0, 2))
+
+
+def _same_metrics(one: dict, many: dict) -> None:
     for name, value in one["metrics"].items():
-        assert four["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
+        assert many["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
+
+
+@pytest.mark.slow
+def test_a_run_on_four_devices_has_the_metrics_of_one_device(tmp_path):
+    one, four = _metrics_with_and_without_devices(
+        tmp_path, 4, RUN, [*RUN, "--devices", "3"], "error: --batch-size (64) must be a multiple of --devices (3)"
+    )
+    assert four["options"]["devices"] == "4"
+    _same_metrics(one, four)
 
 
 @pytest.mark.slow
 def test_bsgp_sghmc_on_two_devices_has_the_metrics_of_one_device(tmp_path):
     """The SG-MCMC path: BSGP's SGHMC with its minibatch of 100 split over 2 devices; NUTS refuses 3 chains."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     bsgp = ["fit", "bsgp", "--data", "yacht", "--iterations", "20", "--kept", "4", "--inducing", "10", "--quiet"]
     nuts = ["fit", "bsgp", "--data", "yacht", "--engine", "nuts", "--chains", "3", "--inducing", "10", "--quiet"]
-    script = (
-        "import sys\nfrom ppl_sparsegp.cli import main\n"
-        f"for extra in ([], ['--devices', '2']):\n"
-        f"    assert main({bsgp!r} + ['--batch-size', '100', '--out', sys.argv[1] + str(len(extra))] + extra) == 0\n"
-        f"assert main({nuts!r} + ['--out', sys.argv[1] + 'x', '--devices', '2']) == 2\n"
-    )
-    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "run")], env=env, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "error: --chains (3) must be a multiple of --devices (2)" in run.stderr
-    one, two = (json.loads((tmp_path / f"run{k}" / "results.json").read_text()) for k in (0, 2))
-    for name, value in one["metrics"].items():
-        assert two["metrics"][name] == pytest.approx(value, rel=1e-9, abs=0), name
+    one, two = _metrics_with_and_without_devices(
+        tmp_path, 2, [*bsgp, "--batch-size", "100"], [*nuts, "--devices", "2"],
+        "error: --chains (3) must be a multiple of --devices (2)",
+    )  # fmt: skip
+    _same_metrics(one, two)
 
 
 @pytest.mark.slow
