@@ -108,7 +108,8 @@ class EscalatingJit:
     """``jax.jit(fn)`` for the library's prediction paths, whose calls go through an :class:`Escalation` as an
     engine's chunks do: a call whose result has non-finite entries is run again with the Cholesky jitter escalated,
     and the step that worked is kept for later calls (a result that no step mends is returned as it is, and later
-    calls are not retried: its non-finite entries are the function's own, e.g. a log density of -inf).
+    calls are not retried: its non-finite entries are the function's own, e.g. a log density of -inf). Called with
+    traced arguments (from inside another compiled function) it is ``fn`` itself, under the caller's step.
 
     Args:
         fn: the function to compile; called with the arguments the wrapper is called with.
@@ -133,6 +134,8 @@ class EscalatingJit:
         return self._compiled[step]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Result:
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves((args, kwargs))):
+            return self.fn(*args, **kwargs)  # inside another program: its escalation step applies
         if self.futile:
             return self._at(self.escalation.step)(*args, **kwargs)
         result, finite = self.escalation.run(lambda step: self._at(step)(*args, **kwargs), _all_finite, self.where)

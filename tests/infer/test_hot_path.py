@@ -316,3 +316,6 @@ def test_prediction_paths_escalate_once_and_keep_the_step():
     assert np.isfinite(first) and np.isfinite(second) and wrapped.escalation.step == 1
     own = hot_path.EscalatingJit(lambda x: jnp.log(x), "the test")
     assert np.isneginf(own(0.0)) and own.futile and np.isneginf(own(0.0))
+    outer = hot_path.EscalatingJit(lambda scale: wrapped(scale) + 1.0, "the outer test")  # nested: one program
+    with pytest.warns(ops.JitterWarning, match="raised 1e\\+01-fold"):
+        assert np.isclose(outer(1.0), first + 1.0)
