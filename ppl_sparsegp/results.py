@@ -31,6 +31,7 @@ import os
 import platform
 import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -300,7 +301,8 @@ def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def provenance() -> dict[str, Any]:
-    """What a run record says of where and when it ran: the JAX backend, the versions that matter, the date."""
+    """What a run record says of where and when it ran: the JAX backend, the versions that matter (torch and pyro's
+    when this process has loaded them, as a ``--backend pyro`` run has), the date."""
     import jax
     import numpyro
     import optax
@@ -308,6 +310,9 @@ def provenance() -> dict[str, Any]:
     versions = {"python": platform.python_version(), "jax": jax.__version__, "numpyro": numpyro.__version__}
     versions.update(optax=optax.__version__, numpy=np.__version__)
     versions["ppl_sparsegp"] = importlib.metadata.version("ppl-sparsegp")
+    for module in ("torch", "pyro"):
+        if module in sys.modules:
+            versions[module] = sys.modules[module].__version__
     date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return {"backend": jax.default_backend(), "versions": versions, "date": date}
 

@@ -14,8 +14,9 @@ torch's default dtype (:mod:`ppl_sparsegp.pyro.dtype`); fitted values are read f
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import pyro.distributions as dist
@@ -161,3 +162,31 @@ def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) 
     value = as_tensor(params[site])
     value = value[None] if leading_output_axis(site, tuple(value.shape), shape) else value
     return torch.tril(value) if site.endswith("u_scale_tril") else value
+
+
+def twin_of(numpyro_model: Any, **changes: Any) -> GPModel:
+    """The Pyro twin of a model of :mod:`ppl_sparsegp.models.numpyro`: the class of the same name in the
+    ``models.pyro`` module of the same name, built with the same field values (kernel, likelihood, Z, whiten, ...)
+    except ``changes``.
+
+    Priors are distributions of one engine, so a NumPyro model with ``priors`` needs the twin's own in ``changes``
+    (e.g. ``priors=models.pyro.sgpmc.default_priors(kernel, likelihood)``).
+
+    Raises:
+        ValueError: the model has no Pyro twin, or has priors and ``changes`` gives none.
+    """
+    kind = type(numpyro_model)
+    name = kind.__module__.rsplit(".", 1)[-1]
+    try:
+        module = importlib.import_module(f"{__package__}.{name}")
+    except ModuleNotFoundError:
+        module = None
+    twin = getattr(module, kind.__name__, None)
+    if twin is None:
+        raise ValueError(f"model: {kind.__name__} has no Pyro twin in ppl_sparsegp.models.pyro yet")
+    values = {f.name: getattr(numpyro_model, f.name) for f in fields(numpyro_model) if f.init}
+    if values.get("priors") and "priors" not in changes:
+        raise ValueError(
+            f"priors: {kind.__name__}'s priors are NumPyro distributions; give the twin Pyro ones (priors=...)"
+        )
+    return twin(**{**values, **changes})

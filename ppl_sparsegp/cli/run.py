@@ -30,6 +30,8 @@ LIKELIHOODS_BY_TASK = {
 DEFAULT_LIKELIHOOD = {"regression": "gaussian", "binary": "probit", "multiclass": "robustmax"}
 MULTICLASS_METHODS = ("svgp", "sgpmc")
 """The methods that fit a multi-class likelihood (J latent GPs sharing Z)."""
+BACKENDS = ("numpyro", "pyro")
+"""The engines of ``--backend``."""
 DEVICE_OPTIONS = ("devices", "coordinator", "num_processes", "process_id")
 """The options of :func:`add_device_options`."""
 NOT_IN_FINGERPRINT = ("out", "no_progress", "quiet", "restart", "checkpoint_every", *DEVICE_OPTIONS)
@@ -55,6 +57,7 @@ class Defaults:
     steps: int = 2000
     lr: float = 0.01
     checkpoint_every: int = 500
+    backend: str = "numpyro"
 
 
 DEFAULTS = Defaults()
@@ -78,6 +81,8 @@ OPTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "lr": ("Adam learning rate", {"type": float}),
     "checkpoint_every": ("SVI steps between checkpoints", {"type": int, "metavar": "STEPS"}),
     "batch_size": ("minibatch size", {"type": int, "metavar": "B"}),
+    "backend": ("the engine: numpyro (JAX) or pyro (PyTorch: the Pyro twin of the model, fitted by Pyro; the same "
+                "outputs)", {"choices": BACKENDS}),
 }  # fmt: skip
 """The options several methods take: option -> (help, argparse keywords); added by name by :func:`add_options`."""
 FILLED_BY_THE_RUN = ("noise_variance", "likelihood", "batch_size")
@@ -197,6 +202,8 @@ def check_options(opts: dict[str, Any], positive: Iterable[str] = (), non_negati
             raise ValueError(f"{flag(name)}: {err}") from None
     if opts.get("likelihood") is not None:
         opts["likelihood"] = opts["likelihood"].lower()
+    if opts.get("backend") == "pyro" and opts.get("devices") is not None:
+        raise ValueError("--devices: --backend pyro runs on one device; drop --devices or use --backend numpyro")
     validation.check_output_folder(opts["out"])
 
 

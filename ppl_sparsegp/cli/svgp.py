@@ -2,7 +2,8 @@
 
 Writes params.npz (fitted parameters in standardised units and the standardisation), fit.png and results.json;
 the SVI state is checkpointed to OUT/checkpoint.npz, from which the same command (``--steps`` may be raised)
-resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr).
+resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr), by NumPyro's SVI or, with
+``--backend pyro``, by Pyro's (:mod:`ppl_sparsegp.cli.pyro_backend`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
     shared.add_common_arguments(parser, method)
     likelihood = ("likelihood",) if method == "svgp" else ()
     inducing = ("inducing", "init") if method != "gpr" else ()
-    names = (*shared.KERNEL_OPTIONS, "noise_variance", *likelihood, *inducing, "steps", "lr", "checkpoint_every")
+    names = (*shared.KERNEL_OPTIONS, "noise_variance", *likelihood, *inducing, "steps", "lr", "checkpoint_every",
+             "backend")  # fmt: skip
     shared.add_options(parser, names)
     if method == "svgp":
         parser.add_argument(
@@ -69,11 +71,17 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
         parts["Z"] = initialise.by_name(opts["init"], d.X, opts["inducing"], parts["kernel"], seed=opts["seed"])
     gp = build(opts, d, parts)
     shared.check_devices(opts, getattr(gp, "batch_size", None))
-    fit, train_seconds = shared.timed(
-        fit_svi, gp.model, gp.guide, d.X, d.y, optimizer=optax.adam(opts["lr"]), num_steps=opts["steps"],
-        progress=shared.progress(opts), checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
-        key=opts["seed"], fingerprint=settings, validate=gp.check_data, devices=opts.get("devices"),
-    )  # fmt: skip
+    engine = {"num_steps": opts["steps"], "progress": shared.progress(opts), "checkpoint": checkpoint,
+              "checkpoint_every": opts["checkpoint_every"], "fingerprint": settings}  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit, train_seconds = shared.timed(pyro_backend.fit_svi, gp, d.X, d.y, opts, **engine)
+    else:
+        fit, train_seconds = shared.timed(
+            fit_svi, gp.model, gp.guide, d.X, d.y, optimizer=optax.adam(opts["lr"]), key=opts["seed"],
+            validate=gp.check_data, devices=opts.get("devices"), **engine,
+        )  # fmt: skip
     return finish_svi(opts, d, argv, gp, fit, train_seconds, resumed_from)
 
 

@@ -8,6 +8,8 @@ float dtype. The models convert the arrays they are given (numpy, torch, pandas 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -29,3 +31,16 @@ def as_tensor(x: Array) -> Array:
         return None
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
     return t.to(float_dtype()) if t.is_floating_point() else t
+
+
+@contextmanager
+def default_dtype(dtype: str | np.dtype | torch.dtype) -> Iterator[torch.dtype]:
+    """Within the block, torch's default floating dtype is ``dtype`` (``"float64"``, ``np.float32``,
+    ``torch.float64``, ...); the previous one is restored after it."""
+    wanted = dtype if isinstance(dtype, torch.dtype) else getattr(torch, np.dtype(dtype).name)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(wanted)
+    try:
+        yield wanted
+    finally:
+        torch.set_default_dtype(previous)

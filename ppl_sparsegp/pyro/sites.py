@@ -177,8 +177,10 @@ def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:
 
 
 def inducing_inputs(Z: Array, learn: bool = True, name: str = "Z") -> Array:
-    """The inducing inputs Z [M, D]: the param ``name`` started at ``Z``, or the constant ``Z`` when not learned."""
-    return pyro.param(name, as_tensor(Z)) if learn else as_tensor(Z)
+    """The inducing inputs Z [M, D]: the param ``name`` started at a copy of ``Z`` (an optimiser moves the param in
+    place, and must not move the caller's array, or the training inputs Z was taken from), or the constant ``Z`` when
+    not learned."""
+    return pyro.param(name, lambda: as_tensor(Z).detach().clone()) if learn else as_tensor(Z)
 
 
 def param_store_values() -> dict[str, Array]:

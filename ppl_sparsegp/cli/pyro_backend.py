@@ -1,0 +1,35 @@
+"""``--backend pyro``: the method's model as its Pyro twin (:mod:`ppl_sparsegp.models.pyro`, the same sites and
+params), fitted by Pyro's engines in torch at ``--dtype``.
+
+The fit is Pyro's; what follows it is shared with ``--backend numpyro``: the fitted params carry the NumPyro model's
+names and the twins agree to 1e-10 (``tests/parity``), so the run is evaluated, stored and loaded back through the
+NumPyro model, and its outputs (results.json, params.npz, posterior.nc, the figure) have the same form. Imported only
+for a Pyro run, so that NumPyro runs never load torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+
+from ppl_sparsegp.infer.svi import SVIResult
+from ppl_sparsegp.models.pyro._base import twin_of
+from ppl_sparsegp.pyro import svi as pyro_svi
+from ppl_sparsegp.pyro.dtype import default_dtype
+
+
+def fit_svi(gp: Any, X: np.ndarray, y: np.ndarray, opts: dict[str, Any], **engine: Any) -> SVIResult:
+    """Fit the Pyro twin of ``gp`` (a NumPyro model) to ``X`` [N, D], ``y`` by :func:`ppl_sparsegp.pyro.svi.fit_svi`
+    with Adam at ``--lr`` from seed ``--seed`` (``engine``: its other arguments: steps, progress, checkpoint);
+    returns its result with the params as numpy arrays."""
+    with default_dtype(opts["dtype"]):
+        twin = twin_of(gp)
+        fit = pyro_svi.fit_svi(
+            twin.model, twin.guide, X, y, optimizer=partial(torch.optim.Adam, lr=opts["lr"]), seed=opts["seed"],
+            validate=twin.check_data, **engine,
+        )  # fmt: skip
+    return dataclasses.replace(fit, params={name: value.numpy() for name, value in fit.params.items()})

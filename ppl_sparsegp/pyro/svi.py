@@ -1,0 +1,264 @@
+"""The Pyro twin of :func:`ppl_sparsegp.infer.svi.fit_svi`: Pyro's ELBO and a ``torch.optim`` optimiser over
+Pyro's param store, with progress, a non-finite-loss stop and checkpoints in the NumPyro engine's format.
+
+One step is ``loss = elbo.differentiable_loss(model, guide, *args)``, ``loss.backward()``, ``optimizer.step()``:
+Pyro's own ``SVI.step`` with the optimiser held here, so that its state can be checkpointed. The run owns Pyro's
+global param store: it is cleared first, and the model and guide create their params in one evaluation of the loss
+before the first step (a fixed order, by name: the optimiser's).
+
+Checkpoints are the ``.npz`` files of :mod:`ppl_sparsegp.infer.checkpoint` (no pickle, written atomically) with
+three groups: ``params`` (each param's unconstrained value), ``optimizer`` (the optimiser's per-param state, e.g.
+Adam's moments, as ``"<index>/<name>"``) and ``rng`` (torch's generator state, which draws the minibatches and the
+samples), the counter ``step`` and the array ``losses``. A resumed run takes the same steps as one that was never
+interrupted, bit for bit. The fingerprint holds the caller's settings, a hash of the data, the seed, the loss, the
+optimiser's hyperparameters and a hash of the initial param values; a checkpoint with another is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.infer
+import torch
+from pyro import poutine
+from tqdm.auto import tqdm
+
+from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import progress as progress_bars
+from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
+from ppl_sparsegp.pyro.dtype import as_tensor
+from ppl_sparsegp.pyro.sites import param_store_values
+from ppl_sparsegp.validation import check_count
+
+Array = Any
+OptimizerFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
+LEARNING_RATE = 0.01
+"""Adam's learning rate when no ``optimizer`` is given (:func:`ppl_sparsegp.cli.run.DEFAULTS`' ``lr``)."""
+
+
+def fit_svi(
+    model: Callable,
+    guide: Callable,
+    *args: Any,
+    num_steps: int,
+    optimizer: OptimizerFactory | None = None,
+    seed: int = 0,
+    loss: pyro.infer.ELBO | None = None,
+    progress: bool | None = None,
+    label: str = "SVI (Pyro)",
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 1000,
+    fingerprint: Mapping[str, Any] | None = None,
+    validate: Callable[..., None] | None = None,
+    **kwargs: Any,
+) -> SVIResult:
+    """Fit ``guide`` to ``model`` by stochastic variational inference in Pyro.
+
+    Args:
+        model, guide: Pyro programs called as ``model(*args, **kwargs)``.
+        *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); floating arrays become tensors of
+            torch's default dtype (:func:`ppl_sparsegp.pyro.dtype.as_tensor`), others stay as they are.
+        num_steps: number of steps (or the total, counting steps already in a resumed checkpoint).
+        optimizer: ``params -> torch.optim.Optimizer`` over the list of unconstrained param tensors, e.g.
+            ``functools.partial(torch.optim.Adam, lr=0.03)``; None: Adam at :data:`LEARNING_RATE`. Its state must be
+            tensors and numbers (Adam's, SGD's and RMSprop's are).
+        seed: seeds torch's generator (``pyro.set_rng_seed``) for the minibatches and the samples.
+        loss: the ELBO (default ``pyro.infer.TraceMeanField_ELBO()``, closed-form KLs where registered).
+        progress: show a progress bar (None: in a terminal or notebook, :func:`ppl_sparsegp.infer.progress.shown`).
+        label: the progress bar's label; ``"<label> (resumed from step N)"`` after resuming.
+        checkpoint: path of the ``.npz`` checkpoint to resume from and write to (module docstring).
+        checkpoint_every: steps between checkpoint writes (and one at the end).
+        fingerprint: the caller's settings that affect the result, name -> JSON-able value.
+        validate: called as ``validate(*args, **kwargs)`` before anything runs (e.g. a model's ``check_data``).
+
+    Returns:
+        An :class:`ppl_sparsegp.infer.svi.SVIResult` with ``params`` the constrained values as detached tensors,
+        ``state`` None (Pyro's state is its param store; a checkpoint continues a run) and ``compile_seconds`` 0.
+
+    Raises:
+        ValueError: a bad count or optimizer, before anything runs.
+        ppl_sparsegp.infer.checkpoint.CheckpointError: the checkpoint is damaged, another run's (every difference
+            named), for other params, or holds more than ``num_steps`` steps.
+        ppl_sparsegp.infer.svi.NonFiniteLossError: the loss became NaN or inf; it carries the params of the last
+            step whose loss was finite.
+    """
+    num_steps = check_count("num_steps", num_steps, minimum=1)
+    checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
+    if optimizer is None:
+        optimizer = partial(torch.optim.Adam, lr=LEARNING_RATE)
+    if not callable(optimizer):
+        raise ValueError(f"optimizer: expected a callable params -> torch.optim.Optimizer, got {optimizer!r}")
+    if validate is not None:
+        validate(*args, **kwargs)
+    args = tuple(_as_data(a) for a in args)
+    kwargs = {k: _as_data(v) for k, v in kwargs.items()}
+    elbo = loss or pyro.infer.TraceMeanField_ELBO()
+
+    pyro.clear_param_store()
+    pyro.set_rng_seed(seed)
+    with poutine.trace(param_only=True) as created:
+        elbo.loss(model, guide, *args, **kwargs)  # creates every param of the model and the guide
+    store = pyro.get_param_store()
+    names = sorted(created.trace.nodes)
+    unconstrained = dict(store.named_parameters())
+    params = [unconstrained[name] for name in names]
+    optim = optimizer(params)
+    if not isinstance(optim, torch.optim.Optimizer):
+        raise ValueError(f"optimizer: expected it to return a torch.optim.Optimizer, got {optim!r}")
+    pyro.set_rng_seed(seed)
+
+    expected = saved = None
+    if checkpoint is not None:
+        run = {
+            "seed": seed,
+            "loss": type(elbo).__name__,
+            "optimizer": _optimizer_settings(optim),
+            "init_params_sha256": _params_sha256(names, params),
+        }
+        expected = checkpoints.make_fingerprint(fingerprint, _host_data(args), _host_data(kwargs), run)
+        saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None
+    done, previous, losses = 0, np.zeros(0), []
+    if saved is not None:
+        done = saved.counters.get("step", 0)
+        if done > num_steps:
+            raise checkpoints.CheckpointError(checkpoint, f"holds {done} steps, more than the {num_steps} asked for")
+        _restore(saved, names, params, optim)
+        previous = saved.arrays["losses"]
+    first_step = done
+
+    def save(done: int) -> None:
+        checkpoints.save(
+            checkpoint,
+            {},
+            counters={"step": done},
+            arrays={"losses": np.concatenate([previous, losses])},
+            groups={
+                "params": {name: p.detach().cpu().numpy() for name, p in zip(names, params, strict=True)},
+                "optimizer": _optimizer_state(optim),
+                "rng": {"torch": torch.get_rng_state().numpy()},
+            },
+            fingerprint=expected,
+        )
+
+    desc = f"{label} (resumed from step {done})" if done else label
+    bar = tqdm(total=num_steps, initial=done, disable=not progress_bars.shown(progress), desc=desc, leave=False)
+    since_checkpoint, run_seconds = 0, 0.0
+    last_finite = param_store_values()
+    t0 = time.perf_counter()
+    try:
+        while done < num_steps:
+            value = elbo.differentiable_loss(model, guide, *args, **kwargs)
+            if not torch.isfinite(value):
+                raise NonFiniteLossError(
+                    f"the loss became non-finite at step {done}; the returned error carries the parameters of the "
+                    "last step whose loss was finite (lower the learning rate or check the data)",
+                    step=done,
+                    params=last_finite,
+                )
+            last_finite = param_store_values()
+            value.backward()
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+            losses.append(float(value.detach()))
+            done += 1
+            since_checkpoint += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.4g}", refresh=False)
+            if checkpoint is not None and (since_checkpoint >= checkpoint_every or done == num_steps):
+                run_seconds += time.perf_counter() - t0
+                save(done)
+                t0 = time.perf_counter()
+                since_checkpoint = 0
+    except KeyboardInterrupt:
+        if checkpoint is not None:
+            save(done)
+        raise
+    finally:
+        bar.close()
+    run_seconds += time.perf_counter() - t0
+    return SVIResult(
+        params=param_store_values(),
+        losses=np.concatenate([previous, losses]),
+        state=None,
+        stopped_early=False,
+        compile_seconds=0.0,
+        run_seconds=run_seconds,
+        steps_run=done - first_step,
+        resumed_from=first_step,
+    )
+
+
+def _as_data(value: Any) -> Any:
+    """A floating array as a tensor of torch's default dtype; an integer array as a tensor; anything else as is."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return as_tensor(value)
+    return value
+
+
+def _host_data(values: Any) -> Any:
+    """Tensors as numpy arrays, for the data hash of the fingerprint."""
+    if isinstance(values, dict):
+        return {k: _host_data(v) for k, v in values.items()}
+    if isinstance(values, tuple):
+        return tuple(_host_data(v) for v in values)
+    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
+
+
+def _params_sha256(names: list[str], params: list[torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for name, p in zip(names, params, strict=True):
+        digest.update(name.encode())
+        digest.update(p.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _optimizer_settings(optim: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimiser's class and hyperparameters (learning rate, betas, ...), JSON-able."""
+    group = {k: v for k, v in optim.param_groups[0].items() if k != "params"}
+    return {"class": type(optim).__name__, **{k: list(v) if isinstance(v, tuple) else v for k, v in group.items()}}
+
+
+def _optimizer_state(optim: torch.optim.Optimizer) -> dict[str, np.ndarray]:
+    """The optimiser's per-param state as ``"<index>/<name>" -> array``.
+
+    Raises:
+        ValueError: a state entry that is neither a tensor nor a number (it could not be stored as data).
+    """
+    arrays = {}
+    for index, entries in optim.state_dict()["state"].items():
+        for name, value in entries.items():
+            if not isinstance(value, torch.Tensor | int | float):
+                raise ValueError(
+                    f"optimizer: {type(optim).__name__} keeps {name!r} as {type(value).__name__}, which a checkpoint "
+                    "cannot store as data; use Adam, SGD or RMSprop, or fit without a checkpoint"
+                )
+            arrays[f"{index}/{name}"] = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
+    return arrays
+
+
+def _restore(saved: checkpoints.Checkpoint, names: list[str], params: list[torch.Tensor], optim: Any) -> None:
+    """Put a checkpoint's param values, optimiser state and generator state back in place.
+
+    Raises:
+        CheckpointError: its params have other names or shapes (another model or guide).
+    """
+    stored = saved.groups.get("params", {})
+    if list(stored) != names or any(stored[n].shape != tuple(p.shape) for n, p in zip(names, params, strict=True)):
+        raise checkpoints.CheckpointError(saved.path, "was written for a different model or guide (other params)")
+    with torch.no_grad():
+        for name, p in zip(names, params, strict=True):
+            p.copy_(torch.as_tensor(stored[name], dtype=p.dtype))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in saved.groups.get("optimizer", {}).items():
+        index, name = key.split("/", 1)
+        state.setdefault(int(index), {})[name] = torch.as_tensor(value)
+    optim.load_state_dict({"state": state, "param_groups": optim.state_dict()["param_groups"]})
+    torch.set_rng_state(torch.as_tensor(saved.groups["rng"]["torch"], dtype=torch.uint8))

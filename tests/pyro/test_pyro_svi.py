@@ -1,0 +1,103 @@
+"""The Pyro fit loop (ppl_sparsegp.pyro.svi.fit_svi): a resumed run takes the same steps as an uninterrupted one,
+bit for bit; another run's checkpoint is refused, naming what differs; the caller's arrays are not moved by the
+optimiser; a non-finite loss stops the run with the last finite params; bad arguments fail before any step."""
+
+import functools
+
+import numpy as np
+import pyro
+import pytest
+import torch
+
+from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.infer.checkpoint import CheckpointError, CheckpointMismatchError
+from ppl_sparsegp.infer.svi import NonFiniteLossError
+from ppl_sparsegp.models.pyro import svgp
+from ppl_sparsegp.pyro.svi import fit_svi
+
+STEPS = 30
+
+
+def _data(n: int = 60):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (n, 1))
+    return X, np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(n)
+
+
+def _svgp(Z):
+    return svgp.SVGP(kernels.RBF(), likelihoods.Gaussian(variance=0.1), Z=Z, batch_size=20)
+
+
+def test_a_resumed_run_takes_the_same_steps_as_an_uninterrupted_one(tmp_path):
+    X, y = _data()
+    gp = _svgp(X[:5])
+    straight = fit_svi(gp.model, gp.guide, X, y, num_steps=STEPS)
+    path = tmp_path / "checkpoint.npz"
+    first = fit_svi(gp.model, gp.guide, X, y, num_steps=STEPS // 3, checkpoint=path, checkpoint_every=4)
+    resumed = fit_svi(gp.model, gp.guide, X, y, num_steps=STEPS, checkpoint=path, checkpoint_every=4)
+
+    assert first.steps_run == STEPS // 3 and resumed.resumed_from == STEPS // 3
+    assert resumed.steps_run == STEPS - STEPS // 3 and len(resumed.losses) == STEPS
+    np.testing.assert_array_equal(resumed.losses, straight.losses)
+    for name, value in straight.params.items():
+        torch.testing.assert_close(resumed.params[name], value, rtol=0, atol=0)
+    assert straight.losses[-1] < straight.losses[0]
+
+
+def test_another_runs_checkpoint_is_refused_naming_what_differs(tmp_path):
+    X, y = _data()
+    gp = _svgp(X[:5])
+    path = tmp_path / "checkpoint.npz"
+    fit_svi(gp.model, gp.guide, X, y, num_steps=5, checkpoint=path, fingerprint={"lr": 0.01})
+    with pytest.raises(CheckpointMismatchError, match="lr 0.01 -> 0.1"):
+        fit_svi(gp.model, gp.guide, X, y, num_steps=10, checkpoint=path, fingerprint={"lr": 0.1})
+    with pytest.raises(CheckpointMismatchError, match="seed 0 -> 1"):
+        fit_svi(gp.model, gp.guide, X, y, num_steps=10, checkpoint=path, fingerprint={"lr": 0.01}, seed=1)
+    with pytest.raises(CheckpointError, match="holds 5 steps, more than the 3"):
+        fit_svi(gp.model, gp.guide, X, y, num_steps=3, checkpoint=path, fingerprint={"lr": 0.01})
+
+
+def test_the_optimiser_moves_its_params_not_the_callers_arrays():
+    X, y = _data()
+    X_before = X.copy()
+    gp = _svgp(X[:5])  # Z a view of the training inputs
+    fit = fit_svi(gp.model, gp.guide, X, y, num_steps=5)
+    np.testing.assert_array_equal(X, X_before)
+    assert not torch.equal(fit.params["Z"], torch.as_tensor(X_before[:5]))
+
+
+def test_a_non_finite_loss_stops_the_run_with_the_last_finite_params():
+    def model():
+        x = pyro.param("x", torch.tensor(1.0))
+        pyro.factor("barrier", torch.log(torch.relu(x)) - 3 * x)  # loss 3x - log x: infinite once x <= 0
+
+    def guide():
+        pass
+
+    sgd = functools.partial(torch.optim.SGD, lr=1.0)  # x = 1 - (3 - 1) = -1 after the first step
+    with pytest.raises(NonFiniteLossError, match="non-finite at step 1") as error:
+        fit_svi(model, guide, num_steps=5, optimizer=sgd, loss=pyro.infer.Trace_ELBO())
+    assert float(error.value.params["x"]) == 1.0
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"num_steps": 0}, "num_steps"),
+        ({"num_steps": 5, "checkpoint_every": 0}, "checkpoint_every"),
+        ({"num_steps": 5, "optimizer": 0.01}, "optimizer: expected a callable"),
+        ({"num_steps": 5, "optimizer": lambda params: None}, "optimizer: expected it to return"),
+    ],
+)
+def test_bad_arguments_are_named(bad, message):
+    X, y = _data()
+    gp = _svgp(X[:5])
+    with pytest.raises(ValueError, match=message):
+        fit_svi(gp.model, gp.guide, X, y, **bad)
+
+
+def test_bad_data_fails_in_validate_before_any_step():
+    X, y = _data()
+    gp = _svgp(X[:5])
+    with pytest.raises(ValueError, match="y"):
+        fit_svi(gp.model, gp.guide, X, y[:-1], num_steps=5, validate=gp.check_data)
