@@ -21,6 +21,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 REDUCED = {
     "num_steps=2000": "num_steps=60",
     "num_steps=3000": "num_steps=60",
+    "num_steps=2500": "num_steps=60",
     "num_warmup=300, num_samples=300": "num_warmup=20, num_samples=20",
     "fit_selective(X, y, candidates=100, alpha=0.1)": (
         "fit_selective(X, y, candidates=100, alpha=0.1, pre_steps=20, selection_steps=20, post_steps=20)"

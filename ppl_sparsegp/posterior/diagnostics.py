@@ -153,7 +153,8 @@ def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[s
     return np.asarray(out).reshape((C, S, *out.shape[1:]))
 
 
-def _observation_dims(y: Array) -> list[str]:
+def observation_dims(y: Array) -> list[str]:
+    """Dimension names of observations y [N] or [N, P]: ("obs",) or ("obs", "output")."""
     return ["obs"] if np.ndim(y) == 1 else ["obs", "output"]
 
 
@@ -268,7 +269,7 @@ def from_mcmc(
     samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
     groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
-    dims = {**site_dims(samples, np.shape(X)[1]), "y": _observation_dims(y), **(dims or {})}
+    dims = {**site_dims(samples, np.shape(X)[1]), "y": observation_dims(y), **(dims or {})}
     attrs = {**attrs, "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
 
@@ -303,7 +304,7 @@ def from_svi(
     points = [s for s in model.hyperparameter_sites() if s in params and s not in samples]
     kept = {k: v for k, v in samples.items() if k not in local}
     kept.update({s: np.broadcast_to(np.asarray(params[s]), (1, num_draws, *np.shape(params[s]))) for s in points})
-    dims = {**site_dims(kept, np.shape(X)[1]), "y": _observation_dims(y)}
+    dims = {**site_dims(kept, np.shape(X)[1]), "y": observation_dims(y)}
     attrs = {"engine": "SVI", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
              "point_estimates": ", ".join(points)}  # fmt: skip
     return to_inference_data(kept, dims=dims, attrs=attrs, **groups)

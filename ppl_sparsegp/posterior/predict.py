@@ -2,10 +2,8 @@
 
 Each draw s (hyperparameters θ_s and, for SVGP/SGPMC/BSGP, inducing outputs u_s) gives a Gaussian
 p(f_* | draw s) = N(m_s, v_s) from the model's ``predict_f`` and, through the likelihood, predictive moments
-and densities of y. The posterior predictive is their equal-weight mixture (thesis §5.5; BSGP §2.5):
-
-    E[f_*] = (1/S) Σ_s m_s,    Var[f_*] = (1/S) Σ_s (v_s + m_s²) - E[f_*]²          (the same for y)
-    log p(y_* | D) = logsumexp_s log p(y_* | draw s) - log S                        (averaged before the log)
+and densities of y. The posterior predictive is their equal-weight mixture (:mod:`ppl_sparsegp.core.mixtures`;
+thesis §5.5; BSGP §2.5).
 
 With a :class:`~ppl_sparsegp.data.Standardizer` the results are returned in the original units of y
 (densities with the Jacobian of the standardisation).
@@ -13,7 +11,6 @@ With a :class:`~ppl_sparsegp.data.Standardizer` the results are returned in the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import Predictive
 
+from ppl_sparsegp.core.mixtures import mixture_log_density, mixture_moments
 from ppl_sparsegp.data import Standardizer
 from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.validation import check_count
@@ -103,13 +101,6 @@ def draw_moments(
     return _map_draws(one, samples, params, batch, key)
 
 
-def mixture_moments(means: Array, variances: Array) -> tuple[Array, Array]:
-    """Mean and variance of the equal-weight mixture of per-draw Gaussians ``means``, ``variances`` [num_draws, ...]
-    (traceable: usable inside a compiled predictor)."""
-    mean = jnp.mean(means, axis=0)
-    return mean, jnp.mean(variances + means**2, axis=0) - mean**2
-
-
 def posterior_predictive(
     model: Any,
     samples: Mapping[str, Array],
@@ -127,15 +118,19 @@ def posterior_predictive(
     """
     f_mean, f_var, y_mean, y_var = draw_moments(model, samples, X_new, params=params, batch=batch, key=key, **data)
     moments = (*mixture_moments(f_mean, f_var), *mixture_moments(y_mean, y_var))
-    out = PosteriorPredictive(*(np.asarray(m) for m in moments))
-    if standardizer is not None:
-        out = PosteriorPredictive(
-            standardizer.inverse_mean(out.f_mean),
-            standardizer.inverse_var(out.f_var),
-            standardizer.inverse_mean(out.y_mean),
-            standardizer.inverse_var(out.y_var),
-        )
-    return out
+    return in_units(PosteriorPredictive(*(np.asarray(m) for m in moments)), standardizer)
+
+
+def in_units(moments: PosteriorPredictive, standardizer: Standardizer | None) -> PosteriorPredictive:
+    """``moments`` in the original units of y (``standardizer``), or as they are (None)."""
+    if standardizer is None:
+        return moments
+    return PosteriorPredictive(
+        standardizer.inverse_mean(moments.f_mean),
+        standardizer.inverse_var(moments.f_var),
+        standardizer.inverse_mean(moments.y_mean),
+        standardizer.inverse_var(moments.y_var),
+    )
 
 
 def log_predictive_density(
@@ -163,7 +158,7 @@ def log_predictive_density(
         return model.predict_log_density(draw, X_new, y_new, **random, **data)
 
     logp = _map_draws(one, samples, params, batch, key)
-    mixture = np.asarray(jax.scipy.special.logsumexp(logp, axis=0) - math.log(logp.shape[0]))
+    mixture = np.asarray(mixture_log_density(logp))
     return mixture if standardizer is None else standardizer.log_density_to_original(mixture)
 
 

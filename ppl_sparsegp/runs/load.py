@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ppl_sparsegp import data, results
+from ppl_sparsegp.core.mixtures import mixture_moments
 from ppl_sparsegp.infer import hot_path
 from ppl_sparsegp.models.numpyro.gpr import GPR
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
-from ppl_sparsegp.posterior.predict import draw_moments, log_predictive_density, mixture_moments
+from ppl_sparsegp.posterior.predict import draw_moments, log_predictive_density
 from ppl_sparsegp.runs.rebuild import MODEL_FROM_RUN, bsgp_prediction_key
 from ppl_sparsegp.runs.store import StoredRun, read_posterior, read_record, split_standardizer
 

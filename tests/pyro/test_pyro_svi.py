@@ -85,6 +85,7 @@ def test_a_non_finite_loss_stops_the_run_with_the_last_finite_params():
     [
         ({"num_steps": 0}, "num_steps"),
         ({"num_steps": 5, "checkpoint_every": 0}, "checkpoint_every"),
+        ({"num_steps": 5, "threads": 0}, "threads"),
         ({"num_steps": 5, "optimizer": 0.01}, "optimizer: expected a callable"),
         ({"num_steps": 5, "optimizer": lambda params: None}, "optimizer: expected it to return"),
     ],
@@ -101,3 +102,16 @@ def test_bad_data_fails_in_validate_before_any_step():
     gp = _svgp(X[:5])
     with pytest.raises(ValueError, match="y"):
         fit_svi(gp.model, gp.guide, X, y[:-1], num_steps=5, validate=gp.check_data)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_fit_runs_on_its_threads_and_restores_the_callers(threads):
+    seen = []
+
+    def model():
+        seen.append(torch.get_num_threads())
+        pyro.factor("quadratic", -((pyro.param("x", torch.tensor(1.0)) - 2.0) ** 2))
+
+    before = torch.get_num_threads()
+    fit_svi(model, lambda: None, num_steps=3, threads=threads, loss=pyro.infer.Trace_ELBO())
+    assert set(seen) == {threads} and torch.get_num_threads() == before
