@@ -40,8 +40,9 @@ class GPModel:
     """Base class: a kernel, a likelihood, how their hyperparameters are treated, and the relative jitter.
 
     Subclasses define ``model(X, y)``, ``guide(X, y)`` and ``_posterior_f`` (what :meth:`predict_f` returns), and
-    add the names of their own sites to :meth:`parameter_names`. A ``Z`` field (inducing inputs [M, D]) becomes a
-    tensor of torch's default dtype.
+    add the names of their own sites to :meth:`parameter_names`. A ``Z`` field (inducing inputs [M, D]) and the
+    kernel's and likelihood's hyperparameter values become tensors of torch's default dtype (so a kernel from a
+    NumPyro fit, holding jax arrays, can be given).
 
     Args:
         kernel, likelihood: from :mod:`ppl_sparsegp.core`.
@@ -66,6 +67,9 @@ class GPModel:
         check_latent_functions(self, self.likelihood)
         if getattr(self, "Z", None) is not None:
             self.Z = as_tensor(validation.as_array(self.Z))
+        # hyperparameter values as tensors, whatever arrays they were built with (a NumPyro fit's are jax arrays)
+        values = sites.hyperparameter_values(self.kernel, self.likelihood)
+        self.kernel, self.likelihood = hyperparameters.rebuild(self.kernel, self.likelihood, values)
         hyperparameters.check_choices(self.hyperparameter_sites(), self.priors, self.fixed)
 
     def hyperparameter_sites(self) -> dict[str, Array]:
