@@ -1,0 +1,169 @@
+"""The amortised models' Pyro twins against NumPyro in float64: the networks (:mod:`ppl_sparsegp.pyro.nn` against
+:mod:`ppl_sparsegp.numpyro.nn`) at the same weights, copied by :func:`ppl_sparsegp.pyro.nn.load_numpyro_weights`;
+IDSGP's, the VAE's and SAS-GP's per-site log-densities under the same params, latent values, minibatch and active
+set, their objectives and predictions. A perturbed parameter on the Pyro side moves the value, so agreement can fail.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro.infer
+import pyro.infer
+import pytest
+import torch
+from numpyro import handlers
+from parity_checks import (
+    apart,
+    assert_perturbation_moves,
+    assert_same_predictions,
+    assert_same_terms,
+    close,
+    fixed_params,
+    problem,
+)
+from pyro import poutine
+
+from ppl_sparsegp.models.numpyro import idsgp as np_idsgp
+from ppl_sparsegp.models.pyro import idsgp as pyro_idsgp
+from ppl_sparsegp.numpyro import nn as np_nn
+from ppl_sparsegp.pyro import nn as pyro_nn
+
+# a guide reads only some of the params that both traces are given
+pytestmark = pytest.mark.filterwarnings("ignore:pyro.module data did not find params")
+
+
+def perturbed_weights(network, rng: np.random.Generator, size: float = 0.3):
+    """The weights pytree of an equinox network (as NumPyro's params dict holds it), every array moved at random, so
+    that no array (e.g. a bias started at zero) is left at a special value."""
+    weights, _ = eqx.partition(network, eqx.is_inexact_array)
+    return jax.tree_util.tree_map(lambda a: a + size * jnp.asarray(rng.standard_normal(a.shape)), weights)
+
+
+def with_weights(model, site: str, weights):
+    """``model`` with the NumPyro param ``site`` held at the pytree ``weights`` (which the parity helpers' array
+    substitution cannot carry)."""
+    return handlers.substitute(model, data={site: weights})
+
+
+class NumPyroView:
+    """A NumPyro model whose public methods take the Pyro twin's ``params``: its networks' entries under Pyro's names
+    (``"<name>.<parameter>"``) give way to NumPyro's weights pytrees ``weights`` (site -> pytree)."""
+
+    def __init__(self, model, weights: dict, pyro_names: set[str]) -> None:
+        self.model, self.weights, self.pyro_names = model, weights, pyro_names
+
+    def __getattr__(self, method: str):
+        def call(params, *args, **kwargs):
+            kept = {k: v for k, v in params.items() if k not in self.pyro_names}
+            return getattr(self.model, method)({**kept, **self.weights}, *args, **kwargs)
+
+        return call
+
+
+NETWORKS = {
+    "inducing-sigmoid": (np_nn.inducing_network, pyro_nn.inducing_network, (3, 4, (6, 6), "sigmoid")),
+    "inducing-softplus-linear": (np_nn.inducing_network, pyro_nn.inducing_network, (2, 3, (), "softplus")),
+    "encoder-relu": (np_nn.encoder_network, pyro_nn.encoder_network, (5, 2, (7, 4), "relu")),
+    "encoder-tanh": (np_nn.encoder_network, pyro_nn.encoder_network, (5, 3, (4,), "tanh")),
+    "gaussian-encoder": (np_nn.gaussian_encoder, pyro_nn.gaussian_encoder, (5, 2, (6, 3), "softplus")),
+}
+
+
+@pytest.mark.parametrize("name", NETWORKS)
+def test_networks_agree_at_the_same_weights(name):
+    build_np, build_pyro, args = NETWORKS[name]
+    rng = np.random.default_rng(1)
+    net = build_np(*args, jax.random.PRNGKey(0), jnp.float64)
+    weights = perturbed_weights(net, rng)
+    fitted = eqx.combine(weights, eqx.partition(net, eqx.is_inexact_array)[1])
+    x = 3.0 * rng.standard_normal((9, args[0]))
+    expected = jax.vmap(fitted)(jnp.asarray(x))
+    expected = expected if isinstance(expected, tuple) else (expected,)
+
+    module = build_pyro(*args, seed=0)
+    before = module(torch.as_tensor(x))
+    pyro_nn.load_numpyro_weights(module, weights)
+    got = module(torch.as_tensor(x))
+    got, before = (got, before) if isinstance(got, tuple) else ((got,), (before,))
+    for e, g, b in zip(expected, got, before, strict=True):
+        assert g.dtype == torch.float64
+        close(e, g.detach().numpy())
+        apart(e, b.detach().numpy())  # the torch module's own initial weights give other outputs
+    # the whole module loads as its weights do, and a registered network evaluates at the param store's values
+    pyro.clear_param_store()
+    reloaded = pyro_nn.load_numpyro_weights(build_pyro(*args, seed=3), fitted)
+    registered = pyro_nn.module("net", reloaded)(torch.as_tensor(x))
+    for e, g in zip(expected, registered if isinstance(registered, tuple) else (registered,), strict=True):
+        close(e, g.detach().numpy())
+    assert set(pyro.get_param_store()) == set(pyro_nn.param_values("net", reloaded))
+
+
+def test_loading_another_architecture_raises():
+    net = np_nn.encoder_network(5, 2, (7, 4), "relu", jax.random.PRNGKey(0), jnp.float64)
+    with pytest.raises(ValueError, match="do not match the torch module"):
+        pyro_nn.load_numpyro_weights(pyro_nn.encoder_network(5, 2, (7,), "relu"), net)
+
+
+def test_inducing_outputs_have_a_positive_diagonal_on_both_backends():
+    out = 40.0 * np.random.default_rng(0).standard_normal((4, pyro_nn.inducing_output_size(3, 2)))
+    Z, m, L = pyro_nn.split_inducing_outputs(torch.as_tensor(out), 3, 2)
+    expected = np_nn.split_inducing_outputs(jnp.asarray(out), 3, 2)
+    for e, g in zip(expected, (Z, m, L), strict=True):
+        close(e, g.numpy())
+    assert (torch.diagonal(L, dim1=-2, dim2=-1) > 0).all() and (torch.triu(L, 1) == 0).all()
+
+
+# --- IDSGP ----------------------------------------------------------------------------------------------------
+
+IDSGP_M = 3
+
+
+def idsgp_pair(likelihood: str, **settings):
+    """The NumPyro and Pyro IDSGP on the shared problem; the params (hyperparameters away from their initial values
+    and the network's perturbed weights under Pyro's names, which NumPyro ignores); those weights as NumPyro's
+    pytree (also loaded into the Pyro network); a draw of every input's u."""
+    p = problem(likelihood)
+    config = dict(input_dim=2, num_inducing=IDSGP_M, hidden=(8,), **settings)
+    npm = np_idsgp.IDSGP(p["kernel"], p["likelihood"], **config)
+    pym = pyro_idsgp.IDSGP(p["kernel"], p["likelihood"], **config)
+    hyper = {k: v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}
+    weights = perturbed_weights(npm.network, p["rng"])
+    pyro_nn.load_numpyro_weights(pym.network, weights)
+    network = {k: v.numpy() for k, v in pyro_nn.param_values(pyro_idsgp.NETWORK, pym.network).items()}
+    u = {"u": p["rng"].standard_normal((p["X"].shape[0], IDSGP_M))}
+    return p, npm, pym, {**hyper, **network}, weights, u
+
+
+@pytest.mark.parametrize(
+    "likelihood, settings", [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 100})], ids=str
+)
+def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
+    p, npm, pym, params, weights, u = idsgp_pair(likelihood, **settings)
+    args = (p["X"], p["y"])
+    np_model, np_guide = (with_weights(f, np_idsgp.NETWORK_PARAMS, weights) for f in (npm.model, npm.guide))
+    assert set(assert_same_terms(np_model, pym.model, params, u, *args)) == {"u", "y"}
+    assert set(assert_same_terms(np_guide, pym.guide, params, u, *args)) == {"u"}
+    assert_perturbation_moves(pym.model, params, u, *args)
+    assert_perturbation_moves(pym.guide, params, u, *args, site="network.0.weight")
+
+    np_params = {**params, np_idsgp.NETWORK_PARAMS: weights}
+    np_model, np_guide = (handlers.substitute(f, data=np_params) for f in (npm.model, npm.guide))
+    np_loss = numpyro.infer.TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), {}, np_model, np_guide, *args)
+    tensors = {k: torch.as_tensor(v) for k, v in params.items()}
+    pyro_loss = pyro.infer.TraceMeanField_ELBO().loss(
+        poutine.substitute(pym.model, data=tensors), poutine.substitute(pym.guide, data=tensors), *args
+    )
+    close(np_loss, pyro_loss)
+    if "num_data" not in settings:
+        close(-np_loss, pym.elbo(params, *args).detach())
+    view = NumPyroView(npm, {np_idsgp.NETWORK_PARAMS: weights}, set(pyro_nn.param_values("network", pym.network)))
+    close(view.elbo(params, *args), pym.elbo(params, *args).detach())
+    close(view.pointwise_log_likelihood(params, *args), pym.pointwise_log_likelihood(params, *args).detach())
+    for e, g in zip(view.inducing_sets(params, p["X_new"]), pym.inducing_sets(params, p["X_new"]), strict=True):
+        close(e, g)
+    assert_same_predictions(view, pym, params, p["X_new"])
+    draw = {"u": p["rng"].standard_normal((p["X_new"].shape[0], IDSGP_M))}
+    assert_same_predictions(view, pym, {**params, **draw}, p["X_new"])  # at a draw of every input's u
