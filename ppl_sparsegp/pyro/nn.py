@@ -10,8 +10,9 @@
   (:func:`ppl_sparsegp.core.network_outputs.positive_variance`).
 
 The modules take batches (rows [..., D]) where the equinox ones take one row and are ``vmap``-ed; the outputs agree.
-Weights start as equinox's do, uniform in ±1/sqrt(fan-in), drawn from a ``torch.Generator`` seeded by ``seed``
-(the draws differ from JAX's: :func:`load_numpyro_weights` copies a NumPyro network's weights for parity).
+Weights start as equinox's do, uniform in ±1/sqrt(fan-in), drawn from a ``torch.Generator`` seeded by ``seed`` (or
+from the generator passed as ``seed``); the draws differ from JAX's: :func:`load_numpyro_weights` copies a NumPyro
+network's weights for parity.
 
 Registration (:func:`module`, the twin of ``numpyro.contrib.module.eqx_module``): every parameter of the module is a
 ``pyro.param`` named as a ``PyroModule`` of that name names it, ``"<name>.<parameter>"`` (e.g.
@@ -83,11 +84,17 @@ def _linear(fan_in: int, fan_out: int, generator: torch.Generator, dtype: Any) -
     return layer
 
 
-def _stack(widths: Sequence[int], activation: str, seed: int, dtype: Any) -> torch.nn.Sequential:
+def _generator(seed: int | torch.Generator) -> torch.Generator:
+    """``seed`` itself when it is a generator (networks built one after another draw from it in turn), else a new
+    generator seeded with it."""
+    return seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
+
+
+def _stack(widths: Sequence[int], activation: str, seed: int | torch.Generator, dtype: Any) -> torch.nn.Sequential:
     """Linear layers through ``widths`` (input, hidden..., output) with ``activation`` after every hidden one."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation: expected one of {sorted(ACTIVATIONS)}, got {activation!r}")
-    generator = torch.Generator().manual_seed(int(seed))
+    generator = _generator(seed)
     dtype = dtype or torch.get_default_dtype()
     layers: list[torch.nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
@@ -98,7 +105,12 @@ def _stack(widths: Sequence[int], activation: str, seed: int, dtype: Any) -> tor
 
 
 def inducing_network(
-    input_dim: int, num_inducing: int, hidden: Sequence[int], activation: str, seed: int = 0, dtype: Any = None
+    input_dim: int,
+    num_inducing: int,
+    hidden: Sequence[int],
+    activation: str,
+    seed: int | torch.Generator = 0,
+    dtype: Any = None,
 ) -> torch.nn.Sequential:
     """The IDSGP network x [..., D] -> [..., O] (:func:`inducing_output_size`): hidden layers of the widths
     ``hidden`` (all equal, as equinox's MLP on the NumPyro side; empty: one linear layer), ``activation`` (a name in
@@ -114,7 +126,12 @@ def inducing_network(
 
 
 def encoder_network(
-    input_dim: int, output_dim: int, hidden: Sequence[int], activation: str, seed: int = 0, dtype: Any = None
+    input_dim: int,
+    output_dim: int,
+    hidden: Sequence[int],
+    activation: str,
+    seed: int | torch.Generator = 0,
+    dtype: Any = None,
 ) -> torch.nn.Sequential:
     """A network y [..., input_dim] -> [..., output_dim]: linear layers of the widths ``hidden`` (each its own;
     empty: one linear layer) with ``activation`` (a name in :data:`ACTIVATIONS`) after every hidden layer."""
@@ -135,14 +152,20 @@ class GaussianEncoder(torch.nn.Module):
 
 
 def gaussian_encoder(
-    input_dim: int, latent_dim: int, hidden: Sequence[int], activation: str, seed: int = 0, dtype: Any = None
+    input_dim: int,
+    latent_dim: int,
+    hidden: Sequence[int],
+    activation: str,
+    seed: int | torch.Generator = 0,
+    dtype: Any = None,
 ) -> GaussianEncoder:
     """A :class:`GaussianEncoder` y [..., input_dim] -> (μ, σ²) [..., latent_dim] whose two networks have the widths
-    ``hidden`` and ``activation`` of :func:`encoder_network` (their weights drawn with seeds ``2·seed`` and
-    ``2·seed + 1``)."""
+    ``hidden`` and ``activation`` of :func:`encoder_network` (their weights drawn in turn from ``seed``'s
+    generator)."""
+    generator = _generator(seed)
     return GaussianEncoder(
-        encoder_network(input_dim, latent_dim, hidden, activation, 2 * int(seed), dtype),
-        encoder_network(input_dim, latent_dim, hidden, activation, 2 * int(seed) + 1, dtype),
+        encoder_network(input_dim, latent_dim, hidden, activation, generator, dtype),
+        encoder_network(input_dim, latent_dim, hidden, activation, generator, dtype),
     )
 
 

@@ -15,6 +15,7 @@ import pyro.infer
 import pytest
 import torch
 from numpyro import handlers
+from numpyro.distributions.kl import kl_divergence as numpyro_kl
 from parity_checks import (
     apart,
     assert_perturbation_moves,
@@ -22,12 +23,17 @@ from parity_checks import (
     assert_same_terms,
     close,
     fixed_params,
+    numpyro_terms,
     problem,
+    pyro_terms,
 )
 from pyro import poutine
+from torch.distributions.kl import kl_divergence as torch_kl
 
 from ppl_sparsegp.models.numpyro import idsgp as np_idsgp
+from ppl_sparsegp.models.numpyro import vae as np_vae
 from ppl_sparsegp.models.pyro import idsgp as pyro_idsgp
+from ppl_sparsegp.models.pyro import vae as pyro_vae
 from ppl_sparsegp.numpyro import nn as np_nn
 from ppl_sparsegp.pyro import nn as pyro_nn
 
@@ -167,3 +173,47 @@ def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
     assert_same_predictions(view, pym, params, p["X_new"])
     draw = {"u": p["rng"].standard_normal((p["X_new"].shape[0], IDSGP_M))}
     assert_same_predictions(view, pym, {**params, **draw}, p["X_new"])  # at a draw of every input's u
+
+
+def latent_kls(np_pair, pyro_pair, params: dict, latents: dict, *args, site: str = "X") -> tuple[float, float]:
+    """KL[q ‖ p] of the latent ``site`` in closed form, from the distributions of the NumPyro (model, guide) and the
+    Pyro (model, guide) traced at ``params`` and ``latents``."""
+    np_fns = [numpyro_terms(f, params, latents, *args)[1][site]["fn"] for f in np_pair]
+    pyro_fns = [pyro_terms(f, params, latents, *args)[1].nodes[site]["fn"] for f in pyro_pair]
+    return float(jnp.sum(numpyro_kl(np_fns[1], np_fns[0]))), float(torch.sum(torch_kl(pyro_fns[1], pyro_fns[0])))
+
+
+# --- VAE --------------------------------------------------------------------------------------------------------
+
+
+def test_vae_log_densities_loss_and_reconstructions_agree():
+    rng = np.random.default_rng(2)
+    N, D, Q = 12, 5, 2
+    Y = rng.standard_normal((N, D))
+    config = dict(data_dim=D, latent_dim=Q, hidden=(6, 4), activation="tanh", batch_size=None)
+    npm, pym = np_vae.VAE(**config), pyro_vae.VAE(**config)
+    weights = {
+        f"{np_vae.ENCODER}$params": perturbed_weights(npm.encoder, rng),
+        f"{np_vae.DECODER}$params": perturbed_weights(npm.decoder, rng),
+    }
+    pyro_nn.load_numpyro_weights(pym.encoder, weights["encoder$params"])
+    pyro_nn.load_numpyro_weights(pym.decoder, weights["decoder$params"])
+    networks = {**pyro_nn.param_values("encoder", pym.encoder), **pyro_nn.param_values("decoder", pym.decoder)}
+    params = {np_vae.NOISE: np.array(0.3), **{k: v.numpy() for k, v in networks.items()}}
+    latents = {"X": rng.standard_normal((N, Q))}
+
+    np_model, np_guide = (handlers.substitute(f, data=weights) for f in (npm.model, npm.guide))
+    assert set(assert_same_terms(np_model, pym.model, params, latents, Y)) == {"X", "y"}
+    assert set(assert_same_terms(np_guide, pym.guide, params, latents, Y)) == {"X"}
+    assert_perturbation_moves(pym.model, params, latents, Y, site=np_vae.NOISE)
+    assert_perturbation_moves(pym.model, params, latents, Y, site="decoder.2.weight")
+    assert_perturbation_moves(pym.guide, params, latents, Y, site="encoder.variance.0.bias")
+    close(*latent_kls((np_model, np_guide), (pym.model, pym.guide), params, latents, Y))
+
+    view = NumPyroView(npm, weights, set(networks))
+    Y_new = rng.standard_normal((4, D))
+    close(view.encode(params, Y_new), pym.encode(params, Y_new))
+    for e, g in zip(view.reconstruct(params, Y_new), pym.reconstruct(params, Y_new), strict=True):
+        close(e, g)
+    moved = {**params, "decoder.0.bias": params["decoder.0.bias"] + 0.01}
+    apart(view.reconstruct(params, Y_new)[0], pym.reconstruct(moved, Y_new)[0].numpy())
