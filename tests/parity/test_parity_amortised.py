@@ -31,8 +31,10 @@ from pyro import poutine
 from torch.distributions.kl import kl_divergence as torch_kl
 
 from ppl_sparsegp.models.numpyro import idsgp as np_idsgp
+from ppl_sparsegp.models.numpyro import sas_gplvm as np_sas
 from ppl_sparsegp.models.numpyro import vae as np_vae
 from ppl_sparsegp.models.pyro import idsgp as pyro_idsgp
+from ppl_sparsegp.models.pyro import sas_gplvm as pyro_sas
 from ppl_sparsegp.models.pyro import vae as pyro_vae
 from ppl_sparsegp.numpyro import nn as np_nn
 from ppl_sparsegp.pyro import nn as pyro_nn
@@ -217,3 +219,69 @@ def test_vae_log_densities_loss_and_reconstructions_agree():
         close(e, g)
     moved = {**params, "decoder.0.bias": params["decoder.0.bias"] + 0.01}
     apart(view.reconstruct(params, Y_new)[0], pym.reconstruct(moved, Y_new)[0].numpy())
+
+
+# --- SAS-GP -----------------------------------------------------------------------------------------------------
+
+SAS_N, SAS_D, SAS_Q, SAS_A = 14, 3, 2, 4
+
+
+def fix_active_split(monkeypatch, active, held) -> None:
+    """Both twins split their batches at the positions ``active`` and ``held`` instead of at random."""
+    monkeypatch.setattr(np_sas, "split_active", lambda key, B, A: (jnp.asarray(active), jnp.asarray(held)))
+    monkeypatch.setattr(pyro_sas, "split_active", lambda B, A: (torch.as_tensor(active), torch.as_tensor(held)))
+
+
+@pytest.mark.parametrize("bayesian", [False, True], ids=["deterministic", "bayesian"])
+@pytest.mark.parametrize("batch_size", [None, 10], ids=["all-rows", "batch"])
+def test_sas_gplvm_log_densities_estimates_and_reconstructions_agree(monkeypatch, bayesian, batch_size):
+    p = problem("gaussian")
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((SAS_N, SAS_D))
+    config = dict(
+        data_dim=SAS_D, latent_dim=SAS_Q, num_active=SAS_A, batch_size=batch_size, bayesian=bayesian, hidden=(6,),
+        activation="tanh",
+    )  # fmt: skip
+    npm = np_sas.SASGPLVM(p["kernel"], p["likelihood"], **config)
+    pym = pyro_sas.SASGPLVM(p["kernel"], p["likelihood"], **config)
+    weights = {np_sas.ENCODER_PARAMS: perturbed_weights(npm.encoder, rng)}
+    pyro_nn.load_numpyro_weights(pym.encoder, weights[np_sas.ENCODER_PARAMS])
+    networks = pyro_nn.param_values(pyro_sas.ENCODER, pym.encoder)
+    params = {k: v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}
+    params.update({k: v.numpy() for k, v in networks.items()})
+
+    B = batch_size or SAS_N
+    latents = {} if batch_size is None else {"data": rng.permutation(SAS_N)[:B]}
+    if bayesian:
+        latents["X"] = rng.standard_normal((B, SAS_Q))
+    order = rng.permutation(B)
+    fix_active_split(monkeypatch, order[:SAS_A], order[SAS_A:])
+    np_model, np_guide = (handlers.substitute(f, data=weights) for f in (npm.model, npm.guide))
+    terms = assert_same_terms(np_model, pym.model, params, latents, Y)
+    assert set(terms) == ({"sas", "X"} if bayesian else {"sas"})
+    assert_perturbation_moves(pym.model, params, latents, Y)
+    if bayesian:
+        assert set(assert_same_terms(np_guide, pym.guide, params, latents, Y)) == {"X"}
+        assert_perturbation_moves(pym.guide, params, latents, Y, site="encoder.variance.0.weight")
+        close(*latent_kls((np_model, np_guide), (pym.model, pym.guide), params, latents, Y))
+    else:
+        assert_perturbation_moves(pym.model, params, latents, Y, site="encoder.0.weight")
+    if batch_size is not None:  # another batch moves the estimate
+        moved = {**latents, "data": np.roll(latents["data"], 1) if bayesian else rng.permutation(SAS_N)[:B]}
+        apart(sum(pyro_terms(pym.model, params, latents, Y)[0].values()),
+              sum(pyro_terms(pym.model, params, moved, Y)[0].values()))  # fmt: skip
+
+    view = NumPyroView(npm, weights, set(networks))
+    close(view.encode(params, Y), pym.encode(params, Y))
+    close(view.exact_log_marginal(params, Y), pym.exact_log_marginal(params, Y))
+    order = rng.permutation(SAS_N)
+    fix_active_split(monkeypatch, order[:SAS_A], order[SAS_A:])
+    estimate = pym.sas_estimate(params, Y)
+    close(view.sas_estimate(params, Y, jax.random.PRNGKey(0)), estimate)
+    fix_active_split(monkeypatch, order[1 : SAS_A + 1], np.concatenate([order[:1], order[SAS_A + 1 :]]))
+    apart(estimate, pym.sas_estimate(params, Y))  # another active set moves it
+
+    Y_new = rng.standard_normal((5, SAS_D))
+    for e, g in zip(view.reconstruct(params, Y_new, Y), pym.reconstruct(params, Y_new, Y), strict=True):
+        close(e, g)
+    assert_same_predictions(view, pym, params, rng.standard_normal((5, SAS_Q)), X=pym.encode(params, Y).numpy(), y=Y)
