@@ -124,6 +124,14 @@ def test_inducing_outputs_have_a_positive_diagonal_on_both_backends():
     assert (torch.diagonal(L, dim1=-2, dim2=-1) > 0).all() and (torch.triu(L, 1) == 0).all()
 
 
+def latent_kls(np_pair, pyro_pair, params: dict, latents: dict, *args, site: str = "X") -> tuple[float, float]:
+    """KL[q ‖ p] of the latent ``site`` in closed form, from the distributions of the NumPyro (model, guide) and the
+    Pyro (model, guide) traced at ``params`` and ``latents``."""
+    np_fns = [numpyro_terms(f, params, latents, *args)[1][site]["fn"] for f in np_pair]
+    pyro_fns = [pyro_terms(f, params, latents, *args)[1].nodes[site]["fn"] for f in pyro_pair]
+    return float(jnp.sum(numpyro_kl(np_fns[1], np_fns[0]))), float(torch.sum(torch_kl(pyro_fns[1], pyro_fns[0])))
+
+
 # --- IDSGP ----------------------------------------------------------------------------------------------------
 
 IDSGP_M = 3
@@ -145,28 +153,34 @@ def idsgp_pair(likelihood: str, **settings):
     return p, npm, pym, {**hyper, **network}, weights, u
 
 
-@pytest.mark.parametrize(
-    "likelihood, settings", [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 100})], ids=str
-)
+IDSGP_CASES = [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 100}), ("bernoulli", {"batch_size": 10})]
+
+
+@pytest.mark.parametrize("likelihood, settings", IDSGP_CASES, ids=str)
 def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
     p, npm, pym, params, weights, u = idsgp_pair(likelihood, **settings)
     args = (p["X"], p["y"])
+    if "batch_size" in settings:  # the same minibatch on both sides: the "data" plate's indices, and its u
+        idx = p["rng"].integers(0, p["X"].shape[0], settings["batch_size"])
+        u = {"data": idx, "u": u["u"][: settings["batch_size"]]}
     np_model, np_guide = (with_weights(f, np_idsgp.NETWORK_PARAMS, weights) for f in (npm.model, npm.guide))
     assert set(assert_same_terms(np_model, pym.model, params, u, *args)) == {"u", "y"}
     assert set(assert_same_terms(np_guide, pym.guide, params, u, *args)) == {"u"}
     assert_perturbation_moves(pym.model, params, u, *args)
     assert_perturbation_moves(pym.guide, params, u, *args, site="network.0.weight")
+    close(*latent_kls((np_model, np_guide), (pym.model, pym.guide), params, u, *args, site="u"))
 
-    np_params = {**params, np_idsgp.NETWORK_PARAMS: weights}
-    np_model, np_guide = (handlers.substitute(f, data=np_params) for f in (npm.model, npm.guide))
-    np_loss = numpyro.infer.TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), {}, np_model, np_guide, *args)
-    tensors = {k: torch.as_tensor(v) for k, v in params.items()}
-    pyro_loss = pyro.infer.TraceMeanField_ELBO().loss(
-        poutine.substitute(pym.model, data=tensors), poutine.substitute(pym.guide, data=tensors), *args
-    )
-    close(np_loss, pyro_loss)
-    if "num_data" not in settings:
-        close(-np_loss, pym.elbo(params, *args).detach())
+    if "batch_size" not in settings:  # the loss is exact (analytic data term, closed-form KL) at the full batch
+        np_params = {**params, np_idsgp.NETWORK_PARAMS: weights}
+        np_model, np_guide = (handlers.substitute(f, data=np_params) for f in (npm.model, npm.guide))
+        np_loss = numpyro.infer.TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), {}, np_model, np_guide, *args)
+        tensors = {k: torch.as_tensor(v) for k, v in params.items()}
+        pyro_loss = pyro.infer.TraceMeanField_ELBO().loss(
+            poutine.substitute(pym.model, data=tensors), poutine.substitute(pym.guide, data=tensors), *args
+        )
+        close(np_loss, pyro_loss)
+        if "num_data" not in settings:
+            close(-np_loss, pym.elbo(params, *args).detach())
     view = NumPyroView(npm, {np_idsgp.NETWORK_PARAMS: weights}, set(pyro_nn.param_values("network", pym.network)))
     close(view.elbo(params, *args), pym.elbo(params, *args).detach())
     close(view.pointwise_log_likelihood(params, *args), pym.pointwise_log_likelihood(params, *args).detach())
@@ -175,14 +189,6 @@ def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
     assert_same_predictions(view, pym, params, p["X_new"])
     draw = {"u": p["rng"].standard_normal((p["X_new"].shape[0], IDSGP_M))}
     assert_same_predictions(view, pym, {**params, **draw}, p["X_new"])  # at a draw of every input's u
-
-
-def latent_kls(np_pair, pyro_pair, params: dict, latents: dict, *args, site: str = "X") -> tuple[float, float]:
-    """KL[q ‖ p] of the latent ``site`` in closed form, from the distributions of the NumPyro (model, guide) and the
-    Pyro (model, guide) traced at ``params`` and ``latents``."""
-    np_fns = [numpyro_terms(f, params, latents, *args)[1][site]["fn"] for f in np_pair]
-    pyro_fns = [pyro_terms(f, params, latents, *args)[1].nodes[site]["fn"] for f in pyro_pair]
-    return float(jnp.sum(numpyro_kl(np_fns[1], np_fns[0]))), float(torch.sum(torch_kl(pyro_fns[1], pyro_fns[0])))
 
 
 # --- VAE --------------------------------------------------------------------------------------------------------
@@ -285,3 +291,31 @@ def test_sas_gplvm_log_densities_estimates_and_reconstructions_agree(monkeypatch
     for e, g in zip(view.reconstruct(params, Y_new, Y), pym.reconstruct(params, Y_new, Y), strict=True):
         close(e, g)
     assert_same_predictions(view, pym, params, rng.standard_normal((5, SAS_Q)), X=pym.encode(params, Y).numpy(), y=Y)
+
+
+def test_prior_and_predictive_branches_agree():
+    """model(X) / model(Y=None), the branches that ``Predictive`` runs, at the same draws of every sample site."""
+    p, npm, pym, params, weights, u = idsgp_pair("gaussian")
+    N = p["X"].shape[0]
+    draws = {**u, "f": p["rng"].standard_normal(N), "y": p["rng"].standard_normal(N)}
+    np_model = with_weights(npm.model, np_idsgp.NETWORK_PARAMS, weights)
+    assert set(assert_same_terms(np_model, pym.model, params, draws, p["X"])) == {"u", "f", "y"}
+    assert_perturbation_moves(pym.model, params, draws, p["X"], site="f")
+
+    rng = np.random.default_rng(4)
+    vae = {"data_dim": 3, "latent_dim": 2, "hidden": (4,), "num_data": 6}
+    npv, pyv = np_vae.VAE(**vae), pyro_vae.VAE(**vae)
+    weights = {f"{np_vae.DECODER}$params": perturbed_weights(npv.decoder, rng)}
+    pyro_nn.load_numpyro_weights(pyv.decoder, weights["decoder$params"])
+    vae_params = {k: v.numpy() for k, v in pyro_nn.param_values("decoder", pyv.decoder).items()}
+    draws = {"X": rng.standard_normal((6, 2)), "y": rng.standard_normal((6, 3))}
+    np_model = handlers.substitute(npv.model, data=weights)
+    assert set(assert_same_terms(np_model, pyv.model, vae_params, draws, None)) == {"X", "y"}
+    assert_perturbation_moves(pyv.model, vae_params, draws, None, site="decoder.0.weight")
+
+    sas = {"data_dim": 3, "latent_dim": 2, "num_active": 2, "num_data": 6, "hidden": (4,)}
+    nps, pys = (m.SASGPLVM(p["kernel"], p["likelihood"], **sas) for m in (np_sas, pyro_sas))
+    hyper = {k: v for k, v in params.items() if k.startswith(("kernel", "likelihood"))}
+    draws = {"X": rng.standard_normal((6, 2)), "f": rng.standard_normal((3, 6)), "y": rng.standard_normal((6, 3))}
+    assert set(assert_same_terms(nps.model, pys.model, hyper, draws, None)) == {"X", "f", "y"}
+    assert_perturbation_moves(pys.model, hyper, draws, None)

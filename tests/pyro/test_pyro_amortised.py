@@ -1,6 +1,7 @@
 """Pyro's SVI (``Trace_ELBO``, sampled KL, a subsampled data plate) on the Pyro twins of the amortised models: the
 loss falls and the networks' params are trained through the param store (IDSGP: the full-batch objective rises; the
-VAE: σ² falls and the reconstructions beat the column means)."""
+VAE: σ² falls and the reconstructions beat the column means; Bayesian SAS-GP: log p(Y | encoded X) rises, and the
+guide's batch of distinct rows is the model's)."""
 
 import numpy as np
 import pyro
@@ -10,6 +11,7 @@ import torch
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.models.pyro import idsgp as pyro_idsgp
+from ppl_sparsegp.models.pyro import sas_gplvm as pyro_sas
 from ppl_sparsegp.models.pyro import vae as pyro_vae
 from ppl_sparsegp.pyro import nn, sites
 
@@ -59,3 +61,29 @@ def test_pyro_svi_trains_the_vae():
     assert params[pyro_vae.NOISE] < vae.noise_variance  # σ² learned down from its initial 0.5
     mean, _ = vae.reconstruct(params, Y)
     assert np.mean((mean.numpy() - Y) ** 2) < np.mean((Y - Y.mean(0)) ** 2)  # better than the column means
+
+
+def test_pyro_svi_trains_bayesian_sas_on_batches_of_distinct_rows():
+    rng = np.random.default_rng(2)
+    latent = rng.uniform(-2, 2, (50, 1))
+    Y = np.hstack([np.sin(2 * latent), np.cos(2 * latent), latent]) + 0.05 * rng.standard_normal((50, 3))
+    Yt = torch.as_tensor(Y)
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    gp = pyro_sas.SASGPLVM(
+        kernels.RBF(lengthscale=1.0), likelihoods.Gaussian(variance=0.5), data_dim=3, latent_dim=1, num_active=10,
+        batch_size=25, bayesian=True, hidden=(8,), activation="tanh",
+    )  # fmt: skip
+    before = gp.exact_log_marginal({}, Y).item()
+    svi = pyro.infer.SVI(gp.model, gp.guide, pyro.optim.Adam({"lr": 0.02}), pyro.infer.TraceMeanField_ELBO())
+    losses = [svi.step(Yt) for _ in range(200)]
+
+    assert np.isfinite(losses).all()
+    assert np.mean(losses[-20:]) < np.mean(losses[:20]) - 20.0, (np.mean(losses[:20]), np.mean(losses[-20:]))
+    params = sites.param_store_values()
+    assert gp.exact_log_marginal(params, Y).item() > before + 20.0  # log p(Y | encoded X) rose
+    guide = pyro.poutine.trace(gp.guide).get_trace(Yt)
+    batch = guide.nodes["data"]["value"]
+    assert batch.shape == (25,) and torch.unique(batch).numel() == 25  # distinct rows
+    model = pyro.poutine.trace(pyro.poutine.replay(gp.model, trace=guide)).get_trace(Yt)
+    assert torch.equal(model.nodes["data"]["value"], batch)  # the guide's batch is the model's
