@@ -185,7 +185,8 @@ def module(name: str, network: torch.nn.Module) -> Callable[..., Any]:
     """Register every parameter of ``network`` as the ``pyro.param`` ``"<name>.<parameter>"`` (initialised at a
     copy of the module's value) and return the network evaluated at those params' values (module docstring)."""
     weights = {
-        key: pyro.param(param_name(name, key), value.detach().clone()) for key, value in network.named_parameters()
+        key: pyro.param(param_name(name, key), lambda value=value: value.detach().clone())
+        for key, value in network.named_parameters()
     }
     return _call(network, weights)
 
@@ -198,9 +199,9 @@ def param_values(name: str, network: torch.nn.Module) -> dict[str, Array]:
 
 def fitted(network: torch.nn.Module, params: Mapping[str, Array], name: str) -> Callable[..., Any]:
     """``network`` evaluated with the weights ``params["<name>.<parameter>"]`` (each its initial value where
-    ``params`` has none), without gradients flowing into the module."""
+    ``params`` has none), as tensors of the module's dtype, without gradients flowing into the module."""
     weights = {
-        key: torch.as_tensor(params.get(param_name(name, key), value.detach()))
+        key: torch.as_tensor(params.get(param_name(name, key), value.detach()), dtype=value.dtype)
         for key, value in network.named_parameters()
     }
     return _call(network, weights)

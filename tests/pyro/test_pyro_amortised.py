@@ -87,3 +87,18 @@ def test_pyro_svi_trains_bayesian_sas_on_batches_of_distinct_rows():
     assert batch.shape == (25,) and torch.unique(batch).numel() == 25  # distinct rows
     model = pyro.poutine.trace(pyro.poutine.replay(gp.model, trace=guide)).get_trace(Yt)
     assert torch.equal(model.nodes["data"]["value"], batch)  # the guide's batch is the model's
+
+
+def test_the_amortised_twins_compute_in_float32():
+    torch.set_default_dtype(torch.float32)  # the fixture restores float64 afterwards
+    rng = np.random.default_rng(3)
+    X, y = rng.uniform(-2, 2, (12, 2)), rng.standard_normal(12)
+    gp = pyro_idsgp.IDSGP(kernels.RBF(), likelihoods.Gaussian(), input_dim=2, num_inducing=3, hidden=(5,))
+    pyro.clear_param_store()
+    trace = pyro.poutine.trace(gp.model).get_trace(X, y)
+    assert trace.nodes["network.0.weight"]["value"].dtype == torch.float32
+    assert trace.nodes["u"]["value"].dtype == torch.float32 and torch.isfinite(trace.log_prob_sum())
+    mean, var = gp.predict_f({"network.0.bias": np.zeros(5)}, X)  # a float64 array read as the module's dtype
+    assert mean.dtype == var.dtype == torch.float32 and (var > 0).all()
+    vae = pyro_vae.VAE(data_dim=2, latent_dim=1, hidden=(4,), batch_size=None)
+    assert vae.reconstruct({}, X)[0].dtype == torch.float32
