@@ -48,7 +48,8 @@ class IDSGP(GPModel):
         hidden: widths of the network's hidden layers (all equal); activation: a name in
             :data:`ppl_sparsegp.pyro.nn.ACTIVATIONS`; seed: the seed of the network's initial weights.
         network: a ``torch.nn`` module x [B, D] -> [B, O] (:func:`ppl_sparsegp.pyro.nn.inducing_output_size`) to use
-            instead of the network built from ``hidden``, ``activation`` and ``seed``.
+            instead of the network built from ``hidden``, ``activation`` and ``seed``; or the NumPyro twin's equinox
+            network (or its weights), whose weights that built network takes (so ``twin_of`` carries them over).
         batch_size: subsample B data points per step through the ``"data"`` plate (None: all N).
         num_data: the full N when the caller passes minibatches itself.
     """
@@ -74,10 +75,13 @@ class IDSGP(GPModel):
             raise ValueError(f"activation: expected one of {sorted(nn.ACTIVATIONS)}, got {self.activation!r}")
         for width in self.hidden:
             validation.check_count("hidden", width, 1)
-        if self.network is None:
+        if not isinstance(self.network, torch.nn.Module):
+            weights = self.network
             self.network = nn.inducing_network(
                 self.input_dim, self.num_inducing, self.hidden, self.activation, self.seed
             )
+            if weights is not None:
+                nn.load_numpyro_weights(self.network, weights)
         super().__post_init__()
 
     def parameter_names(self) -> set[str]:

@@ -50,7 +50,8 @@ def split_active(batch_size: int, num_active: int) -> tuple[Array, Array]:
 class SASGPLVM(GPModel):
     """A GP-LVM decoder over Y [N, D] with an amortised encoder, trained with stochastic active sets; the fields of
     :class:`models.numpyro.sas_gplvm.SASGPLVM` (``encoder``: a ``torch.nn`` module y [B, D] -> x [B, Q], or a
-    :class:`~ppl_sparsegp.pyro.nn.GaussianEncoder` for Bayesian SAS).
+    :class:`~ppl_sparsegp.pyro.nn.GaussianEncoder` for Bayesian SAS; or the NumPyro twin's equinox encoder (or its
+    weights), whose weights the encoder built from ``hidden``, ``activation`` and ``seed`` takes).
     """
 
     data_dim: int = 1
@@ -76,9 +77,12 @@ class SASGPLVM(GPModel):
         validation.check_choice("weight", self.weight, active_sets.WEIGHTS)
         validation.check_choice("activation", self.activation, sorted(nn.ACTIVATIONS))
         self.hidden = tuple(validation.check_count("hidden", width, 1) for width in self.hidden)
-        if self.encoder is None:
+        if not isinstance(self.encoder, torch.nn.Module):
+            weights = self.encoder
             build = nn.gaussian_encoder if self.bayesian else nn.encoder_network
             self.encoder = build(self.data_dim, self.latent_dim, self.hidden, self.activation, self.seed)
+            if weights is not None:
+                nn.load_numpyro_weights(self.encoder, weights)
         elif self.bayesian != isinstance(self.encoder, nn.GaussianEncoder):
             raise ValueError("encoder: Bayesian SAS takes a GaussianEncoder, deterministic SAS a network y -> x")
         super().__post_init__()

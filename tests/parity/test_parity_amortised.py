@@ -140,14 +140,13 @@ IDSGP_M = 3
 def idsgp_pair(likelihood: str, **settings):
     """The NumPyro and Pyro IDSGP on the shared problem; the params (hyperparameters away from their initial values
     and the network's perturbed weights under Pyro's names, which NumPyro ignores); those weights as NumPyro's
-    pytree (also loaded into the Pyro network); a draw of every input's u."""
+    pytree (the Pyro network built with them); a draw of every input's u."""
     p = problem(likelihood)
     config = dict(input_dim=2, num_inducing=IDSGP_M, hidden=(8,), **settings)
     npm = np_idsgp.IDSGP(p["kernel"], p["likelihood"], **config)
-    pym = pyro_idsgp.IDSGP(p["kernel"], p["likelihood"], **config)
     hyper = {k: v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}
     weights = perturbed_weights(npm.network, p["rng"])
-    pyro_nn.load_numpyro_weights(pym.network, weights)
+    pym = pyro_idsgp.IDSGP(p["kernel"], p["likelihood"], network=weights, **config)  # the weights carried over
     network = {k: v.numpy() for k, v in pyro_nn.param_values(pyro_idsgp.NETWORK, pym.network).items()}
     u = {"u": p["rng"].standard_normal((p["X"].shape[0], IDSGP_M))}
     return p, npm, pym, {**hyper, **network}, weights, u
@@ -249,9 +248,9 @@ def test_sas_gplvm_log_densities_estimates_and_reconstructions_agree(monkeypatch
         activation="tanh",
     )  # fmt: skip
     npm = np_sas.SASGPLVM(p["kernel"], p["likelihood"], **config)
-    pym = pyro_sas.SASGPLVM(p["kernel"], p["likelihood"], **config)
     weights = {np_sas.ENCODER_PARAMS: perturbed_weights(npm.encoder, rng)}
-    pyro_nn.load_numpyro_weights(pym.encoder, weights[np_sas.ENCODER_PARAMS])
+    encoder = eqx.combine(weights[np_sas.ENCODER_PARAMS], eqx.partition(npm.encoder, eqx.is_inexact_array)[1])
+    pym = pyro_sas.SASGPLVM(p["kernel"], p["likelihood"], encoder=encoder, **config)  # the whole module carried over
     networks = pyro_nn.param_values(pyro_sas.ENCODER, pym.encoder)
     params = {k: v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}
     params.update({k: v.numpy() for k, v in networks.items()})
