@@ -7,7 +7,9 @@ tensorstore).
 
 :func:`inducing_network` builds the IDSGP network (Jafrasteh et al. 2022, §3.2 and Fig 1): x [D] -> a vector of
 :func:`inducing_output_size` numbers that :func:`split_inducing_outputs` reads as inducing inputs Z(x) [M, D], the
-mean m(x) [M] and the lower-triangular L(x) [M, M] with a positive (exponentiated) diagonal, S(x) = L Lᵀ.
+mean m(x) [M] and the lower-triangular L(x) [M, M] with a positive (exponentiated) diagonal, S(x) = L Lᵀ. The
+reading of the outputs is :mod:`ppl_sparsegp.core.network_outputs`, shared with the Pyro twin
+:mod:`ppl_sparsegp.pyro.nn` (torch modules of the same architecture).
 
 :func:`encoder_network` builds a GP-LVM encoder y [D] -> x [Q] (SAS-GP's amortisation, Moreno-Muñoz et al. 2022
 §3.2: linear layers of any widths with an activation between them, 784-512-256-2 with ReLU in the paper), and
@@ -25,16 +27,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ppl_sparsegp.core.network_outputs import inducing_output_size, positive_variance, split_inducing_outputs
+
 Array = Any
+
+__all__ = [
+    "ACTIVATIONS",
+    "GaussianEncoder",
+    "encoder_network",
+    "fitted",
+    "gaussian_encoder",
+    "inducing_network",
+    "inducing_network_constants",
+    "inducing_output_size",
+    "split_inducing_outputs",
+]
 
 ACTIVATIONS = {"sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh, "relu": jax.nn.relu, "softplus": jax.nn.softplus}
 """Hidden-layer activations by name (the authors' code uses the sigmoid)."""
-
-
-def inducing_output_size(num_inducing: int, input_dim: int) -> int:
-    """O = M·D + M + M(M+1)/2: Z(x), m(x) and the lower triangle of L(x)."""
-    M = int(num_inducing)
-    return M * int(input_dim) + M + M * (M + 1) // 2
 
 
 def inducing_network(input_dim: int, num_inducing: int, hidden: Sequence[int], activation: str, key: Array,
@@ -51,20 +61,6 @@ def inducing_network(input_dim: int, num_inducing: int, hidden: Sequence[int], a
     )  # fmt: skip
     last = net.layers[-1]
     return eqx.tree_at(lambda n: n.layers[-1].bias, net, jnp.zeros_like(last.bias))
-
-
-def split_inducing_outputs(out: Array, num_inducing: int, input_dim: int) -> tuple[Array, Array, Array]:
-    """The network's outputs [..., O] as Z [..., M, D], m [..., M] and L [..., M, M]: the first M·D numbers are Z
-    row by row, the next M are m, the rest fill L's lower triangle row by row, its diagonal through exp."""
-    M, D = int(num_inducing), int(input_dim)
-    Z = out[..., : M * D].reshape(out.shape[:-1] + (M, D))
-    m = out[..., M * D : M * D + M]
-    rows, cols = np.tril_indices(M)
-    raw = jnp.zeros(out.shape[:-1] + (M, M), out.dtype).at[..., rows, cols].set(out[..., M * D + M :])
-    # The diagonal is replaced, not corrected by adding exp(r) - r: for r far below 0 that sum cancels to rounding
-    # error (or to 0, whose log in the KL is -inf), where exp(r) itself is still a tiny positive number.
-    on_diagonal = jnp.eye(M, dtype=bool)
-    return Z, m, jnp.where(on_diagonal, jnp.exp(raw), raw)
 
 
 def inducing_network_constants(Z: Array, m: Array, L: Array) -> Array:
@@ -108,7 +104,7 @@ class GaussianEncoder(eqx.Module):
 
     def __call__(self, y: Array) -> tuple[Array, Array]:
         """μ [Q] and σ² [Q] at one observation y [D]."""
-        return self.mean(y), jax.nn.softplus(self.variance(y)) + self.min_variance
+        return self.mean(y), positive_variance(self.variance(y), self.min_variance)
 
 
 def gaussian_encoder(input_dim: int, latent_dim: int, hidden: Sequence[int], activation: str, key: Array,

@@ -1,1 +1,2 @@
-"""Pyro glue, the twin of :mod:`ppl_sparsegp.numpyro`: distributions, site helpers and the dtype rule, on torch."""
+"""Pyro glue, the twin of :mod:`ppl_sparsegp.numpyro`: distributions, site helpers, the dtype rule and the
+amortising networks (:mod:`ppl_sparsegp.pyro.nn`), on torch."""

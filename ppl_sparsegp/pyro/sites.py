@@ -2,8 +2,9 @@
 names and with the same site names, constraints and scaling.
 
 * :func:`data_plate` is THE ``"data"`` plate: with ``batch_size=B < N`` it subsamples B indices i.i.d. (with
-  replacement, as the NumPyro twin) and Pyro scales every site inside it by N/B; with ``num_data`` it scales
-  externally supplied minibatches by ``num_data / N``. Sites outside it (the KL of q(u), priors) count once.
+  replacement, as the NumPyro twin; or B distinct ones) and Pyro scales every site inside it by N/B; with
+  ``num_data`` it scales externally supplied minibatches by ``num_data / N``. Sites outside it (the KL of q(u),
+  priors) count once.
 * :func:`hyperparameters` registers one site per kernel and likelihood hyperparameter, named as
   :mod:`ppl_sparsegp.core.hyperparameters` names them: a positive ``param``, a ``sample`` site under its prior (a
   Pyro distribution), or a constant when fixed; :func:`hyperparameter_guide` gives the guide's point masses at
@@ -41,15 +42,20 @@ Array = Any
 
 
 @contextmanager
-def data_plate(n: int, batch_size: int | None = None, num_data: int | None = None) -> Iterator[Array | None]:
+def data_plate(
+    n: int, batch_size: int | None = None, num_data: int | None = None, *, replace: bool = True
+) -> Iterator[Array | None]:
     """The ``"data"`` plate over n points; yields the subsample indices [B], or None when all n are used.
 
-    ``batch_size=B < n`` draws B indices uniformly with replacement (the data term is scaled by n/B); otherwise the
-    plate covers all n points, scaled by ``num_data / n`` when the caller passes minibatches of a data set of
-    ``num_data`` points.
+    ``batch_size=B < n`` draws B indices (the data term is scaled by n/B): uniformly with replacement, as the NumPyro
+    twin, or with ``replace=False`` B distinct ones (SAS-GP splits a batch of distinct points into an active and a
+    held-out set); otherwise the plate covers all n points, scaled by ``num_data / n`` when the caller passes
+    minibatches of a data set of ``num_data`` points. The indices are the value of the plate's sample site
+    ``"data"``, so ``poutine.condition`` (or the guide's trace, replayed into the model) sets them.
     """
     if batch_size is not None and batch_size < n:
-        with pyro.plate("data", n, subsample=torch.randint(0, n, (batch_size,))) as idx:
+        draw = torch.randint(0, n, (batch_size,)) if replace else torch.randperm(n)[:batch_size]
+        with pyro.plate("data", n, subsample=draw) as idx:
             yield idx
     else:
         scale = 1.0 if num_data is None else num_data / n
