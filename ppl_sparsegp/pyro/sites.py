@@ -12,7 +12,9 @@ names and with the same site names, constraints and scaling.
   :func:`inducing_posterior_parameters` q(u)'s params ``"u_loc"`` and ``"u_scale_tril"`` (or ``"u_scale"``), and
   :func:`inducing_inputs` the param ``"Z"``. :func:`whitened_inducing_data` is the rest of a model sampled by MCMC
   over whitened inducing outputs (SGPMC): v at ``"u"``, then the data given v.
-* :func:`predictive` and :func:`prior_predictive` are the ``y=None`` branches: the sites ``"f"`` and ``"y"``.
+* :func:`guide_hyperparameters` is the kernel and likelihood of a guide that needs them (VGP's q(v) depends on K).
+* :func:`predictive`, :func:`predictive_at_values` and :func:`prior_predictive` are the ``y=None`` branches: the
+  sites ``"f"`` and ``"y"``.
 
 Randomness is Pyro's: torch's generator (``pyro.set_rng_seed``) draws the batch indices and every sample.
 """
@@ -57,10 +59,11 @@ def data_plate(n: int, batch_size: int | None = None, num_data: int | None = Non
             yield None
 
 
-def batch(X: Array, y: Array, idx: Array | None) -> tuple[Array, Array]:
-    """The rows of the current batch: X [N, D] -> [B, D] and y [N] or [N, P] -> Y [P, B] (outputs first, the
-    layout of the conditionals)."""
-    Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+def batch(X: Array | None, y: Array, idx: Array | None) -> tuple[Array | None, Array]:
+    """The rows of the current batch: X [N, D] -> [B, D] (None stays None: latent inputs) and y [N] or [N, P] ->
+    Y [P, B] (outputs first, the layout of the conditionals)."""
+    Xb = X if idx is None or X is None else X[idx]
+    yb = y if idx is None else y[idx]
     return Xb, (yb[None, :] if yb.ndim == 1 else yb.T)
 
 
@@ -69,6 +72,13 @@ def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, 
     the site ``"f"`` and y ~ p(y | f) as ``"y"``, both [S] (one output) or [S, P]; mean, var [P, S]."""
     mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
     f = pyro.sample("f", dist.Normal(mean, torch.sqrt(var)).to_event(mean.ndim))
+    return f, observations(likelihood, f)
+
+
+def predictive_at_values(likelihood: Likelihood, F: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of the models whose latent site fixes f at the training inputs (VGP, GPMC: f = L v):
+    f [P, N] as the deterministic site ``"f"`` and y ~ p(y | f) as ``"y"``, in the layout of :func:`predictive`."""
+    f = pyro.deterministic("f", F[0] if F.shape[0] == 1 else F.T)
     return f, observations(likelihood, f)
 
 
@@ -126,6 +136,25 @@ def hyperparameter_guide(
             values[site] = pyro.param(f"{site}_map", init, constraint=constraints.positive)
             pyro.sample(site, dist.Delta(values[site], event_dim=len(priors[site].event_shape)))
     return values
+
+
+def guide_hyperparameters(
+    kernel: Kernel,
+    likelihood: Likelihood,
+    priors: Mapping[str, dist.TorchDistribution],
+    fixed: Collection[str] = (),
+) -> tuple[Kernel, Likelihood]:
+    """Guide side, for a guide that needs the kernel (VGP's q depends on K): the point masses of
+    :func:`hyperparameter_guide`, and the kernel and likelihood at the values the model sees: the point mass of a
+    site with a prior, the initial value of a fixed one, else the model's own positive ``param`` (the same name, so
+    the same value)."""
+    values = hyperparameter_guide(kernel, likelihood, priors)
+    for site, init in hyperparameter_values(kernel, likelihood).items():
+        if site in fixed:
+            values[site] = init
+        elif site not in priors:
+            values[site] = pyro.param(site, init, constraint=constraints.positive)
+    return rebuild(kernel, likelihood, values)
 
 
 def inducing_outputs(num_latent: int, num_inducing: int, Lmm: Array | None, dtype: Any, name: str = "u") -> Array:
