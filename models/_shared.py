@@ -1,6 +1,7 @@
 """What the NumPyro models (``models/numpyro``) and their Pyro twins (``models/pyro``) share, written once and free of
 jax and torch: the jitter scope and eager argument checks around every public method (:func:`scoped_methods`), and
-the checks and layout helpers the models call before and after any computation.
+the checks and layout helpers the models call before and after any computation, and the numpy-only helpers of both
+(:func:`base_fields`, :func:`pca_latents`).
 
 :func:`scoped_methods` wraps each public method a model class defines (every function not starting with ``_``) so
 that it runs inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter`` field, with pandas
@@ -11,10 +12,13 @@ keys of a ``params`` dict among the model's ``parameter_names()`` (see ``models/
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import ops
@@ -174,3 +178,33 @@ def leading_output_axis(site: str, value_shape: tuple[int, ...], shape: tuple[in
         layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
         raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value_shape)}")
     return False
+
+
+def base_fields(obj: Any, cls: type) -> dict[str, Any]:
+    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build a ``cls`` that
+    ``obj`` is made of, e.g. the SVGP at given inputs inside a Bayesian GP-LVM, or SGPMC's variational twin)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}
+
+
+def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
+    """PCA initialisation of the latent means: the top ``latent_dim`` principal scores of Y, unit variance each.
+
+    Args:
+        Y: observations [N, D]; latent_dim: Q with 1 <= Q <= min(N, D).
+
+    Returns:
+        [N, Q]: (Y − mean) V_Q / std, V_Q the leading right singular vectors, each column scaled to unit variance
+        (the scale of the prior N(0, I)).
+    """
+    Y = np.asarray(Y)
+    validation.check_inputs(Y, x_name="Y")
+    if (
+        isinstance(latent_dim, bool)
+        or not isinstance(latent_dim, int | np.integer)
+        or not (1 <= latent_dim <= min(Y.shape))
+    ):
+        raise ValueError(f"latent_dim: expected an integer in [1, min(N, D) = {min(Y.shape)}], got {latent_dim!r}")
+    centred = Y - Y.mean(axis=0)
+    _, _, Vt = np.linalg.svd(centred, full_matrices=False)
+    scores = centred @ Vt[:latent_dim].T
+    return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)

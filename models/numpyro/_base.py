@@ -27,7 +27,6 @@ defines (every function not starting with ``_``: model, guide, elbo, predict_f, 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
+from .._shared import base_fields as base_fields
 from .._shared import check_latent_functions, checked_jitter, leading_output_axis, scoped_methods
 
 Array = Any
@@ -262,9 +262,3 @@ def part_fingerprint(part: Kernel | Likelihood) -> str:
     its parameter values (dtypes, shapes and bytes; first 16 hex digits), e.g. ``"Sum/RBF/Linear 85d75e4bd1e0cf87"``."""
     names = re.findall(r"\b([A-Z]\w*)\(", repr(part)) or [type(part).__name__]
     return f"{'/'.join(names)} {tree_sha256(dict(part.parameters()))[:16]}"
-
-
-def base_fields(obj: Any, cls: type) -> dict[str, Any]:
-    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build a ``cls`` that
-    ``obj`` is made of, e.g. the SVGP at given inputs inside a Bayesian GP-LVM, or SGPMC's variational twin)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}

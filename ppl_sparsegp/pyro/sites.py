@@ -12,6 +12,9 @@ names and with the same site names, constraints and scaling.
   :func:`inducing_posterior_parameters` q(u)'s params ``"u_loc"`` and ``"u_scale_tril"`` (or ``"u_scale"``), and
   :func:`inducing_inputs` the param ``"Z"``. :func:`whitened_inducing_data` is the rest of a model sampled by MCMC
   over whitened inducing outputs (SGPMC): v at ``"u"``, then the data given v.
+* :func:`latent_inputs` and :func:`latent_posterior` are the ``"X"`` site of a GP-LVM inside the data plate:
+  x_n ~ N(0, I_Q) in the model, x_n ~ N(μ_n, diag s_n²) in the guide, with μ, s the params ``"X_loc"``,
+  ``"X_scale"`` [N, Q] (:func:`latent_posterior_parameters`), of which the guide takes the plate's rows.
 * :func:`guide_hyperparameters` is the kernel and likelihood of a guide that needs them (VGP's q(v) depends on K).
 * :func:`predictive`, :func:`predictive_at_values` and :func:`prior_predictive` are the ``y=None`` branches: the
   sites ``"f"`` and ``"y"``.
@@ -208,6 +211,28 @@ def inducing_posterior(loc: Array, scale: Array, name: str = "u") -> Array:
 def inducing_inputs(Z: Array, learn: bool = True, name: str = "Z") -> Array:
     """The inducing inputs Z [M, D]: the param ``name`` started at ``Z``, or the constant ``Z`` when not learned."""
     return pyro.param(name, as_tensor(Z)) if learn else as_tensor(Z)
+
+
+def latent_inputs(num_rows: int, latent_dim: int, dtype: Any, name: str = "X") -> Array:
+    """Model side, inside the data plate: the GP-LVM's latent inputs x_n ~ N(0, I_Q) of the plate's rows -> [B, Q]."""
+    zeros = torch.zeros((num_rows, latent_dim), dtype=dtype)
+    return pyro.sample(name, dist.Normal(zeros, torch.ones_like(zeros)).to_event(1))
+
+
+def latent_posterior_parameters(X_init: Array, scale_init: float) -> tuple[Array, Array]:
+    """Guide side: q(X)'s params ``"X_loc"`` [N, Q] (started at ``X_init``) and ``"X_scale"`` [N, Q] (positive,
+    started at ``scale_init``). Register them outside the data plate and pass them to :func:`latent_posterior`."""
+    init = as_tensor(X_init)
+    loc = pyro.param("X_loc", init.clone())
+    scale = pyro.param("X_scale", torch.full(init.shape, scale_init, dtype=init.dtype), constraint=constraints.positive)
+    return loc, scale
+
+
+def latent_posterior(loc: Array, scale: Array, idx: Array | None, name: str = "X") -> Array:
+    """Guide side, inside the data plate: x_n ~ N(μ_n, diag s_n²) for the plate's rows ``idx`` [B] (None: all N)
+    of loc, scale [N, Q] -> [B, Q]."""
+    rows = (loc, scale) if idx is None else (loc[idx], scale[idx])
+    return pyro.sample(name, dist.Normal(*rows).to_event(1))
 
 
 def param_store_values() -> dict[str, Array]:
