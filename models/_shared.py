@@ -2,7 +2,7 @@
 jax and torch: the jitter scope and eager argument checks around every public method (:func:`scoped_methods`), and
 the checks and layout helpers the models call before and after any computation, and the numpy-only helpers of both
 (:func:`base_fields`, :func:`pca_latents`, the deep GPs' :func:`checked_layers`, :func:`layer_parameter_names`,
-:func:`linear_mean_weights`, :func:`deep_svgp_layers`).
+:func:`linear_mean_weights`, :func:`deep_svgp_layers`, :func:`rbf_ard`, :func:`check_deep_settings`).
 
 :func:`scoped_methods` wraps each public method a model class defines (every function not starting with ``_``) so
 that it runs inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter`` field, with pandas
@@ -16,6 +16,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -327,3 +328,32 @@ def deep_svgp_layers(
     widths = [D] * (num_layers - 1) + [num_outputs]
     return {"Z": mapped, "widths": widths, "kernels": kernels, "mean_weights": [W] * (num_layers - 1),
             "add_input": add_input}  # fmt: skip
+
+
+def rbf_ard(input_dim: int) -> RBF:
+    """The default kernel of a deep GP layer with ``input_dim`` inputs: RBF-ARD, variance 1, lengthscales 1."""
+    return RBF(variance=1.0, lengthscale=np.ones(input_dim))
+
+
+def check_deep_settings(model: Any) -> None:
+    """The eager checks of a DeepSVGP's settings (NumPyro's and Pyro's), after :func:`checked_layers`:
+    ``add_input`` only with inner widths equal to D, ``add_input`` and ``whiten`` booleans, ``num_samples`` a
+    positive integer, ``batch_size`` and ``num_data`` None or positive integers and not both, ``inner_scale`` a
+    positive number.
+
+    Raises:
+        ValueError: naming the setting and what was expected.
+    """
+    if model.add_input and any(w != model.input_dims[0] for w in model.widths[:-1]):
+        raise ValueError(f"add_input: needs every inner width equal to D = {model.input_dims[0]}")
+    for name in ("add_input", "whiten"):
+        if not isinstance(getattr(model, name), bool):
+            raise ValueError(f"{name}: expected True or False, got {getattr(model, name)!r}")
+    validation.check_count("num_samples", model.num_samples, minimum=1)
+    validation.check_count("batch_size", model.batch_size, minimum=1, optional=True)
+    validation.check_count("num_data", model.num_data, minimum=1, optional=True)
+    if model.batch_size is not None and model.num_data is not None:
+        raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
+    s = model.inner_scale
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
+        raise ValueError(f"inner_scale: expected a positive number, got {s!r}")

@@ -15,12 +15,10 @@ every layer's inducing inputs) go to :meth:`DeepSVGP.layers` and :meth:`DeepSVGP
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import pyro
 import torch
 from torch.distributions import constraints
@@ -28,20 +26,23 @@ from torch.distributions import constraints
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import deep, kl, ops
 from ppl_sparsegp.core.deep import Layer
-from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.dtype import as_tensor
 
-from .._shared import checked_jitter, checked_layers, deep_svgp_layers, layer_parameter_names, scoped_methods
+from .._shared import (
+    check_deep_settings,
+    checked_jitter,
+    checked_layers,
+    deep_svgp_layers,
+    layer_parameter_names,
+    rbf_ard,
+    scoped_methods,
+)
 from ._base import q_parameter
 
 Array = Any
-
-
-def _rbf_ard(input_dim: int) -> RBF:
-    """The default kernel of a layer with ``input_dim`` inputs: RBF-ARD, variance 1, lengthscales 1."""
-    return RBF(variance=1.0, lengthscale=np.ones(input_dim))
 
 
 @scoped_methods
@@ -66,21 +67,9 @@ class DeepSVGP:
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
         self.Z, self.widths, self.mean_weights, self.kernels = checked_layers(
-            self.Z, self.widths, self.mean_weights, self.kernels, _rbf_ard, zero_mean_allowed=True, as_float=as_tensor
+            self.Z, self.widths, self.mean_weights, self.kernels, rbf_ard, zero_mean_allowed=True, as_float=as_tensor
         )
-        if self.add_input and any(w != self.input_dims[0] for w in self.widths[:-1]):
-            raise ValueError(f"add_input: needs every inner width equal to D = {self.input_dims[0]}")
-        for name in ("add_input", "whiten"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        validation.check_count("num_samples", self.num_samples, minimum=1)
-        validation.check_count("batch_size", self.batch_size, minimum=1, optional=True)
-        validation.check_count("num_data", self.num_data, minimum=1, optional=True)
-        if self.batch_size is not None and self.num_data is not None:
-            raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
-        s = self.inner_scale
-        if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
-            raise ValueError(f"inner_scale: expected a positive number, got {s!r}")
+        check_deep_settings(self)
 
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: per layer ℓ ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"``,
