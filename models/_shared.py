@@ -1,6 +1,8 @@
 """What the NumPyro models (``models/numpyro``) and their Pyro twins (``models/pyro``) share, written once and free of
 jax and torch: the jitter scope and eager argument checks around every public method (:func:`scoped_methods`), and
-the checks and layout helpers the models call before and after any computation.
+the checks and layout helpers the models call before and after any computation, and the numpy-only helpers of both
+(:func:`base_fields`, :func:`pca_latents`, the deep GPs' :func:`checked_layers`, :func:`layer_parameter_names`,
+:func:`linear_mean_weights`, :func:`deep_svgp_layers`, :func:`rbf_ard`, :func:`check_deep_settings`).
 
 :func:`scoped_methods` wraps each public method a model class defines (every function not starting with ``_``) so
 that it runs inside :func:`ppl_sparsegp.core.ops.model_jitter` of the model's ``jitter`` field, with pandas
@@ -11,13 +13,18 @@ keys of a ``params`` dict among the model's ``parameter_names()`` (see ``models/
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import ops
+from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 
 Array = Any
@@ -174,3 +181,179 @@ def leading_output_axis(site: str, value_shape: tuple[int, ...], shape: tuple[in
         layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
         raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value_shape)}")
     return False
+
+
+def base_fields(obj: Any, cls: type) -> dict[str, Any]:
+    """The values of ``obj``'s fields that the dataclass ``cls`` takes in ``__init__`` (to build a ``cls`` that
+    ``obj`` is made of, e.g. the SVGP at given inputs inside a Bayesian GP-LVM, or SGPMC's variational twin)."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls) if f.init}
+
+
+def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
+    """PCA initialisation of the latent means: the top ``latent_dim`` principal scores of Y, unit variance each.
+
+    Args:
+        Y: observations [N, D]; latent_dim: Q with 1 <= Q <= min(N, D).
+
+    Returns:
+        [N, Q]: (Y − mean) V_Q / std, V_Q the leading right singular vectors, each column scaled to unit variance
+        (the scale of the prior N(0, I)).
+    """
+    Y = np.asarray(Y)
+    validation.check_inputs(Y, x_name="Y")
+    if (
+        isinstance(latent_dim, bool)
+        or not isinstance(latent_dim, int | np.integer)
+        or not (1 <= latent_dim <= min(Y.shape))
+    ):
+        raise ValueError(f"latent_dim: expected an integer in [1, min(N, D) = {min(Y.shape)}], got {latent_dim!r}")
+    centred = Y - Y.mean(axis=0)
+    _, _, Vt = np.linalg.svd(centred, full_matrices=False)
+    scores = centred @ Vt[:latent_dim].T
+    return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
+
+
+def checked_layers(
+    Z: Sequence[Array],
+    widths: Sequence[int],
+    mean_weights: Sequence[Array | None],
+    kernels: Sequence[Kernel] | None,
+    default_kernel: Callable[[int], Kernel],
+    *,
+    zero_mean_allowed: bool,
+    as_float: Callable[[Array], Array],
+) -> tuple[list[Array], list[int], list[Array | None], list[Kernel]]:
+    """The layers of a deep GP (DeepSVGP, DeepBSGP and their twins), checked before anything compiles.
+
+    ``Z``: a list of L arrays [M_ℓ, D_ℓ], finite, cast by ``as_float`` (to JAX's or torch's default float dtype),
+    with D_{ℓ+1} = ``widths[ℓ]``;
+    ``widths``: L positive integers D_1..D_L; ``mean_weights``: L − 1 matrices W^ℓ [D_ℓ, D_{ℓ+1}] for the inner
+    layers (None, a zero mean, where ``zero_mean_allowed``); ``kernels``: L kernels, ``default_kernel(D_ℓ)`` for
+    every layer when None. Returns the four as lists.
+
+    Raises:
+        ValueError: naming the argument (and the layer) and what was expected.
+    """
+    if getattr(Z, "ndim", None) is not None or not Z:
+        raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
+    Z = [as_float(np.asarray(validation.as_array(z))) for z in Z]
+    for i, z in enumerate(Z):
+        validation.check_inputs(z, x_name=f"Z[{i}]")
+    L, dims = len(Z), [int(z.shape[1]) for z in Z]
+    if len(widths) != L or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+        raise ValueError(f"widths: expected {L} positive integers (one per layer), got {widths!r}")
+    widths = [int(w) for w in widths]
+    for i in range(1, L):
+        if dims[i] != widths[i - 1]:
+            raise ValueError(f"Z[{i}]: expected {widths[i - 1]} columns (the width of layer {i - 1})")
+    mean_weights = list(mean_weights)
+    if len(mean_weights) != L - 1:
+        raise ValueError(f"mean_weights: expected {L - 1} entries (inner layers), got {len(mean_weights)}")
+    for i, W in enumerate(mean_weights):
+        if not (W is None and zero_mean_allowed) and np.shape(W) != (dims[i], widths[i]):
+            expected = "None or shape" if zero_mean_allowed else "shape"
+            raise ValueError(f"mean_weights[{i}]: expected {expected} {(dims[i], widths[i])}")
+    kernels = [default_kernel(d) for d in dims] if kernels is None else list(kernels)
+    if len(kernels) != L:
+        raise ValueError(f"kernels: expected {L} kernels (one per layer), got {len(kernels)}")
+    return Z, widths, mean_weights, kernels
+
+
+def layer_parameter_names(likelihood: Likelihood, kernels: Sequence[Kernel], layer_sites: Sequence[str]) -> set[str]:
+    """The sites a deep GP's (DeepSVGP, DeepBSGP) ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
+    ``"layer<ℓ>.kernel.<name>"`` of ``kernels[ℓ]`` and ``"layer<ℓ>.<site>"`` for each of ``layer_sites`` (e.g.
+    ``"Z"``, ``"u"``)."""
+    return {f"likelihood.{n}" for n in likelihood.parameters()} | {
+        f"layer{i}.{name}"
+        for i, kernel in enumerate(kernels)
+        for name in (*(f"kernel.{n}" for n in kernel.parameters()), *layer_sites)
+    }
+
+
+def linear_mean_weights(X: Array, input_dim: int, output_dim: int) -> np.ndarray:
+    """W [D_in, D_out] of an inner layer's fixed mean F W: identity if D_in = D_out, the top D_out right-singular
+    vectors of X [N, D_in] if D_out < D_in, [I, 0] (zero padding) if D_out > D_in."""
+    if input_dim == output_dim:
+        return np.eye(input_dim)
+    if output_dim < input_dim:
+        _, _, Vt = np.linalg.svd(np.asarray(X), full_matrices=False)
+        return Vt[:output_dim].T
+    return np.concatenate([np.eye(input_dim), np.zeros((input_dim, output_dim - input_dim))], axis=1)
+
+
+def deep_svgp_layers(
+    X: Array,
+    num_outputs: int,
+    *,
+    Z: Array | Sequence[Array],
+    num_layers: int = 2,
+    add_input: bool = False,
+    inner_mean: Literal["linear", "zero"] = "linear",
+    inner_kernel_variance: float = 0.1,
+) -> dict[str, Any]:
+    """The layers of the deep GP that ``deep_svgp`` (NumPyro's and Pyro's) builds: width D = X.shape[1] on its inner
+    layers, RBF-ARD kernels (lengthscales 1; variance 1 on the last layer and ``inner_kernel_variance`` on inner
+    ones, as the released code's layer-wise start), as the DeepSVGP fields ``Z``, ``widths``, ``kernels``,
+    ``mean_weights`` and ``add_input``.
+
+    Args:
+        X: training inputs [N, D] (for the linear mean, :func:`linear_mean_weights`).
+        num_outputs: P.
+        Z: inducing inputs in the space of X: one array [M, D] for every layer, or one [M_ℓ, D] per layer. Layer
+            ℓ's are mapped along the initial mean path (inner q(u) ≈ 0): H^{ℓ+1} = H^ℓ W^ℓ (+ Z with ``add_input``).
+        num_layers: L >= 1.
+        add_input: X added to the input of every later layer (the paper's kin8nm set-up).
+        inner_mean: ``"linear"`` (W^ℓ = identity) or ``"zero"`` on inner layers.
+    """
+    validation.check_count("num_layers", num_layers, minimum=1)
+    validation.check_count("num_outputs", num_outputs, minimum=1)
+    if inner_mean not in ("linear", "zero"):
+        raise ValueError(f"inner_mean: expected 'linear' or 'zero', got {inner_mean!r}")
+    D = int(np.shape(X)[1])
+    Zs = [np.asarray(Z)] * num_layers if getattr(Z, "ndim", None) is not None else [np.asarray(z) for z in Z]
+    if len(Zs) != num_layers:
+        raise ValueError(f"Z: expected one array or {num_layers} arrays (one per layer), got {len(Zs)}")
+    W = linear_mean_weights(X, D, D) if inner_mean == "linear" else None
+    mapped = []
+    for i, z in enumerate(Zs):
+        validation.check_same_dim(z, X, z_name=f"Z[{i}]")
+        H = z
+        for _ in range(i if W is not None or add_input else 0):  # zero mean, no input: keep z (not all at 0)
+            H = (0.0 if W is None else H @ W) + (z if add_input else 0.0)
+        mapped.append(H)
+    kernels = [
+        RBF(variance=1.0 if i == num_layers - 1 else inner_kernel_variance, lengthscale=np.ones(D))
+        for i in range(num_layers)
+    ]
+    widths = [D] * (num_layers - 1) + [num_outputs]
+    return {"Z": mapped, "widths": widths, "kernels": kernels, "mean_weights": [W] * (num_layers - 1),
+            "add_input": add_input}  # fmt: skip
+
+
+def rbf_ard(input_dim: int) -> RBF:
+    """The default kernel of a deep GP layer with ``input_dim`` inputs: RBF-ARD, variance 1, lengthscales 1."""
+    return RBF(variance=1.0, lengthscale=np.ones(input_dim))
+
+
+def check_deep_settings(model: Any) -> None:
+    """The eager checks of a DeepSVGP's settings (NumPyro's and Pyro's), after :func:`checked_layers`:
+    ``add_input`` only with inner widths equal to D, ``add_input`` and ``whiten`` booleans, ``num_samples`` a
+    positive integer, ``batch_size`` and ``num_data`` None or positive integers and not both, ``inner_scale`` a
+    positive number.
+
+    Raises:
+        ValueError: naming the setting and what was expected.
+    """
+    if model.add_input and any(w != model.input_dims[0] for w in model.widths[:-1]):
+        raise ValueError(f"add_input: needs every inner width equal to D = {model.input_dims[0]}")
+    for name in ("add_input", "whiten"):
+        if not isinstance(getattr(model, name), bool):
+            raise ValueError(f"{name}: expected True or False, got {getattr(model, name)!r}")
+    validation.check_count("num_samples", model.num_samples, minimum=1)
+    validation.check_count("batch_size", model.batch_size, minimum=1, optional=True)
+    validation.check_count("num_data", model.num_data, minimum=1, optional=True)
+    if model.batch_size is not None and model.num_data is not None:
+        raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
+    s = model.inner_scale
+    if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
+        raise ValueError(f"inner_scale: expected a positive number, got {s!r}")

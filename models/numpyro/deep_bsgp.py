@@ -37,24 +37,14 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
+from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
-from .._shared import as_output_columns, checked_jitter, scoped_methods
-from ._base import checked_layers, layer_parameter_names
+from .._shared import as_output_columns, checked_jitter, checked_layers, layer_parameter_names, scoped_methods
+from .._shared import linear_mean_weights as linear_mean_weights
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
 Array = Any
-
-
-def linear_mean_weights(X: Array, input_dim: int, output_dim: int) -> np.ndarray:
-    """W [D_in, D_out] of an inner layer's fixed mean F W: identity if D_in = D_out, the top D_out right-singular
-    vectors of X [N, D_in] if D_out < D_in, [I, 0] (zero padding) if D_out > D_in."""
-    if input_dim == output_dim:
-        return np.eye(input_dim)
-    if output_dim < input_dim:
-        _, _, Vt = np.linalg.svd(np.asarray(X), full_matrices=False)
-        return Vt[:output_dim].T
-    return np.concatenate([np.eye(input_dim), np.zeros((input_dim, output_dim - input_dim))], axis=1)
 
 
 @scoped_methods
@@ -91,8 +81,9 @@ class DeepBSGP:
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
         self.Z, self.widths, self.mean_weights, self.kernels = checked_layers(
-            self.Z, self.widths, self.mean_weights, self.kernels, bsgp_kernel, zero_mean_allowed=False
-        )
+            self.Z, self.widths, self.mean_weights, self.kernels, bsgp_kernel,
+            zero_mean_allowed=False, as_float=as_float,
+        )  # fmt: skip
         check_likelihood_term(self.likelihood_term)
         for z in self.Z:
             check_z_prior(self.z_prior, z.shape[0], z.shape[1])

@@ -36,55 +36,36 @@ the bound of the deep GP on the selected inducing inputs at fixed shapes (:class
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.core import conditionals, kl, ops
-from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core import deep, kl, ops
+from ppl_sparsegp.core.deep import Layer
+from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
 from ppl_sparsegp.numpyro import sites
+from ppl_sparsegp.numpyro.dtype import as_float
 
-from .._shared import checked_jitter, scoped_methods
-from ._base import _is_concrete, checked_layers, layer_parameter_names, q_parameter
-from .deep_bsgp import linear_mean_weights
+from .._shared import (
+    check_deep_settings,
+    checked_jitter,
+    checked_layers,
+    deep_svgp_layers,
+    layer_parameter_names,
+    rbf_ard,
+    scoped_methods,
+)
+from ._base import _is_concrete, q_parameter
 
 Array = Any
-
-
-class Layer(NamedTuple):
-    """One layer at given values: kernel, Z [M, D_in], Lmm [M, M], q_mu [D_out, M], q_sqrt [D_out, M, M], mask."""
-
-    kernel: Kernel
-    Z: Array
-    Lmm: Array
-    q_mu: Array
-    q_sqrt: Array
-    mask: Array | None
-
-    @classmethod
-    def at(cls, kernel: Kernel, Z: Array, q: tuple[Array, Array], mask: Array | None = None) -> Layer:
-        """The layer with kernel, Z [M, D_in] and q = (q_mu, q_sqrt), restricted to the candidates in ``mask`` [M]
-        (None: all): Lmm and q those of the selected inducing inputs (:mod:`ppl_sparsegp.core.masking`)."""
-        Kmm = kernel(Z)
-        if mask is None:
-            return cls(kernel, Z, ops.cholesky(Kmm), q[0], q[1], None)
-        return cls(kernel, Z, masked_cholesky(Kmm, mask), *masked_q(q[0], q[1], mask), mask)
-
-
-def _rbf_ard(input_dim: int) -> RBF:
-    """The default kernel of a layer with ``input_dim`` inputs: RBF-ARD, variance 1, lengthscales 1."""
-    return RBF(variance=1.0, lengthscale=np.ones(input_dim))
 
 
 @scoped_methods
@@ -124,21 +105,9 @@ class DeepSVGP:
     def __post_init__(self) -> None:
         self.jitter = checked_jitter(self.jitter)
         self.Z, self.widths, self.mean_weights, self.kernels = checked_layers(
-            self.Z, self.widths, self.mean_weights, self.kernels, _rbf_ard, zero_mean_allowed=True
+            self.Z, self.widths, self.mean_weights, self.kernels, rbf_ard, zero_mean_allowed=True, as_float=as_float
         )
-        if self.add_input and any(w != self.input_dims[0] for w in self.widths[:-1]):
-            raise ValueError(f"add_input: needs every inner width equal to D = {self.input_dims[0]}")
-        for name in ("add_input", "whiten"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        validation.check_count("num_samples", self.num_samples, minimum=1)
-        validation.check_count("batch_size", self.batch_size, minimum=1, optional=True)
-        validation.check_count("num_data", self.num_data, minimum=1, optional=True)
-        if self.batch_size is not None and self.num_data is not None:
-            raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
-        s = self.inner_scale
-        if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
-            raise ValueError(f"inner_scale: expected a positive number, got {s!r}")
+        check_deep_settings(self)
 
     def parameter_names(self) -> set[str]:
         """The sites a ``params`` dict may name: per layer ℓ ``"layer<ℓ>.kernel.<name>"``, ``"layer<ℓ>.Z"``,
@@ -248,34 +217,23 @@ class DeepSVGP:
     # ---- the bound --------------------------------------------------------------------------------------------
     def _propagate(self, layers: Sequence[Layer], X: Array, key: Array, num_samples: int) -> tuple[Array, Array]:
         """S doubly-stochastic passes: the last layer's marginal (mean, var) [S, P, N] given one reparameterised
-        draw of every inner layer per pass (Salimbeni & Deisenroth 2017, Eq. 10-11); X [N, D]."""
-        N = X.shape[0]
-        X_rep = jnp.tile(X, (num_samples, 1))  # [S N, D], sample-major
-        H = X_rep
+        draw of every inner layer per pass (:func:`ppl_sparsegp.core.deep.propagate`; Salimbeni & Deisenroth 2017,
+        Eq. 10-11); X [N, D], the noise from ``key``."""
+        return deep.propagate(
+            layers, X, self._noise(key), num_samples,
+            whiten=self.whiten, mean_weights=self.mean_weights, add_input=self.add_input,
+        )  # fmt: skip
+
+    def _noise(self, key: Array) -> deep.Noise:
+        """ε^ℓ of inner layer ℓ: a standard normal draw from the ℓ-th of L − 1 keys split from ``key``."""
         keys = jax.random.split(key, max(self.num_layers - 1, 1))
-        for i, layer in enumerate(layers):
-            Kmn, Knn = layer.kernel(layer.Z, H), layer.kernel.diag(H)
-            if layer.mask is None:
-                mean, var = conditionals.conditional(Kmn, layer.Lmm, Knn, layer.q_mu, layer.q_sqrt, whiten=self.whiten)
-            else:
-                mean, var = masked_conditional(Kmn, layer.Lmm, Knn, layer.mask, layer.q_mu, layer.q_sqrt)
-            if i == self.num_layers - 1:
-                shape = (mean.shape[0], num_samples, N)
-                return jnp.swapaxes(mean.reshape(shape), 0, 1), jnp.swapaxes(var.reshape(shape), 0, 1)
-            eps = jax.random.normal(keys[i], mean.shape, mean.dtype)
-            F = (mean + jnp.sqrt(jnp.maximum(var, 0.0)) * eps).T
-            W = self.mean_weights[i]
-            F = F if W is None else F + H @ jnp.asarray(W, H.dtype)
-            H = F + X_rep if self.add_input else F
-        raise AssertionError("unreachable: a deep GP has at least one layer")
+        return lambda i, shape, dtype: jax.random.normal(keys[i], shape, dtype)
 
     def expected_log_likelihood(
         self, layers: Sequence[Layer], likelihood: Likelihood, X: Array, y: Array, key: Array, num_samples: int
     ) -> Array:
         """(1/S) Σ_s Σ_p E_{q(F^L_{np} | s)}[log p(y_np | F^L_np)] per point: X [B, D], y [B] or [B, P] -> [B]."""
-        mean, var = self._propagate(layers, X, key, num_samples)
-        Y = y[None, :] if y.ndim == 1 else y.T
-        return jnp.mean(jnp.sum(likelihood.variational_expectation(Y, mean, var), axis=1), axis=0)
+        return deep.expected_log_likelihood(likelihood, y, *self._propagate(layers, X, key, num_samples))
 
     def layers(self, params: Mapping[str, Array], masks: Sequence[Array] | None = None) -> list[Layer]:
         """Every layer at fitted ``params``, restricted to ``masks`` (one 0/1 array [M_ℓ] per layer; None: all)."""
@@ -337,8 +295,7 @@ class DeepSVGP:
         """Mean and variance of the predictive mixture of y at X_new [N*, D]: [N*] (or [N*, P]) each."""
         _, likelihood = self.fitted(params)
         mean, var = likelihood.predict_mean_and_var(*self.predict_f(params, X_new, key=key, num_samples=num_samples))
-        mixture_mean = jnp.mean(mean, axis=0)
-        return mixture_mean, jnp.mean(var + mean**2, axis=0) - mixture_mean**2
+        return deep.mixture_moments(mean, var)
 
     def predict_log_density(
         self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array, num_samples: int | None = None
@@ -346,8 +303,7 @@ class DeepSVGP:
         """log (1/S) Σ_s p(y_new | draw s) per test point: X_new [N*, D], y_new [N*] (or [N*, P]) -> same as y."""
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, key=key, num_samples=num_samples)
-        logp = likelihood.log_predictive_density(jnp.asarray(y_new)[None], mean, var)
-        return logsumexp(logp, axis=0) - math.log(mean.shape[0])
+        return deep.mixture_log_density(likelihood.log_predictive_density(jnp.asarray(y_new)[None], mean, var))
 
 
 def deep_svgp(
@@ -363,46 +319,11 @@ def deep_svgp(
     **options: Any,
 ) -> DeepSVGP:
     """A :class:`DeepSVGP` of width D = X.shape[1] on its inner layers, RBF-ARD kernels (lengthscales 1; variance
-    1 on the last layer and ``inner_kernel_variance`` on inner ones, as the released code's layer-wise start).
-
-    Args:
-        X: training inputs [N, D] (for the linear mean, :func:`models.numpyro.deep_bsgp.linear_mean_weights`).
-        num_outputs: P.
-        likelihood: the likelihood of y.
-        Z: inducing inputs in the space of X: one array [M, D] for every layer, or one [M_ℓ, D] per layer. Layer
-            ℓ's are mapped along the initial mean path (inner q(u) ≈ 0): H^{ℓ+1} = H^ℓ W^ℓ (+ Z with ``add_input``).
-        num_layers: L >= 1.
-        add_input: X added to the input of every later layer (the paper's kin8nm set-up).
-        inner_mean: ``"linear"`` (W^ℓ = identity) or ``"zero"`` on inner layers.
-        options: further :class:`DeepSVGP` fields (``num_samples``, ``batch_size``, ``whiten``, ...).
-    """
-    validation.check_count("num_layers", num_layers, minimum=1)
-    validation.check_count("num_outputs", num_outputs, minimum=1)
-    if inner_mean not in ("linear", "zero"):
-        raise ValueError(f"inner_mean: expected 'linear' or 'zero', got {inner_mean!r}")
-    D = int(np.shape(X)[1])
-    Zs = [np.asarray(Z)] * num_layers if isinstance(Z, np.ndarray | jax.Array) else [np.asarray(z) for z in Z]
-    if len(Zs) != num_layers:
-        raise ValueError(f"Z: expected one array or {num_layers} arrays (one per layer), got {len(Zs)}")
-    W = linear_mean_weights(X, D, D) if inner_mean == "linear" else None
-    mapped = []
-    for i, z in enumerate(Zs):
-        validation.check_same_dim(z, X, z_name=f"Z[{i}]")
-        H = z
-        for _ in range(i if W is not None or add_input else 0):  # zero mean, no input: keep z (not all at 0)
-            H = (0.0 if W is None else H @ W) + (z if add_input else 0.0)
-        mapped.append(H)
-    kernels = [
-        RBF(variance=1.0 if i == num_layers - 1 else inner_kernel_variance, lengthscale=np.ones(D))
-        for i in range(num_layers)
-    ]
-    widths = [D] * (num_layers - 1) + [num_outputs]
-    return DeepSVGP(
-        Z=mapped,
-        widths=widths,
-        likelihood=likelihood,
-        kernels=kernels,
-        mean_weights=[W] * (num_layers - 1),
-        add_input=add_input,
-        **options,
-    )
+    1 on the last layer and ``inner_kernel_variance`` on inner ones, as the released code's layer-wise start):
+    the layers of :func:`models._shared.deep_svgp_layers` (its docstring gives the arguments), and ``options``,
+    further :class:`DeepSVGP` fields (``num_samples``, ``batch_size``, ``whiten``, ...)."""
+    layers = deep_svgp_layers(
+        X, num_outputs, Z=Z, num_layers=num_layers, add_input=add_input, inner_mean=inner_mean,
+        inner_kernel_variance=inner_kernel_variance,
+    )  # fmt: skip
+    return DeepSVGP(likelihood=likelihood, **layers, **options)

@@ -65,7 +65,9 @@ from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, ops
 from ppl_sparsegp.numpyro import nn, sites
 
-from ._base import GPModel, _is_concrete, base_fields
+from .._shared import base_fields
+from .._shared import pca_latents as pca_latents
+from ._base import GPModel, _is_concrete
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -75,30 +77,6 @@ LATENT_SITE = "X"
 LATENT_LOC, LATENT_SCALE = "X_loc", "X_scale"
 ENCODER_PARAMS = "encoder$params"
 ENCODER = "encoder"
-
-
-def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
-    """PCA initialisation of the latent means: the top ``latent_dim`` principal scores of Y, unit variance each.
-
-    Args:
-        Y: observations [N, D]; latent_dim: Q with 1 <= Q <= min(N, D).
-
-    Returns:
-        [N, Q]: (Y − mean) V_Q / std, V_Q the leading right singular vectors, each column scaled to unit variance
-        (the scale of the prior N(0, I)).
-    """
-    Y = np.asarray(Y)
-    validation.check_inputs(Y, x_name="Y")
-    if (
-        isinstance(latent_dim, bool)
-        or not isinstance(latent_dim, int | np.integer)
-        or not (1 <= latent_dim <= min(Y.shape))
-    ):
-        raise ValueError(f"latent_dim: expected an integer in [1, min(N, D) = {min(Y.shape)}], got {latent_dim!r}")
-    centred = Y - Y.mean(axis=0)
-    _, _, Vt = np.linalg.svd(centred, full_matrices=False)
-    scores = centred @ Vt[:latent_dim].T
-    return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
 
 
 @dataclass(frozen=True, eq=False)

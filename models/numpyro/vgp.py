@@ -36,7 +36,7 @@ from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, kl, ops
-from ppl_sparsegp.core.opper_archambeau import whitened_q
+from ppl_sparsegp.core.opper_archambeau import marginals, whitened_q
 from ppl_sparsegp.numpyro import sites
 
 from .._shared import as_output_columns, check_output_columns
@@ -79,7 +79,7 @@ class VGP(GPModel):
             return
         q_mu, q_sqrt = whitened_q(L, *self._q_parameters(X.shape[0], X.dtype))
         with sites.data_plate(X.shape[0]):
-            mean, var = self._marginals(L, q_mu, q_sqrt)
+            mean, var = marginals(L, q_mu, q_sqrt)
             numpyro.factor("y", jnp.sum(likelihood.expectation_by_output(sites.batch(None, y, None)[1], mean, var), 0))
 
     def guide(self, X: Array, y: Array | None = None) -> None:
@@ -94,15 +94,6 @@ class VGP(GPModel):
         shape = (self.num_latent, N)
         alpha = numpyro.param("q_alpha", jnp.zeros(shape, dtype))
         return alpha, numpyro.param("q_lambda", jnp.ones(shape, dtype), constraint=constraints.positive)
-
-    @staticmethod
-    def _marginals(L: Array, q_mu: Array, q_sqrt: Array | None) -> tuple[Array, Array]:
-        """q(f_n) at the training inputs, f = L v with v ~ N(m_p, R_p R_pᵀ): mean m_p Lᵀ [P, N] and variance
-        diag(L R_p R_pᵀ Lᵀ) [P, N] (zero for a point mass, ``q_sqrt=None``)."""
-        mean = q_mu @ L.T
-        if q_sqrt is None:
-            return mean, jnp.zeros_like(mean)
-        return mean, jnp.sum(jnp.square(L @ q_sqrt), axis=-1)
 
     def _q(self, params: Mapping[str, Array], L: Array) -> tuple[Array, Array | None]:
         """q(v) from fitted parameters, or a point mass at a draw ``params["v"]`` [P, N]."""
@@ -122,7 +113,7 @@ class VGP(GPModel):
         [N] (or [N, P])."""
         kernel, likelihood = self.fitted(params)
         L = ops.cholesky(kernel(jnp.asarray(X)))
-        mean, var = self._marginals(L, *self._q(params, L))
+        mean, var = marginals(L, *self._q(params, L))
         per_point = likelihood.expectation_by_output(sites.batch(None, jnp.asarray(y), None)[1], mean, var)
         return per_point[0] if per_point.shape[0] == 1 else per_point.T
 

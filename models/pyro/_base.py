@@ -57,8 +57,11 @@ class GPModel:
     priors: Mapping[str, dist.TorchDistribution] = field(default_factory=dict)
     fixed: Collection[str] = ()
     jitter: float | None = field(default=None, kw_only=True)
+    components: ClassVar[tuple[str, ...]] = ()
+    """Fields holding the parts a model is composed of (the SVGP at given inputs and the latent inputs of a
+    GP-LVM), whose parameter names are the model's too."""
     predicts_from_data: ClassVar[bool] = False
-    """Whether :meth:`predict_f` needs the training data ``X``, ``y`` (GPR, SGPR)."""
+    """Whether :meth:`predict_f` needs the training data ``X``, ``y`` (GPR, SGPR, the collapsed GP-LVM)."""
     multiclass: ClassVar[bool] = False
     """Whether the model takes a multi-class likelihood (J latent functions per label: SVGP, SGPMC)."""
 
@@ -77,9 +80,10 @@ class GPModel:
         return sites.hyperparameter_values(self.kernel, self.likelihood)
 
     def parameter_names(self) -> set[str]:
-        """The sites a ``params`` dict may name: the hyperparameter sites and the guide's ``"<site>_map"`` of those
-        with priors (subclasses add their own sites)."""
-        return set(self.hyperparameter_sites()) | {f"{site}_map" for site in self.priors}
+        """The sites a ``params`` dict may name: the hyperparameter sites, the guide's ``"<site>_map"`` of those
+        with priors, and the names of the parts listed in :attr:`components` (subclasses add their own sites)."""
+        names = set(self.hyperparameter_sites()) | {f"{site}_map" for site in self.priors}
+        return names.union(*(getattr(self, part).parameter_names() for part in self.components))
 
     def hyperparameters(self) -> tuple[Kernel, Likelihood]:
         """Model side: register every hyperparameter site (:func:`ppl_sparsegp.pyro.sites.hyperparameters`) and

@@ -10,9 +10,10 @@ which, in the whitened coordinates v = L⁻¹ f of the models (prior N(0, I)), i
     q(v_p) = N(Lᵀ α_p, C_p⁻¹),    C_p = I + Lᵀ diag(λ_p²) L.
 
 That is a Gaussian over v in the form the conditionals and KLs of the sparse models take (mean [P, N], lower
-square root [P, N, N]), so the marginals of q(f), predictions and KL[q(v) || N(0, I)] = ½ Σ_p [tr C_p⁻¹ + α_pᵀ K α_p
-- N + log det C_p] are :func:`ppl_sparsegp.core.conditionals.conditional` and :func:`ppl_sparsegp.core.kl.kl_qu_pu`
-with Z = X. For a Gaussian likelihood of noise σ² the optimum is α = (K + σ² I)⁻¹ y, λ = 1/σ: the exact posterior.
+square root [P, N, N]), so predictions and KL[q(v) || N(0, I)] = ½ Σ_p [tr C_p⁻¹ + α_pᵀ K α_p - N + log det C_p]
+are :func:`ppl_sparsegp.core.conditionals.conditional` and :func:`ppl_sparsegp.core.kl.kl_qu_pu` with Z = X; the
+marginals of q(f) at the training inputs themselves, f = L v, are :func:`marginals`, without a solve. For a
+Gaussian likelihood of noise σ² the optimum is α = (K + σ² I)⁻¹ y, λ = 1/σ: the exact posterior.
 
 Backend-neutral (jax, torch, numpy) through the array API and :mod:`ppl_sparsegp.core.ops`.
 """
@@ -43,3 +44,22 @@ def whitened_q(L: Array, alpha: Array, lam: Array) -> tuple[Array, Array]:
     F = ops.cholesky(xp.flip(C, axis=(-2, -1)), jitter=0.0)
     F_inv_T = ops.solve_triangular(F, xp.broadcast_to(eye, C.shape), lower=True, transpose=True)
     return alpha @ L, xp.flip(F_inv_T, axis=(-2, -1))
+
+
+def marginals(L: Array, q_mu: Array, q_sqrt: Array | None) -> tuple[Array, Array]:
+    """The marginals q(f_pn) at the training inputs of f_p = L v_p with v_p ~ N(m_p, R_p R_pᵀ) (VGP's data term; a
+    draw of v when ``q_sqrt`` is None).
+
+    Args:
+        L: the factor of K(X, X) [N, N].
+        q_mu: m [P, N].
+        q_sqrt: R [P, N, N] lower triangular, or None (a point mass at ``q_mu``).
+
+    Returns:
+        (mean [P, N] with rows (L m_p)ᵀ, variance [P, N] = diag(L R_p R_pᵀ Lᵀ); zeros for a point mass).
+    """
+    xp = ops.namespace(L, q_mu)
+    mean = q_mu @ ops.matrix_transpose(L)
+    if q_sqrt is None:
+        return mean, xp.zeros_like(mean)
+    return mean, xp.sum(xp.square(L @ q_sqrt), axis=-1)

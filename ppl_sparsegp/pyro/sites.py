@@ -13,7 +13,12 @@ names and with the same site names, constraints and scaling.
   :func:`inducing_posterior_parameters` q(u)'s params ``"u_loc"`` and ``"u_scale_tril"`` (or ``"u_scale"``), and
   :func:`inducing_inputs` the param ``"Z"``. :func:`whitened_inducing_data` is the rest of a model sampled by MCMC
   over whitened inducing outputs (SGPMC): v at ``"u"``, then the data given v.
-* :func:`predictive` and :func:`prior_predictive` are the ``y=None`` branches: the sites ``"f"`` and ``"y"``.
+* :func:`latent_inputs` and :func:`latent_posterior` are the ``"X"`` site of a GP-LVM inside the data plate:
+  x_n ~ N(0, I_Q) in the model, x_n ~ N(μ_n, diag s_n²) in the guide, with μ, s the params ``"X_loc"``,
+  ``"X_scale"`` [N, Q] (:func:`latent_posterior_parameters`), of which the guide takes the plate's rows.
+* :func:`guide_hyperparameters` is the kernel and likelihood of a guide that needs them (VGP's q(v) depends on K).
+* :func:`predictive`, :func:`predictive_at_values` and :func:`prior_predictive` are the ``y=None`` branches: the
+  sites ``"f"`` and ``"y"``.
 
 Randomness is Pyro's: torch's generator (``pyro.set_rng_seed``) draws the batch indices and every sample.
 """
@@ -63,10 +68,11 @@ def data_plate(
             yield None
 
 
-def batch(X: Array, y: Array, idx: Array | None) -> tuple[Array, Array]:
-    """The rows of the current batch: X [N, D] -> [B, D] and y [N] or [N, P] -> Y [P, B] (outputs first, the
-    layout of the conditionals)."""
-    Xb, yb = (X, y) if idx is None else (X[idx], y[idx])
+def batch(X: Array | None, y: Array, idx: Array | None) -> tuple[Array | None, Array]:
+    """The rows of the current batch: X [N, D] -> [B, D] (None stays None: latent inputs) and y [N] or [N, P] ->
+    Y [P, B] (outputs first, the layout of the conditionals)."""
+    Xb = X if idx is None or X is None else X[idx]
+    yb = y if idx is None else y[idx]
     return Xb, (yb[None, :] if yb.ndim == 1 else yb.T)
 
 
@@ -75,6 +81,13 @@ def predictive(likelihood: Likelihood, mean: Array, var: Array) -> tuple[Array, 
     the site ``"f"`` and y ~ p(y | f) as ``"y"``, both [S] (one output) or [S, P]; mean, var [P, S]."""
     mean, var = (mean[0], var[0]) if mean.shape[0] == 1 else (mean.T, var.T)
     f = pyro.sample("f", dist.Normal(mean, torch.sqrt(var)).to_event(mean.ndim))
+    return f, observations(likelihood, f)
+
+
+def predictive_at_values(likelihood: Likelihood, F: Array) -> tuple[Array, Array]:
+    """The ``y=None`` branch of the models whose latent site fixes f at the training inputs (VGP, GPMC: f = L v):
+    f [P, N] as the deterministic site ``"f"`` and y ~ p(y | f) as ``"y"``, in the layout of :func:`predictive`."""
+    f = pyro.deterministic("f", F[0] if F.shape[0] == 1 else F.T)
     return f, observations(likelihood, f)
 
 
@@ -134,6 +147,25 @@ def hyperparameter_guide(
     return values
 
 
+def guide_hyperparameters(
+    kernel: Kernel,
+    likelihood: Likelihood,
+    priors: Mapping[str, dist.TorchDistribution],
+    fixed: Collection[str] = (),
+) -> tuple[Kernel, Likelihood]:
+    """Guide side, for a guide that needs the kernel (VGP's q depends on K): the point masses of
+    :func:`hyperparameter_guide`, and the kernel and likelihood at the values the model sees: the point mass of a
+    site with a prior, the initial value of a fixed one, else the model's own positive ``param`` (the same name, so
+    the same value)."""
+    values = hyperparameter_guide(kernel, likelihood, priors)
+    for site, init in hyperparameter_values(kernel, likelihood).items():
+        if site in fixed:
+            values[site] = init
+        elif site not in priors:
+            values[site] = pyro.param(site, init, constraint=constraints.positive)
+    return rebuild(kernel, likelihood, values)
+
+
 def inducing_outputs(num_latent: int, num_inducing: int, Lmm: Array | None, dtype: Any, name: str = "u") -> Array:
     """The model's ``u`` [P, M]: p(u) = N(0, Kmm) given its factor ``Lmm``, or, whitened (``Lmm=None``), v ~ N(0, I)."""
     return pyro.sample(name, InducingPrior(num_latent, num_inducing, Lmm, dtype))
@@ -187,6 +219,28 @@ def inducing_inputs(Z: Array, learn: bool = True, name: str = "Z") -> Array:
     place, and must not move the caller's array, or the training inputs Z was taken from), or the constant ``Z`` when
     not learned."""
     return pyro.param(name, lambda: as_tensor(Z).detach().clone()) if learn else as_tensor(Z)
+
+
+def latent_inputs(num_rows: int, latent_dim: int, dtype: Any, name: str = "X") -> Array:
+    """Model side, inside the data plate: the GP-LVM's latent inputs x_n ~ N(0, I_Q) of the plate's rows -> [B, Q]."""
+    zeros = torch.zeros((num_rows, latent_dim), dtype=dtype)
+    return pyro.sample(name, dist.Normal(zeros, torch.ones_like(zeros)).to_event(1))
+
+
+def latent_posterior_parameters(X_init: Array, scale_init: float) -> tuple[Array, Array]:
+    """Guide side: q(X)'s params ``"X_loc"`` [N, Q] (started at ``X_init``) and ``"X_scale"`` [N, Q] (positive,
+    started at ``scale_init``). Register them outside the data plate and pass them to :func:`latent_posterior`."""
+    init = as_tensor(X_init)
+    loc = pyro.param("X_loc", init.clone())
+    scale = pyro.param("X_scale", torch.full(init.shape, scale_init, dtype=init.dtype), constraint=constraints.positive)
+    return loc, scale
+
+
+def latent_posterior(loc: Array, scale: Array, idx: Array | None, name: str = "X") -> Array:
+    """Guide side, inside the data plate: x_n ~ N(μ_n, diag s_n²) for the plate's rows ``idx`` [B] (None: all N)
+    of loc, scale [N, Q] -> [B, Q]."""
+    rows = (loc, scale) if idx is None else (loc[idx], scale[idx])
+    return pyro.sample(name, dist.Normal(*rows).to_event(1))
 
 
 def param_store_values() -> dict[str, Array]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ppl_sparsegp.core import kernels, kl
-from ppl_sparsegp.core.opper_archambeau import whitened_q
+from ppl_sparsegp.core.opper_archambeau import marginals, whitened_q
 
 
 @pytest.mark.parametrize("backend", [np.asarray, jnp.asarray, torch.as_tensor])
@@ -39,3 +39,18 @@ def test_kl_of_whitened_q_is_the_closed_form_in_alpha_and_lambda(rng):
         C = np.eye(N) + L.T @ np.diag(lam[p] ** 2) @ L
         expected += 0.5 * (np.trace(np.linalg.inv(C)) + alpha[p] @ K @ alpha[p] - N + np.linalg.slogdet(C)[1])
     np.testing.assert_allclose(kl.kl_qu_pu(*whitened_q(L, alpha, lam)), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("backend", [np.asarray, jnp.asarray, torch.as_tensor])
+def test_marginals_are_the_diagonal_of_the_dense_covariance_of_f(rng, backend):
+    N, P = 8, 2
+    X = rng.uniform(-2, 2, (N, 2))
+    L = np.linalg.cholesky(kernels.RBF(variance=1.1, lengthscale=np.array([0.9, 0.6]))(X) + 1e-8 * np.eye(N))
+    q_mu, q_sqrt = rng.standard_normal((P, N)), np.tril(rng.standard_normal((P, N, N)))
+    mean, var = (np.asarray(a) for a in marginals(backend(L), backend(q_mu), backend(q_sqrt)))
+    point_mean, point_var = (np.asarray(a) for a in marginals(backend(L), backend(q_mu), None))
+    for p in range(P):
+        np.testing.assert_allclose(mean[p], L @ q_mu[p], atol=1e-12)
+        np.testing.assert_allclose(var[p], np.diag(L @ q_sqrt[p] @ q_sqrt[p].T @ L.T), atol=1e-12)
+    np.testing.assert_allclose(point_mean, mean, atol=1e-12)
+    np.testing.assert_array_equal(point_var, 0.0)
