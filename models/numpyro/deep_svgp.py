@@ -47,7 +47,7 @@ import numpyro
 from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.core import deep, kl, ops
+from ppl_sparsegp.core import deep, kl, mixtures, ops
 from ppl_sparsegp.core.deep import Layer
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
@@ -295,7 +295,7 @@ class DeepSVGP:
         """Mean and variance of the predictive mixture of y at X_new [N*, D]: [N*] (or [N*, P]) each."""
         _, likelihood = self.fitted(params)
         mean, var = likelihood.predict_mean_and_var(*self.predict_f(params, X_new, key=key, num_samples=num_samples))
-        return deep.mixture_moments(mean, var)
+        return mixtures.mixture_moments(mean, var)
 
     def predict_log_density(
         self, params: Mapping[str, Array], X_new: Array, y_new: Array, *, key: Array, num_samples: int | None = None
@@ -303,7 +303,7 @@ class DeepSVGP:
         """log (1/S) Σ_s p(y_new | draw s) per test point: X_new [N*, D], y_new [N*] (or [N*, P]) -> same as y."""
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, key=key, num_samples=num_samples)
-        return deep.mixture_log_density(likelihood.log_predictive_density(jnp.asarray(y_new)[None], mean, var))
+        return mixtures.mixture_log_density(likelihood.log_predictive_density(jnp.asarray(y_new)[None], mean, var))
 
 
 def deep_svgp(

@@ -24,7 +24,7 @@ import torch
 from torch.distributions import constraints
 
 from ppl_sparsegp import validation
-from ppl_sparsegp.core import deep, kl, ops
+from ppl_sparsegp.core import deep, kl, mixtures, ops
 from ppl_sparsegp.core.deep import Layer
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
@@ -250,7 +250,7 @@ class DeepSVGP:
         """Mean and variance of the predictive mixture of y at X_new [N*, D]: [N*] (or [N*, P]) each."""
         _, likelihood = self.fitted(params)
         with torch.no_grad():
-            return deep.mixture_moments(
+            return mixtures.mixture_moments(
                 *likelihood.predict_mean_and_var(*self.predict_f(params, X_new, num_samples=num_samples))
             )
 
@@ -261,7 +261,7 @@ class DeepSVGP:
         _, likelihood = self.fitted(params)
         mean, var = self.predict_f(params, X_new, num_samples=num_samples)
         with torch.no_grad():
-            return deep.mixture_log_density(likelihood.log_predictive_density(as_tensor(y_new)[None], mean, var))
+            return mixtures.mixture_log_density(likelihood.log_predictive_density(as_tensor(y_new)[None], mean, var))
 
 
 def deep_svgp(

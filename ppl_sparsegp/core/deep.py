@@ -1,6 +1,7 @@
 """The doubly-stochastic deep GP's algebra (Salimbeni & Deisenroth 2017; Uhrenholt et al. 2021 App. A), written
 once for the NumPyro and Pyro DeepSVGP: a layer at given values, the propagation of S samples through the layers
-given standard-normal noise, the data term from the last layer's marginals, and the predictive mixture.
+given standard-normal noise, and the data term from the last layer's marginals (the predictive mixture over
+samples is :mod:`ppl_sparsegp.core.mixtures`).
 
 Layer ℓ = 0..L-1 maps H^ℓ [S N, D_ℓ] (H^0 = X repeated S times, sample-major) to F^{ℓ+1}: per point, q(F^{ℓ+1}_n |
 H^ℓ_n) = N(μ_n, σ²_n) is the sparse conditional of q(u^ℓ) (:func:`ppl_sparsegp.core.conditionals.conditional`, or
@@ -15,7 +16,6 @@ Backend-neutral (jax, torch, numpy) through the array API and :mod:`ppl_sparsegp
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -97,16 +97,3 @@ def expected_log_likelihood(likelihood: Likelihood, y: Array, mean: Array, var: 
     xp = ops.namespace(mean)
     Y = y[None, :] if y.ndim == 1 else ops.matrix_transpose(y)
     return xp.mean(xp.sum(likelihood.variational_expectation(Y, mean, var), axis=1), axis=0)
-
-
-def mixture_moments(mean: Array, var: Array) -> tuple[Array, Array]:
-    """Mean and variance of the equal-weight mixture of S Gaussians (or any S distributions) of means and variances
-    [S, ...] -> ([...], [...]): the mean of the means, and E[var + mean²] − mean² (the law of total variance)."""
-    xp = ops.namespace(mean)
-    mixture_mean = xp.mean(mean, axis=0)
-    return mixture_mean, xp.mean(var + mean**2, axis=0) - mixture_mean**2
-
-
-def mixture_log_density(log_densities: Array) -> Array:
-    """log (1/S) Σ_s p_s of the equal-weight mixture, from log p_s [S, ...] -> [...]."""
-    return ops.logsumexp(log_densities, axis=0) - math.log(log_densities.shape[0])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ppl_sparsegp.core import deep, kernels, likelihoods
+from ppl_sparsegp.core import deep, kernels, likelihoods, mixtures
 
 N, D, M, S = 6, 2, 4, 3
 
@@ -76,9 +76,9 @@ def test_data_term_and_predictive_mixture_are_their_closed_forms(rng):
     terms = -0.5 * np.log(2 * np.pi * noise) - 0.5 * ((y.T[None] - mean) ** 2 + var) / noise  # [S, P, N]
     np.testing.assert_allclose(got, terms.sum(axis=1).mean(axis=0), rtol=1e-12)
 
-    m, v = deep.mixture_moments(mean, var)
+    m, v = mixtures.mixture_moments(mean, var)
     draws = rng.choice(S, 400_000)  # the mixture's moments by sampling it, a loose but independent check
     samples = mean[draws, 0, 0] + np.sqrt(var[draws, 0, 0]) * rng.standard_normal(400_000)
     np.testing.assert_allclose([m[0, 0], v[0, 0]], [samples.mean(), samples.var()], atol=1e-2)
     logp = rng.standard_normal((S, N))
-    np.testing.assert_allclose(deep.mixture_log_density(logp), np.log(np.mean(np.exp(logp), axis=0)), rtol=1e-12)
+    np.testing.assert_allclose(mixtures.mixture_log_density(logp), np.log(np.mean(np.exp(logp), axis=0)), rtol=1e-12)
