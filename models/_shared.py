@@ -13,11 +13,15 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import ops
+from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Likelihood
 
 Array = Any
@@ -174,3 +178,31 @@ def leading_output_axis(site: str, value_shape: tuple[int, ...], shape: tuple[in
         layout = "[P, M]" if len(shape) == 2 else "[P, M, M]"
         raise ValueError(f"params['{site}']: expected shape {layout} = {list(shape)}{one}, got {list(value_shape)}")
     return False
+
+
+# ---- BSGP (shallow and deep), shared by models/numpyro/bsgp.py, deep_bsgp.py and their Pyro twins ----------------
+
+LIKELIHOOD_TERMS = ("log_expected", "expected_log")
+"""BSGP's data terms ℓ_n: log E[p(y|f)] (the released code, Table 6) or E[log p(y|f)] (the paper's Eq. 6)."""
+
+
+def bsgp_kernel(input_dim: int) -> RBF:
+    """The released code's initial kernel: RBF-ARD with λ_d = √D for every dimension and σ_k² = 0.1 (spec §1.5)."""
+    if not isinstance(input_dim, int) or input_dim < 1:
+        raise ValueError(f"input_dim: expected a positive integer, got {input_dim!r}")
+    return RBF(variance=0.1, lengthscale=np.full(input_dim, math.sqrt(input_dim)))
+
+
+def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, mean: Array, var: Array) -> Array:
+    """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
+
+    Shapes: Y, mean, var [P, B] -> [P, B].
+    """
+    if likelihood_term == "log_expected":
+        return likelihood.log_predictive_density(Y, mean, var)
+    return likelihood.variational_expectation(Y, mean, var)
+
+
+def check_likelihood_term(likelihood_term: str) -> None:
+    if likelihood_term not in LIKELIHOOD_TERMS:
+        raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
