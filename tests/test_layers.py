@@ -16,8 +16,19 @@ ALLOWED = {
         "ppl_sparsegp.validation",
         "ppl_sparsegp.infer.score_function",  # the baseline site that ScoreFunctionELBO reads, declared in guides
     ),
-    "infer": ("ppl_sparsegp.core.ops", "ppl_sparsegp.infer", "ppl_sparsegp.results", "ppl_sparsegp.validation"),
-    "pyro": ("ppl_sparsegp.core", "ppl_sparsegp.pyro"),
+    "infer": (
+        "ppl_sparsegp.core.ops",
+        "ppl_sparsegp.core.sgmcmc",  # the SG-MCMC update rules, shared with the Pyro kernels
+        "ppl_sparsegp.infer",
+        "ppl_sparsegp.results",
+        "ppl_sparsegp.validation",
+    ),
+    "pyro": (
+        "ppl_sparsegp.core",
+        "ppl_sparsegp.pyro",
+        "ppl_sparsegp.inducing.samplers",  # as the numpyro layer: DeterminantalZPrior.sample_from_candidates
+        "ppl_sparsegp.validation",
+    ),
 }
 FORBIDDEN = {
     # layer: the ppl_sparsegp modules it must not import (the layers above it)
