@@ -14,14 +14,14 @@ import contextvars
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import ops
-from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 
 Array = Any
@@ -206,3 +206,93 @@ def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, 
 def check_likelihood_term(likelihood_term: str) -> None:
     if likelihood_term not in LIKELIHOOD_TERMS:
         raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
+
+
+# ---- deep GPs (DeepSVGP, DeepBSGP and their Pyro twins) ------------------------------------------------------------
+
+
+def checked_layers(
+    Z: Sequence[Array],
+    widths: Sequence[int],
+    mean_weights: Sequence[Array | None],
+    kernels: Sequence[Kernel] | None,
+    default_kernel: Callable[[int], Kernel],
+    *,
+    zero_mean_allowed: bool,
+    as_float: Callable[[np.ndarray], Array],
+) -> tuple[list[Array], list[int], list[Array | None], list[Kernel]]:
+    """The layers of a deep GP (DeepSVGP, DeepBSGP), checked before anything compiles.
+
+    ``Z``: a list of L arrays [M_ℓ, D_ℓ], finite, cast by ``as_float`` (to the backend's default float dtype),
+    with D_{ℓ+1} = ``widths[ℓ]``; ``widths``: L positive integers D_1..D_L; ``mean_weights``: L − 1 matrices W^ℓ
+    [D_ℓ, D_{ℓ+1}] for the inner layers (None, a zero mean, where ``zero_mean_allowed``); ``kernels``: L kernels,
+    ``default_kernel(D_ℓ)`` for every layer when None. Returns the four as lists.
+
+    Raises:
+        ValueError: naming the argument (and the layer) and what was expected.
+    """
+    if hasattr(Z, "shape") or not Z:  # one array (numpy, jax, torch) rather than a list of them
+        raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
+    Z = [as_float(np.asarray(validation.as_array(z))) for z in Z]
+    for i, z in enumerate(Z):
+        validation.check_inputs(z, x_name=f"Z[{i}]")
+    L, dims = len(Z), [int(z.shape[1]) for z in Z]
+    if len(widths) != L or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+        raise ValueError(f"widths: expected {L} positive integers (one per layer), got {widths!r}")
+    widths = [int(w) for w in widths]
+    for i in range(1, L):
+        if dims[i] != widths[i - 1]:
+            raise ValueError(f"Z[{i}]: expected {widths[i - 1]} columns (the width of layer {i - 1})")
+    mean_weights = list(mean_weights)
+    if len(mean_weights) != L - 1:
+        raise ValueError(f"mean_weights: expected {L - 1} entries (inner layers), got {len(mean_weights)}")
+    for i, W in enumerate(mean_weights):
+        if not (W is None and zero_mean_allowed) and np.shape(W) != (dims[i], widths[i]):
+            expected = "None or shape" if zero_mean_allowed else "shape"
+            raise ValueError(f"mean_weights[{i}]: expected {expected} {(dims[i], widths[i])}")
+    kernels = [default_kernel(d) for d in dims] if kernels is None else list(kernels)
+    if len(kernels) != L:
+        raise ValueError(f"kernels: expected {L} kernels (one per layer), got {len(kernels)}")
+    return Z, widths, mean_weights, kernels
+
+
+def layer_parameter_names(likelihood: Likelihood, kernels: Sequence[Kernel], layer_sites: Sequence[str]) -> set[str]:
+    """The sites a deep GP's (DeepSVGP, DeepBSGP) ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
+    ``"layer<ℓ>.kernel.<name>"`` of ``kernels[ℓ]`` and ``"layer<ℓ>.<site>"`` for each of ``layer_sites`` (e.g.
+    ``"Z"``, ``"u"``)."""
+    return {f"likelihood.{n}" for n in likelihood.parameters()} | {
+        f"layer{i}.{name}"
+        for i, kernel in enumerate(kernels)
+        for name in (*(f"kernel.{n}" for n in kernel.parameters()), *layer_sites)
+    }
+
+
+def linear_mean_weights(X: Array, input_dim: int, output_dim: int) -> np.ndarray:
+    """W [D_in, D_out] of an inner layer's fixed mean F W: identity if D_in = D_out, the top D_out right-singular
+    vectors of X [N, D_in] if D_out < D_in, [I, 0] (zero padding) if D_out > D_in."""
+    if input_dim == output_dim:
+        return np.eye(input_dim)
+    if output_dim < input_dim:
+        _, _, Vt = np.linalg.svd(np.asarray(X), full_matrices=False)
+        return Vt[:output_dim].T
+    return np.concatenate([np.eye(input_dim), np.zeros((input_dim, output_dim - input_dim))], axis=1)
+
+
+def deep_bsgp_layout(
+    X: Array, num_outputs: int, *, num_layers: int, Z: Array, hidden_width: int | None = None
+) -> dict[str, list]:
+    """The deep BSGP paper's architecture for X [N, D] and Z [M, D] (k-means on X): ``num_layers`` layers, inner
+    width ``hidden_width`` (default D), Z for the first layer and Z W for the others, linear means from
+    :func:`linear_mean_weights` on inner layers. Returns the ``Z``, ``widths`` and ``mean_weights`` of a DeepBSGP."""
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
+    X = np.asarray(X)
+    D = int(X.shape[1])
+    width = D if hidden_width is None else hidden_width
+    widths = [width] * (num_layers - 1) + [num_outputs]
+    dims = [D] + widths[:-1]
+    weights = [linear_mean_weights(X, dims[i], dims[i + 1]) for i in range(num_layers - 1)]
+    Zs = [np.asarray(Z)]
+    for W in weights:
+        Zs.append(Zs[-1] @ W)
+    return {"Z": Zs, "widths": widths, "mean_weights": weights}

@@ -47,6 +47,7 @@ from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
 from .._shared import check_latent_functions, checked_jitter, leading_output_axis, scoped_methods
+from .._shared import checked_layers as shared_checked_layers
 
 Array = Any
 
@@ -193,50 +194,10 @@ def checked_layers(
     *,
     zero_mean_allowed: bool,
 ) -> tuple[list[Array], list[int], list[Array | None], list[Kernel]]:
-    """The layers of a deep GP (DeepSVGP, DeepBSGP), checked before anything compiles.
-
-    ``Z``: a list of L arrays [M_ℓ, D_ℓ], finite, cast to JAX's default float dtype, with D_{ℓ+1} = ``widths[ℓ]``;
-    ``widths``: L positive integers D_1..D_L; ``mean_weights``: L − 1 matrices W^ℓ [D_ℓ, D_{ℓ+1}] for the inner
-    layers (None, a zero mean, where ``zero_mean_allowed``); ``kernels``: L kernels, ``default_kernel(D_ℓ)`` for
-    every layer when None. Returns the four as lists.
-
-    Raises:
-        ValueError: naming the argument (and the layer) and what was expected.
-    """
-    if isinstance(Z, np.ndarray | jax.Array) or not Z:
-        raise ValueError("Z: expected a list with one array of inducing inputs [M_ℓ, D_ℓ] per layer")
-    Z = [as_float(np.asarray(validation.as_array(z))) for z in Z]
-    for i, z in enumerate(Z):
-        validation.check_inputs(z, x_name=f"Z[{i}]")
-    L, dims = len(Z), [int(z.shape[1]) for z in Z]
-    if len(widths) != L or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
-        raise ValueError(f"widths: expected {L} positive integers (one per layer), got {widths!r}")
-    widths = [int(w) for w in widths]
-    for i in range(1, L):
-        if dims[i] != widths[i - 1]:
-            raise ValueError(f"Z[{i}]: expected {widths[i - 1]} columns (the width of layer {i - 1})")
-    mean_weights = list(mean_weights)
-    if len(mean_weights) != L - 1:
-        raise ValueError(f"mean_weights: expected {L - 1} entries (inner layers), got {len(mean_weights)}")
-    for i, W in enumerate(mean_weights):
-        if not (W is None and zero_mean_allowed) and np.shape(W) != (dims[i], widths[i]):
-            expected = "None or shape" if zero_mean_allowed else "shape"
-            raise ValueError(f"mean_weights[{i}]: expected {expected} {(dims[i], widths[i])}")
-    kernels = [default_kernel(d) for d in dims] if kernels is None else list(kernels)
-    if len(kernels) != L:
-        raise ValueError(f"kernels: expected {L} kernels (one per layer), got {len(kernels)}")
-    return Z, widths, mean_weights, kernels
-
-
-def layer_parameter_names(likelihood: Likelihood, kernels: Sequence[Kernel], layer_sites: Sequence[str]) -> set[str]:
-    """The sites a deep GP's (DeepSVGP, DeepBSGP) ``params`` dict may name: ``"likelihood.<name>"`` and per layer ℓ
-    ``"layer<ℓ>.kernel.<name>"`` of ``kernels[ℓ]`` and ``"layer<ℓ>.<site>"`` for each of ``layer_sites`` (e.g.
-    ``"Z"``, ``"u"``)."""
-    return {f"likelihood.{n}" for n in likelihood.parameters()} | {
-        f"layer{i}.{name}"
-        for i, kernel in enumerate(kernels)
-        for name in (*(f"kernel.{n}" for n in kernel.parameters()), *layer_sites)
-    }
+    """:func:`models._shared.checked_layers` with each Z cast to JAX's default float dtype."""
+    return shared_checked_layers(
+        Z, widths, mean_weights, kernels, default_kernel, zero_mean_allowed=zero_mean_allowed, as_float=as_float
+    )
 
 
 def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) -> Array:

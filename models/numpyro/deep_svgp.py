@@ -55,8 +55,8 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q
 from ppl_sparsegp.numpyro import sites
 
-from .._shared import checked_jitter, scoped_methods
-from ._base import _is_concrete, checked_layers, layer_parameter_names, q_parameter
+from .._shared import checked_jitter, layer_parameter_names, scoped_methods
+from ._base import _is_concrete, checked_layers, q_parameter
 from .deep_bsgp import linear_mean_weights
 
 Array = Any

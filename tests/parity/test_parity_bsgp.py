@@ -23,7 +23,9 @@ from parity_checks import (
 )
 
 from ppl_sparsegp.models.numpyro import bsgp as np_bsgp
+from ppl_sparsegp.models.numpyro import deep_bsgp as np_deep
 from ppl_sparsegp.models.pyro import bsgp as pyro_bsgp
+from ppl_sparsegp.models.pyro import deep_bsgp as pyro_deep
 from ppl_sparsegp.numpyro import z_priors as np_z
 from ppl_sparsegp.pyro import z_priors as pyro_z
 
@@ -134,3 +136,69 @@ def test_bsgp_minibatch_term_is_scaled_by_n_over_b():
     _, pyro_trace = pyro_terms(pym.model, params, draw, p["X"], p["y"])
     assert np_trace["y"]["scale"] == pytest.approx(25 / 5) and pyro_trace.nodes["y"]["scale"] == pytest.approx(25 / 5)
     assert pyro_trace.nodes["y"]["fn"].batch_shape == (5,)
+
+
+DEEP_CASES = [
+    {},
+    {"z_prior": "dpp"},
+    {"z_prior": "strauss", "z_prior_options": {"gamma": 0.3, "radius": 1.0, "smoothness": 0.2}},
+    {"likelihood_term": "expected_log"},
+    {"hidden_width": 3},
+]
+
+
+def _deep_pair(case: dict, monkeypatch) -> tuple:
+    """The two deep models (3 layers: widths [H, H, 1]) built by each side's ``deep_bsgp`` with the same inner-layer
+    noise patched in, a draw of every layer's θ, Z and v, and the data."""
+    case = dict(case)
+    p = problem("gaussian")
+    layout = {"num_layers": 3, "Z": p["Z"], "hidden_width": case.pop("hidden_width", None), "batch_size": None}
+    npm = np_deep.deep_bsgp(p["X"], 1, p["likelihood"], **layout, **case)
+    pym = pyro_deep.deep_bsgp(p["X"], 1, p["likelihood"], **layout, **case)
+    rng = p["rng"]
+    draw = {}
+    for i, (Z, width) in enumerate(zip(npm.Z, npm.widths, strict=True)):
+        D = Z.shape[1]
+        draw[f"layer{i}.kernel.lengthscale"] = rng.uniform(0.6, 1.5, D)
+        draw[f"layer{i}.kernel.variance"] = np.array(rng.uniform(0.5, 1.5))
+        draw[f"layer{i}.Z"] = np.asarray(Z) + 0.1 * rng.standard_normal(Z.shape)
+        draw[f"layer{i}.u"] = rng.standard_normal((width, M))
+    noise = {n: [rng.standard_normal((w, n)) for w in npm.widths[:-1]] for n in (p["X"].shape[0], 7)}
+    monkeypatch.setattr(npm, "_inner_noise", lambda key, n, dtype: [jnp.asarray(e) for e in noise[n]])
+    monkeypatch.setattr(pym, "_inner_noise", lambda n, dtype: [torch.as_tensor(e) for e in noise[n]])
+    return npm, pym, {"likelihood.variance": np.array(0.25)}, draw, p
+
+
+@pytest.mark.parametrize("case", DEEP_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "default")
+def test_deep_bsgp_log_joint_per_site_and_predictions_agree(case, monkeypatch):
+    npm, pym, params, draw, p = _deep_pair(case, monkeypatch)
+    args = (p["X"], p["y"])
+    terms = assert_same_terms(npm.model, pym.model, params, draw, *args)
+    assert set(terms) == set(draw) | {"y"}
+    assert_perturbation_moves(pym.model, params, draw, *args, site="layer0.Z")
+    assert_perturbation_moves(pym.model, params, draw, *args, site="layer1.kernel.lengthscale")
+    assert npm.point_estimate_sites() == pym.point_estimate_sites() == ("likelihood.variance",)
+    assert {k: np.shape(v) for k, v in npm.initial_values().items()} == {
+        k: tuple(v.shape) for k, v in pym.initial_values().items()
+    }
+    values = {**params, **draw}
+    key = jax.random.PRNGKey(0)
+    for e, g in zip(npm.predict_f(values, p["X_new"], key=key), pym.predict_f(values, p["X_new"]), strict=True):
+        close(e, g.numpy())
+    y_new = np.sin(p["X_new"][:, 0])
+    close(
+        npm.predict_log_density(values, p["X_new"], y_new, key=key, num_samples=2),
+        pym.predict_log_density(values, p["X_new"], y_new, num_samples=2).numpy(),
+    )
+    moved = {**values, "layer0.u": values["layer0.u"] * 1.01}
+    apart(npm.predict_f(values, p["X_new"], key=key)[0], pym.predict_f(moved, p["X_new"])[0].numpy())
+
+
+def test_deep_bsgp_inner_noise_reaches_the_output():
+    """Without the patch, two Pyro passes draw different inner-layer noise, so the last layer's moments differ."""
+    p = problem("gaussian")
+    pym = pyro_deep.deep_bsgp(p["X"], 1, p["likelihood"], num_layers=2, Z=p["Z"])
+    values = {k: v for k, v in pym.initial_values().items()}
+    values["layer0.u"] = torch.as_tensor(p["rng"].standard_normal((2, M)))
+    values["layer1.u"] = torch.as_tensor(p["rng"].standard_normal((1, M)))
+    apart(pym.predict_f(values, p["X_new"])[0].numpy(), pym.predict_f(values, p["X_new"])[0].numpy())

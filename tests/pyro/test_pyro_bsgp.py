@@ -9,6 +9,7 @@ from pyro.infer.autoguide.initialization import init_to_value
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.models.pyro.bsgp import BSGP, bsgp_kernel
+from ppl_sparsegp.models.pyro.deep_bsgp import deep_bsgp
 from ppl_sparsegp.pyro.sgmcmc import AdaptiveSGHMC, PointEstimates
 
 
@@ -42,3 +43,29 @@ def test_adaptive_sghmc_runs_on_bsgp_and_its_draws_move():
     one = {k: v[-1] for k, v in draws.items()}
     mean, var = model.predict_y(one, X[:5])
     assert mean.shape == (5,) and torch.all(torch.isfinite(mean)) and torch.all(var > float(noise[0]) * 0.999)
+
+
+def test_adaptive_sghmc_runs_on_deep_bsgp():
+    """Two layers, a stochastic potential (inner-layer noise and minibatches): draws finite, every layer moves."""
+    pyro.clear_param_store()
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2, 2, (30, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(30)
+    model = deep_bsgp(X, 1, likelihoods.Gaussian(variance=1.0), num_layers=2, Z=X[:5], batch_size=10)
+    kernel = AdaptiveSGHMC(
+        model.model,
+        step_size=0.05,
+        num_data=30,
+        init_strategy=init_to_value(values=model.initial_values()),
+        point_estimates=PointEstimates(model.point_estimate_sites(), every=4, window=4),
+    )
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(kernel, num_samples=16, warmup_steps=16, disable_progbar=True)
+    mcmc.run(torch.as_tensor(X), torch.as_tensor(y))
+    draws = mcmc.get_samples()
+    assert draws["layer0.u"].shape == (16, 2, 5) and draws["layer1.Z"].shape == (16, 5, 2)
+    assert all(torch.all(torch.isfinite(v)) for v in draws.values()) and not kernel.nonfinite
+    for site in ("layer0.Z", "layer0.u", "layer1.Z", "layer1.u"):
+        assert torch.all(draws[site][1:] != draws[site][:-1])
+    mean, var = model.predict_y({k: v[-1] for k, v in draws.items()}, X[:4])
+    assert mean.shape == (4,) and torch.all(torch.isfinite(mean)) and torch.all(var > 0)
