@@ -213,6 +213,37 @@ def pca_latents(Y: Array, latent_dim: int) -> np.ndarray:
     return scores / np.maximum(scores.std(axis=0), np.finfo(Y.dtype).tiny)
 
 
+# ---- BSGP (shallow and deep), shared by models/numpyro/bsgp.py, deep_bsgp.py and their Pyro twins ----------------
+
+LIKELIHOOD_TERMS = ("log_expected", "expected_log")
+"""BSGP's data terms ℓ_n: log E[p(y|f)] (the released code, Table 6) or E[log p(y|f)] (the paper's Eq. 6)."""
+
+
+def bsgp_kernel(input_dim: int) -> RBF:
+    """The released code's initial kernel: RBF-ARD with λ_d = √D for every dimension and σ_k² = 0.1 (spec §1.5)."""
+    if not isinstance(input_dim, int) or input_dim < 1:
+        raise ValueError(f"input_dim: expected a positive integer, got {input_dim!r}")
+    return RBF(variance=0.1, lengthscale=np.full(input_dim, math.sqrt(input_dim)))
+
+
+def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, mean: Array, var: Array) -> Array:
+    """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
+
+    Shapes: Y, mean, var [P, B] -> [P, B].
+    """
+    if likelihood_term == "log_expected":
+        return likelihood.log_predictive_density(Y, mean, var)
+    return likelihood.variational_expectation(Y, mean, var)
+
+
+def check_likelihood_term(likelihood_term: str) -> None:
+    if likelihood_term not in LIKELIHOOD_TERMS:
+        raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
+
+
+# ---- deep GPs (DeepSVGP, DeepBSGP and their Pyro twins) ------------------------------------------------------------
+
+
 def checked_layers(
     Z: Sequence[Array],
     widths: Sequence[int],
@@ -357,3 +388,23 @@ def check_deep_settings(model: Any) -> None:
     s = model.inner_scale
     if isinstance(s, bool) or not isinstance(s, int | float) or not (0 < s < math.inf):
         raise ValueError(f"inner_scale: expected a positive number, got {s!r}")
+
+
+def deep_bsgp_layout(
+    X: Array, num_outputs: int, *, num_layers: int, Z: Array, hidden_width: int | None = None
+) -> dict[str, list]:
+    """The deep BSGP paper's architecture for X [N, D] and Z [M, D] (k-means on X): ``num_layers`` layers, inner
+    width ``hidden_width`` (default D), Z for the first layer and Z W for the others, linear means from
+    :func:`linear_mean_weights` on inner layers. Returns the ``Z``, ``widths`` and ``mean_weights`` of a DeepBSGP."""
+    if not isinstance(num_layers, int) or num_layers < 1:
+        raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
+    X = np.asarray(X)
+    D = int(X.shape[1])
+    width = D if hidden_width is None else hidden_width
+    widths = [width] * (num_layers - 1) + [num_outputs]
+    dims = [D] + widths[:-1]
+    weights = [linear_mean_weights(X, dims[i], dims[i + 1]) for i in range(num_layers - 1)]
+    Zs = [np.asarray(Z)]
+    for W in weights:
+        Zs.append(Zs[-1] @ W)
+    return {"Z": Zs, "widths": widths, "mean_weights": weights}

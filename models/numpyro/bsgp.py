@@ -41,24 +41,23 @@ import numpyro
 import numpyro.distributions as dist
 
 from ppl_sparsegp.core import conditionals
-from ppl_sparsegp.core.kernels import RBF, Kernel
+from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS, z_prior
 
-from .._shared import as_output_columns, check_output_columns, check_sparse_settings
+from .._shared import (  # noqa: F401 (re-exported: the CLI, recipes, runs use them)
+    LIKELIHOOD_TERMS,
+    as_output_columns,
+    bsgp_kernel,
+    check_likelihood_term,
+    check_output_columns,
+    check_sparse_settings,
+    data_log_likelihood,
+)
 from ._base import GPModel
 
 Array = Any
-
-LIKELIHOOD_TERMS = ("log_expected", "expected_log")
-
-
-def bsgp_kernel(input_dim: int) -> RBF:
-    """The released code's initial kernel: RBF-ARD with λ_d = √D for every dimension and σ_k² = 0.1 (spec §1.5)."""
-    if not isinstance(input_dim, int) or input_dim < 1:
-        raise ValueError(f"input_dim: expected a positive integer, got {input_dim!r}")
-    return RBF(variance=0.1, lengthscale=np.full(input_dim, math.sqrt(input_dim)))
 
 
 def bsgp_priors(kernel: Kernel) -> dict[str, dist.Distribution]:
@@ -84,21 +83,6 @@ def noise_prior() -> dist.Distribution:
     next to the likelihood of a few hundred points.
     """
     return dist.LogNormal(0.0, 1.0)
-
-
-def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, mean: Array, var: Array) -> Array:
-    """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
-
-    Shapes: Y, mean, var [P, B] -> [P, B].
-    """
-    if likelihood_term == "log_expected":
-        return likelihood.log_predictive_density(Y, mean, var)
-    return likelihood.variational_expectation(Y, mean, var)
-
-
-def check_likelihood_term(likelihood_term: str) -> None:
-    if likelihood_term not in LIKELIHOOD_TERMS:
-        raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
 
 
 def build_z_prior(

@@ -40,7 +40,14 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro.dtype import as_float
 from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
-from .._shared import as_output_columns, checked_jitter, checked_layers, layer_parameter_names, scoped_methods
+from .._shared import (
+    as_output_columns,
+    checked_jitter,
+    checked_layers,
+    deep_bsgp_layout,
+    layer_parameter_names,
+    scoped_methods,
+)
 from .._shared import linear_mean_weights as linear_mean_weights
 from .bsgp import bsgp_kernel, bsgp_priors, build_z_prior, check_likelihood_term, check_z_prior, data_log_likelihood
 
@@ -145,17 +152,31 @@ class DeepBSGP:
         return values
 
     # ---- the model ------------------------------------------------------------------------------------------
-    def _propagate(self, layers: Sequence[tuple[Kernel, Array, Array]], X: Array, key: Array) -> tuple[Array, Array]:
-        """One doubly-stochastic pass: the last layer's (mean, var) [P, B] given one draw of each inner layer."""
+    def _inner_noise(self, key: Array, num_points: int, dtype: Any) -> list[Array]:
+        """ε^ℓ [D_{ℓ+1}, B] ~ N(0, I) for each inner layer ℓ = 0..L-2, one key split off ``key`` per layer."""
+        noise = []
+        for width in self.widths[:-1]:
+            key, sub = jax.random.split(key)
+            noise.append(jax.random.normal(sub, (width, num_points), dtype))
+        return noise
+
+    def _propagate(
+        self, layers: Sequence[tuple[Kernel, Array, Array]], X: Array, noise: Sequence[Array]
+    ) -> tuple[Array, Array]:
+        """One doubly-stochastic pass: the last layer's (mean, var) [P, B] given the inner layers' draws with
+        standard normal ``noise`` ε^ℓ [D_{ℓ+1}, B] (:func:`ppl_sparsegp.core.conditionals.propagate_layer`)."""
         F = X
         for i, (kernel, Z, v) in enumerate(layers):
             mean, var = conditionals.inducing_conditional(kernel, Z, F, v)
             if i == len(layers) - 1:
                 return mean, var
-            key, sub = jax.random.split(key)
-            eps = jax.random.normal(sub, mean.shape, mean.dtype)
-            F = F @ jnp.asarray(self.mean_weights[i], F.dtype) + (mean + jnp.sqrt(jnp.maximum(var, 0.0)) * eps).T
+            F = conditionals.propagate_layer(F, jnp.asarray(self.mean_weights[i], F.dtype), mean, var, noise[i])
         raise AssertionError("unreachable: a deep GP has at least one layer")
+
+    def _pass(self, layers: Sequence[tuple[Kernel, Array, Array]], X: Array, key: Array) -> tuple[Array, Array]:
+        """:meth:`_propagate` with the inner layers' noise drawn from ``key``."""
+        dtype = jnp.result_type(X, *(a for _, Z, v in layers for a in (Z, v)))
+        return self._propagate(layers, X, self._inner_noise(key, X.shape[0], dtype))
 
     def model(self, X: Array, y: Array | None = None) -> None:
         """Sample every layer, then score a minibatch with one doubly-stochastic pass (BSGP Eq. 16); with ``y=None``
@@ -167,11 +188,11 @@ class DeepBSGP:
         if key is None:
             raise ValueError("DeepBSGP.model needs a PRNG key (run it under numpyro.handlers.seed or an MCMC kernel)")
         if y is None:
-            predictive(likelihood, *self._propagate(layers, X, key))
+            predictive(likelihood, *self._pass(layers, X, key))
             return
         with data_plate(X.shape[0], self.batch_size) as idx:
             Xb, Yb = batch(X, y, idx)
-            mean, var = self._propagate(layers, Xb, key)
+            mean, var = self._pass(layers, Xb, key)
             numpyro.factor("y", jnp.sum(data_log_likelihood(likelihood, self.likelihood_term, Yb, mean, var), axis=0))
 
     def check_data(self, X: Array, y: Array | None = None) -> None:
@@ -211,7 +232,7 @@ class DeepBSGP:
         """
         if key is None:
             raise ValueError("key: DeepBSGP.predict_f propagates a random draw through the inner layers; pass a key")
-        mean, var = self._propagate(self._layers_from(params), jnp.asarray(X_new), key)
+        mean, var = self._pass(self._layers_from(params), jnp.asarray(X_new), key)
         return as_output_columns(mean, var, self.num_latent == 1)
 
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
@@ -261,16 +282,8 @@ def deep_bsgp(
     hidden_width: int | None = None,
     **options: Any,
 ) -> DeepBSGP:
-    """The paper's architecture: ``num_layers`` layers, inner width D (``hidden_width``), Z [M, D] (k-means on X)
-    for the first layer and Z W for the others, linear means from :func:`linear_mean_weights` on inner layers."""
-    if not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
-    D = int(np.shape(X)[1])
-    width = D if hidden_width is None else hidden_width
-    widths = [width] * (num_layers - 1) + [num_outputs]
-    dims = [D] + widths[:-1]
-    weights = [linear_mean_weights(X, dims[i], dims[i + 1]) for i in range(num_layers - 1)]
-    Zs = [np.asarray(Z)]
-    for W in weights:
-        Zs.append(Zs[-1] @ W)
-    return DeepBSGP(Z=Zs, widths=widths, likelihood=likelihood, mean_weights=weights, **options)
+    """The paper's architecture (:func:`models._shared.deep_bsgp_layout`): ``num_layers`` layers, inner width D
+    (``hidden_width``), Z [M, D] (k-means on X) for the first layer and Z W for the others, linear means from
+    :func:`linear_mean_weights` on inner layers."""
+    layout = deep_bsgp_layout(X, num_outputs, num_layers=num_layers, Z=Z, hidden_width=hidden_width)
+    return DeepBSGP(likelihood=likelihood, **layout, **options)

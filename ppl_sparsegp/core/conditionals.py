@@ -152,3 +152,14 @@ def per_input_conditional(
         Rb = q_sqrt * b[..., 0] if q_sqrt.ndim == 2 else (ops.matrix_transpose(q_sqrt) @ b)[..., 0]
         var = var + xp.sum(Rb * Rb, axis=-1)
     return mean, var
+
+
+def propagate_layer(F: Array, W: Array, mean: Array, var: Array, eps: Array) -> Array:
+    """One reparameterised draw of a deep GP's next layer (BSGP Eq. 16; Salimbeni & Deisenroth 2017, Eq. 7)::
+
+        F' = F W + (mean + √max(var, 0) ε)ᵀ
+
+    F [B, D] the layer's inputs, W [D, D'] its fixed linear mean, mean, var [D', B] its marginals at F and
+    ε [D', B] standard normal; returns F' [B, D']."""
+    xp = ops.namespace(F)
+    return F @ W + (mean + xp.sqrt(xp.clip(var, min=0.0)) * eps).T

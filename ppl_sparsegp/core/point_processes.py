@@ -118,6 +118,14 @@ def no_signal_inclusion_probability(num_candidates: int, alpha: float) -> float:
     return float(expit(root))
 
 
+def normal_log_density(Z: Array, scale: float) -> Array:
+    """Σ_{j,d} log N(Z_jd | 0, scale²) (BSGP Eq. 7, normalised; scale 1 in the paper): Z [..., M, D] -> [...]."""
+    xp = ops.namespace(Z)
+    size = Z.shape[-2] * Z.shape[-1]
+    maha = xp.sum((Z / scale) ** 2, axis=(-2, -1))
+    return -0.5 * maha - size * (math.log(scale) + 0.5 * math.log(2.0 * math.pi))
+
+
 def dpp_log_density(Kzz: Array) -> Array:
     """log det K_zz (BSGP Eq. 8, unnormalised), K_zz [..., M, M] -> [...], through the jitter policy of
     :func:`ppl_sparsegp.core.ops.cholesky`."""

@@ -35,9 +35,9 @@ Hutter (2016), *Bayesian optimization with robust Bayesian neural networks*, Neu
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -51,6 +51,7 @@ from numpyro.infer.mcmc import MCMCKernel
 from numpyro.infer.util import initialize_model, potential_energy
 from numpyro.util import identity, is_prng_key
 
+from ppl_sparsegp.core import sgmcmc as rules
 from ppl_sparsegp.validation import check_count, check_positive_float
 
 Array = Any
@@ -130,6 +131,13 @@ def _normal_like(key: Array, tree: PyTree) -> PyTree:
     return treedef.unflatten(
         [random.normal(k, jnp.shape(x), jnp.result_type(x)) for k, x in zip(keys, leaves, strict=True)]
     )
+
+
+def _unzip(tree_of_tuples: PyTree, like: PyTree, size: int = 2) -> tuple[PyTree, ...]:
+    """A tree (shaped as ``like``) whose leaves are ``size``-tuples, as ``size`` trees."""
+    treedef = jax.tree.structure(like)
+    leaves = treedef.flatten_up_to(tree_of_tuples)
+    return tuple(treedef.unflatten([leaf[k] for leaf in leaves]) for k in range(size))
 
 
 def _all_finite(tree: PyTree) -> Array:
@@ -388,9 +396,7 @@ class SGLD(SGMCMCKernel):
         return None, None
 
     def _update(self, z, momentum, grad, noise, adapt, adapting):
-        eps = self.step_size
-        z = jax.tree.map(lambda z, g, xi: z - 0.5 * eps * g + math.sqrt(eps) * xi, z, grad, noise)
-        return z, None, None
+        return jax.tree.map(partial(rules.sgld_step, step_size=self.step_size), z, grad, noise), None, None
 
     def _adapt_scale(self, adapt: None) -> float:
         return 1.0
@@ -433,11 +439,8 @@ class SGHMC(SGMCMCKernel):
         return jax.tree.map(jnp.zeros_like, z), None
 
     def _update(self, z, momentum, grad, noise, adapt, adapting):
-        eps, c, inv_mass = self.step_size, self.friction, 1.0 / self.mass
-        r = jax.tree.map(
-            lambda r, g, xi: (1 - eps * c * inv_mass) * r - eps * g + math.sqrt(2 * eps * c) * xi, momentum, grad, noise
-        )
-        z = jax.tree.map(lambda z, r: z + eps * inv_mass * r, z, r)
+        step = partial(rules.sghmc_step, step_size=self.step_size, friction=self.friction, inv_mass=1.0 / self.mass)
+        z, r = _unzip(jax.tree.map(step, z, momentum, grad, noise), z)
         return z, r, None
 
     def _adapt_scale(self, adapt: None) -> float:
@@ -503,28 +506,13 @@ class AdaptiveSGHMC(SGMCMCKernel):
         return full(0.0), AdaptState(tau=full(1.0), g_bar=full(n), v_hat=full(n * n))
 
     def _update(self, z, p, grad, noise, adapt, adapting):
-        eps2, alpha = self.step_size**2, self.mdecay
-        tm = jax.tree.map
-        h = tm(lambda v: eps2 / (jnp.sqrt(v + 1e-16) + 1e-16), adapt.v_hat)
-        p = tm(
-            lambda p, h, g, xi: (1 - alpha) * p - h * g + jnp.sqrt(jnp.maximum(2 * alpha * h, 1e-16)) * xi,
-            p,
-            h,
-            grad,
-            noise,
-        )
-        z = tm(jnp.add, z, p)
-
-        r = tm(lambda tau: 1 / (tau + 1), adapt.tau)
-        adapted = AdaptState(
-            tau=tm(lambda tau, gb, v: 1 + tau * (1 - gb**2 / (v + 1e-16)), adapt.tau, adapt.g_bar, adapt.v_hat),
-            g_bar=tm(lambda gb, r, g: (1 - r) * gb + r * g, adapt.g_bar, r, grad),
-            v_hat=tm(lambda v, r, g: (1 - r) * v + r * g**2, adapt.v_hat, r, grad),
-        )
-        adapt = tm(lambda new, old: jnp.where(adapting, new, old), adapted, adapt)
+        step = partial(rules.adaptive_sghmc_step, step_size=self.step_size, mdecay=self.mdecay)
+        z, p = _unzip(jax.tree.map(step, z, p, grad, noise, adapt.v_hat), z)
+        adapted = AdaptState(*_unzip(jax.tree.map(rules.adapt_moments, *adapt, grad), z, 3))
+        adapt = jax.tree.map(lambda new, old: jnp.where(adapting, new, old), adapted, adapt)
         return z, p, adapt
 
     def _adapt_scale(self, adapt: AdaptState) -> Array:
         leaves = jax.tree.leaves(adapt.v_hat)
-        log_inv_mass = sum(jnp.sum(-jnp.log(jnp.sqrt(v + 1e-16) + 1e-16)) for v in leaves)
+        log_inv_mass = sum(jnp.sum(jnp.log(rules.inverse_mass(v))) for v in leaves)
         return jnp.exp(log_inv_mass / sum(jnp.size(v) for v in leaves))

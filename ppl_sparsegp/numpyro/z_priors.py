@@ -108,10 +108,7 @@ class NormalZPrior(_ZPrior):
 
     def log_prob(self, value: Array) -> jax.Array:
         """Normalised log density ``sum_{j,d} log N(Z_jd | 0, scale^2)``: Z [..., M, D] -> [...]."""
-        Z = self._as_inputs(value)
-        size = self.num_inducing * self.input_dim
-        maha = jnp.sum(jnp.square(Z / self.scale), axis=(-2, -1))
-        return -0.5 * maha - size * (math.log(self.scale) + 0.5 * math.log(2.0 * math.pi))
+        return point_processes.normal_log_density(self._as_inputs(value), self.scale)
 
 
 _log_det_psd = jax.jit(point_processes.dpp_log_density)
