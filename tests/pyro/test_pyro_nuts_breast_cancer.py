@@ -1,8 +1,8 @@
 """Pyro's NUTS on the Pyro SGPMC against NumPyro's NUTS on the NumPyro SGPMC (the recipe fit_sgpmc), the same
-target on breast_cancer (N = 455, D = 30, M = 16, Z, the priors and the chains' start of the recipe): the Pyro chains mix (R-hat of
-every sampled site < 1.05 over 4 chains, by ArviZ on pyro.diagnostics.from_mcmc) and their test log predictive
-density equals the NumPyro run's within Monte Carlo error (3 standard errors of the difference, each run's from the
-spread of its chains' estimates)."""
+target on breast_cancer (N = 455, D = 30, M = 16, Z, the priors and the chains' start of the recipe): the Pyro
+chains mix (R-hat of every sampled site < 1.05 over 4 chains, by ArviZ on pyro.diagnostics.from_mcmc) and their
+test log predictive density equals the NumPyro run's within Monte Carlo error (3 standard errors of the
+difference, each run's from the spread of its chains' estimates)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,11 @@ def test_pyro_nuts_on_sgpmc_mixes_and_predicts_as_numpyros():
         fit.model.model, fit.svgp.guide, fit.svi.params, ds.X_train, ds.y_train, key=jax.random.PRNGKey(1),
         num_chains=CHAINS,
     )  # fmt: skip
+    start = {k: torch.as_tensor(np.asarray(v)) for k, v in start.items()}
     pyro.set_rng_seed(0)
     mcmc = pyro.infer.MCMC(
         pyro.infer.NUTS(pym.model, max_tree_depth=8), num_samples=SAMPLES, warmup_steps=WARMUP,
-        num_chains=CHAINS, disable_progbar=True, initial_params={k: torch.as_tensor(np.asarray(v)) for k, v in start.items()},
+        num_chains=CHAINS, disable_progbar=True, initial_params=start,
     )  # fmt: skip
     mcmc.run(torch.as_tensor(ds.X_train), torch.as_tensor(ds.y_train))
     idata = pyro_diagnostics.from_mcmc(mcmc, pym, ds.X_train, ds.y_train, posterior_predictive=False)
