@@ -35,7 +35,8 @@ PYRO_ENGINES = {
     # side's engine-free pieces they reuse rather than restate
     "svi.py": ("ppl_sparsegp.infer.checkpoint", "ppl_sparsegp.infer.progress", "ppl_sparsegp.infer.svi"),
     "predict.py": ("ppl_sparsegp.data", "ppl_sparsegp.posterior.predict"),  # Standardizer, PosteriorPredictive
-    "diagnostics.py": ("ppl_sparsegp.posterior.diagnostics",),  # the InferenceData assembly and the GP dims
+    "mcmc.py": ("ppl_sparsegp.infer.checkpoint", "ppl_sparsegp.infer.progress", "ppl_sparsegp.infer.mcmc"),
+    "diagnostics.py": ("ppl_sparsegp.posterior.diagnostics", "ppl_sparsegp.infer.mcmc"),  # InferenceData, GP dims
 }
 THIRD_PARTY_EXCEPTIONS = {
     # (layer, module): the forbidden packages it may import inside a function

@@ -4,7 +4,8 @@
 
 * ``posterior``: every sampled site [chain, draw, ...] with the GP dims of
   :func:`~ppl_sparsegp.posterior.diagnostics.site_dims` (``"u"`` -> (latent, inducing_point), ...).
-* ``sample_stats``: ``diverging`` [chain, draw], from Pyro's per-chain divergence indices.
+* ``sample_stats``: ``diverging`` [chain, draw], from Pyro's per-chain divergence indices (kernels that report
+  them: NUTS, HMC).
 * ``log_likelihood``: ``"y"`` [chain, draw, obs(, output)], the model's own factor per point (``"potential"``) or
   the predictive density with f integrated out (``"predictive"``), as the NumPyro side's ``log_likelihood_of``.
 * ``posterior_predictive``: ``"y"`` drawn once per posterior draw at the training inputs (torch's generator, seeded
@@ -24,6 +25,7 @@ import pyro.infer
 import torch
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.posterior.diagnostics import LOG_LIKELIHOODS, observation_dims, site_dims, to_inference_data
 from ppl_sparsegp.pyro.distributions import observation_distribution
 from ppl_sparsegp.pyro.dtype import as_tensor
@@ -48,7 +50,7 @@ def from_mcmc(
     """InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) of a Pyro ``MCMC`` run of a Pyro twin's ``model``.
 
     Args:
-        mcmc: a ``pyro.infer.MCMC`` that has run.
+        mcmc: a ``pyro.infer.MCMC`` that has run, or the result of :func:`ppl_sparsegp.pyro.mcmc.run_mcmc`.
         model: the Pyro model object whose ``.model`` was sampled.
         X [N, D], y [N] or [N, P]: the training data.
         params: values of sites that were not sampled (e.g. a fitted ``"Z"``).
@@ -60,17 +62,12 @@ def from_mcmc(
         dims: dimension names of sites, replacing those of ``site_dims``.
 
     Raises:
-        ValueError: ``mcmc`` is not a Pyro ``MCMC`` that has run, or a bad ``log_likelihood_of``.
+        ValueError: ``mcmc`` is neither a Pyro ``MCMC`` that has run nor an ``MCMCResult``, or a bad
+            ``log_likelihood_of``.
         NotImplementedError: ``log_likelihood=True`` for a model without pointwise terms.
     """
     validation.check_choice("log_likelihood_of", log_likelihood_of, LOG_LIKELIHOODS)
-    if not isinstance(mcmc, pyro.infer.MCMC):
-        raise ValueError(f"mcmc: expected a pyro.infer.MCMC, got {type(mcmc)!r}")
-    try:
-        grouped = mcmc.get_samples(group_by_chain=True)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        raise ValueError("mcmc: this pyro.infer.MCMC has no draws yet; call its .run(...) first") from None
-    samples = {name: value.detach().cpu().numpy() for name, value in grouped.items()}
+    samples, stats, attrs = _mcmc_parts(mcmc)
     C, S = next(iter(samples.values())).shape[:2]
     flat = {name: value.reshape((C * S, *value.shape[2:])) for name, value in samples.items()}
     X_t, y_t = as_tensor(X), as_tensor(y)
@@ -97,19 +94,36 @@ def from_mcmc(
         with torch.random.fork_rng():  # draws seeded by `seed` that leave the caller's generator as it was
             torch.manual_seed(seed)
             groups["posterior_predictive"] = {"y": _per_draw(draw_y, flat, params, (C, S))}
-    divergences = mcmc.diagnostics().get("divergences", {})
-    diverging = np.zeros((C, S), dtype=bool)
-    for c in range(C):
-        diverging[c, divergences.get(f"chain {c}", [])] = True
     dims = {**site_dims(samples, np.shape(X)[1]), "y": observation_dims(y), **(dims or {})}
-    attrs = {
-        "engine": type(mcmc.kernel).__name__,
-        "num_warmup": mcmc.warmup_steps,
-        "thinning": 1,
-        "backend": "pyro",
-        "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
-    }
-    return to_inference_data(samples, sample_stats={"diverging": diverging}, dims=dims, attrs=attrs, **groups)
+    attrs = {**attrs, "backend": "pyro", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
+    return to_inference_data(samples, sample_stats=stats, dims=dims, attrs=attrs, **groups)
+
+
+def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
+    """Draws [C, S, ...], per-draw statistics [C, S] and the run's attributes of a ``pyro.infer.MCMC`` that has
+    run or of an :class:`~ppl_sparsegp.infer.mcmc.MCMCResult` (:func:`ppl_sparsegp.pyro.mcmc.run_mcmc`).
+
+    Raises:
+        ValueError: ``result`` is neither, or an ``MCMC`` that has not run.
+    """
+    if isinstance(result, MCMCResult):
+        attrs = {"engine": result.kernel_name, "num_warmup": result.num_warmup, "thinning": result.thinning}
+        return dict(result.samples), dict(result.extra_fields), attrs
+    if not isinstance(result, pyro.infer.MCMC):
+        raise ValueError(f"mcmc: expected a pyro.infer.MCMC or an MCMCResult, got {type(result)!r}")
+    try:
+        grouped = result.get_samples(group_by_chain=True)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise ValueError("mcmc: this pyro.infer.MCMC has no draws yet; call its .run(...) first") from None
+    samples = {name: value.detach().cpu().numpy() for name, value in grouped.items()}
+    C, S = next(iter(samples.values())).shape[:2]
+    stats = {}
+    divergences = result.diagnostics().get("divergences")
+    if divergences is not None:
+        stats["diverging"] = np.zeros((C, S), dtype=bool)
+        for c in range(C):
+            stats["diverging"][c, divergences.get(f"chain {c}", [])] = True
+    return samples, stats, {"engine": type(result.kernel).__name__, "num_warmup": result.warmup_steps, "thinning": 1}
 
 
 def _per_draw(fn: Any, flat: Mapping[str, np.ndarray], params: Mapping[str, Array] | None, shape: tuple[int, int]):

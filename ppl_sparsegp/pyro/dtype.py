@@ -44,3 +44,18 @@ def default_dtype(dtype: str | np.dtype | torch.dtype) -> Iterator[torch.dtype]:
         yield wanted
     finally:
         torch.set_default_dtype(previous)
+
+
+def as_data(value: Any) -> Any:
+    """A model's argument as the engines pass it on: an array (numpy or torch) through :func:`as_tensor`, anything
+    else (None, a number, a string) as it is."""
+    return as_tensor(value) if isinstance(value, torch.Tensor | np.ndarray) else value
+
+
+def to_host(values: Any) -> Any:
+    """Tensors in ``values`` (a tensor, or a tuple or dict of them) as numpy arrays, e.g. to hash the data."""
+    if isinstance(values, dict):
+        return {k: to_host(v) for k, v in values.items()}
+    if isinstance(values, tuple):
+        return tuple(to_host(v) for v in values)
+    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values

@@ -35,7 +35,7 @@ from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
-from ppl_sparsegp.pyro.dtype import as_tensor
+from ppl_sparsegp.pyro.dtype import as_data, to_host
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.validation import check_count
 
@@ -131,8 +131,8 @@ def _fit(
     fingerprint: Mapping[str, Any] | None,
 ) -> SVIResult:
     """:func:`fit_svi` once its arguments are checked."""
-    args = tuple(_as_data(a) for a in args)
-    kwargs = {k: _as_data(v) for k, v in kwargs.items()}
+    args = tuple(as_data(a) for a in args)
+    kwargs = {k: as_data(v) for k, v in kwargs.items()}
     elbo = loss or pyro.infer.TraceMeanField_ELBO()
 
     pyro.clear_param_store()
@@ -156,7 +156,7 @@ def _fit(
             "optimizer": _optimizer_settings(optim),
             "init_params_sha256": _params_sha256(names, params),
         }
-        expected = checkpoints.make_fingerprint(fingerprint, _host_data(args), _host_data(kwargs), run)
+        expected = checkpoints.make_fingerprint(fingerprint, to_host(args), to_host(kwargs), run)
         saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None
     done, previous, losses = 0, np.zeros(0), []
     if saved is not None:
@@ -227,22 +227,6 @@ def _fit(
         steps_run=done - first_step,
         resumed_from=first_step,
     )
-
-
-def _as_data(value: Any) -> Any:
-    """A floating array as a tensor of torch's default dtype; an integer array as a tensor; anything else as is."""
-    if isinstance(value, torch.Tensor | np.ndarray):
-        return as_tensor(value)
-    return value
-
-
-def _host_data(values: Any) -> Any:
-    """Tensors as numpy arrays, for the data hash of the fingerprint."""
-    if isinstance(values, dict):
-        return {k: _host_data(v) for k, v in values.items()}
-    if isinstance(values, tuple):
-        return tuple(_host_data(v) for v in values)
-    return values.detach().cpu().numpy() if isinstance(values, torch.Tensor) else values
 
 
 def _params_sha256(names: list[str], params: list[torch.Tensor]) -> str:

@@ -1,0 +1,183 @@
+"""The Pyro twin of :func:`ppl_sparsegp.infer.mcmc.run_mcmc`: Pyro's ``MCMC`` on any Pyro kernel (``NUTS``,
+``HMC``, the SG-MCMC kernels of :mod:`ppl_sparsegp.pyro.sgmcmc`), one chain after another, returning the NumPyro
+engine's :class:`~ppl_sparsegp.infer.mcmc.MCMCResult` (draws [C, S, ...], per-draw ``diverging`` where the kernel
+reports divergences), so that what reads a NumPyro run (``posterior.predict``, ``posterior.diagnostics``, ArviZ)
+reads this one.
+
+Each chain runs a fresh copy of the kernel (its own adaptation) from its own seed, drawn from ``seed`` by
+``numpy.random.SeedSequence``, and its own ``initial_params`` row. Checkpoints are the ``.npz`` files of
+:mod:`ppl_sparsegp.infer.checkpoint` (no pickle, written atomically), one write per finished chain: the draws of the
+chains done (group ``samples``), their ``diverging`` flags, the counter ``chains_done``. A killed run resumes with
+the next chain, and gives the draws an uninterrupted run gives; the chain that was running starts over, since Pyro's
+kernels keep their adaptation in objects, not in data a checkpoint could hold (the NumPyro engine resumes within a
+chain). A Ctrl-C returns the finished chains (``interrupted``), or re-raises when none has finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyro
+import pyro.infer
+import torch
+
+from ppl_sparsegp.infer import checkpoint as checkpoints
+from ppl_sparsegp.infer import progress as progress_bars
+from ppl_sparsegp.infer.mcmc import MCMCResult
+from ppl_sparsegp.pyro.dtype import as_data, to_host
+from ppl_sparsegp.validation import check_count
+
+Array = Any
+
+
+def chain_seeds(seed: int, num_chains: int) -> list[int]:
+    """The seed of each chain: independent streams drawn from ``seed`` (``SeedSequence(seed).spawn``)."""
+    return [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(seed).spawn(num_chains)]
+
+
+def run_mcmc(
+    kernel: pyro.infer.mcmc.mcmc_kernel.MCMCKernel,
+    *model_args: Any,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int = 1,
+    seed: int = 0,
+    initial_params: Mapping[str, Array] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+    progress: bool | None = None,
+    validate: Callable[..., None] | None = None,
+    **model_kwargs: Any,
+) -> MCMCResult:
+    """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` kept steps, chain after chain.
+
+    Args:
+        kernel: a Pyro MCMC kernel built on a model (``pyro.infer.NUTS(model)``, ``AdaptiveSGHMC(model, ...)``).
+        model_args, model_kwargs: the model's data; floating arrays become tensors of torch's default dtype.
+        num_warmup: adaptation steps (not kept); num_samples: kept steps per chain.
+        num_chains: C, run one after another.
+        seed: the run's seed; chain c runs from ``chain_seeds(seed, C)[c]``.
+        initial_params: unconstrained initial values, site -> [C, ...] (e.g. the twin of
+            :func:`ppl_sparsegp.infer.mcmc.init_from_svi`'s output); None: the kernel's ``init_strategy``.
+        checkpoint: the ``.npz`` to resume from and write after every chain (module docstring).
+        fingerprint: the caller's settings that affect the result, recorded with a hash of the data, the seed, the
+            kernel's class, the counts and a hash of ``initial_params``; a checkpoint that differs is refused.
+        progress: Pyro's progress bar per chain (None: in a terminal or notebook).
+        validate: called as ``validate(*model_args, **model_kwargs)`` before anything runs.
+
+    Raises:
+        ValueError: a bad count, or ``initial_params`` without a leading axis of C, before anything runs.
+        ppl_sparsegp.infer.checkpoint.CheckpointError: a damaged checkpoint, or another run's (every difference
+            named).
+    """
+    num_warmup = check_count("num_warmup", num_warmup, minimum=0)
+    num_samples = check_count("num_samples", num_samples, minimum=1)
+    num_chains = check_count("num_chains", num_chains, minimum=1)
+    starts = {k: torch.as_tensor(np.asarray(v)) for k, v in (initial_params or {}).items()}
+    for site, value in starts.items():
+        if value.ndim == 0 or value.shape[0] != num_chains:
+            raise ValueError(
+                f"initial_params[{site!r}]: expected a leading axis of num_chains = {num_chains}, got shape "
+                f"{tuple(value.shape)}"
+            )
+    if validate is not None:
+        validate(*model_args, **model_kwargs)
+    model_args = tuple(as_data(a) for a in model_args)
+    model_kwargs = {k: as_data(v) for k, v in model_kwargs.items()}
+
+    expected, done, samples, diverging = None, 0, {}, []
+    if checkpoint is not None:
+        run = {
+            "seed": seed,
+            "kernel": type(kernel).__name__,
+            "num_warmup": num_warmup,
+            "num_samples": num_samples,
+            "num_chains": num_chains,
+            "initial_params_sha256": checkpoints.tree_sha256({k: v.numpy() for k, v in starts.items()}),
+        }
+        expected = checkpoints.make_fingerprint(fingerprint, to_host(model_args), to_host(model_kwargs), run)
+        if Path(checkpoint).exists():
+            saved = checkpoints.read(checkpoint, fingerprint=expected)
+            done = saved.counters["chains_done"]
+            samples = {site: list(value) for site, value in saved.groups["samples"].items()}
+            diverging = list(saved.arrays.get("diverging", []))
+
+    warmup_seconds = sample_seconds = 0.0
+    interrupted = False
+    seeds = chain_seeds(seed, num_chains)
+    try:
+        for c in range(done, num_chains):
+            draws, flags, (warmup_time, sample_time) = _run_chain(
+                copy.deepcopy(kernel), seeds[c], {k: v[c] for k, v in starts.items()}, num_warmup, num_samples,
+                progress, model_args, model_kwargs,
+            )  # fmt: skip
+            warmup_seconds, sample_seconds = warmup_seconds + warmup_time, sample_seconds + sample_time
+            for site, value in draws.items():
+                samples.setdefault(site, []).append(value)
+            if flags is not None:
+                diverging.append(flags)
+            done = c + 1
+            if checkpoint is not None:
+                arrays = {"diverging": np.stack(diverging)} if diverging else {}
+                checkpoints.save(
+                    checkpoint, {}, counters={"chains_done": done}, arrays=arrays,
+                    groups={"samples": {site: np.stack(values) for site, values in samples.items()}},
+                    fingerprint=expected,
+                )  # fmt: skip
+    except KeyboardInterrupt:
+        if not samples:
+            raise
+        interrupted = True
+    return MCMCResult(
+        samples={site: np.stack(values) for site, values in samples.items()},
+        extra_fields={"diverging": np.stack(diverging)} if diverging else {},
+        last_state=None,
+        kernel_name=type(kernel).__name__,
+        num_warmup=num_warmup,
+        thinning=1,
+        warmup_seconds=warmup_seconds,
+        sample_seconds=sample_seconds,
+        interrupted=interrupted,
+        warmup_done=num_warmup,
+    )
+
+
+def _run_chain(
+    kernel: Any,
+    seed: int,
+    start: dict[str, Array],
+    num_warmup: int,
+    num_samples: int,
+    progress: bool | None,
+    model_args: tuple,
+    model_kwargs: dict[str, Any],
+) -> tuple[dict[str, np.ndarray], np.ndarray | None, tuple[float, float]]:
+    """One chain: its draws site -> [S, ...], its ``diverging`` flags [S] (None when the kernel reports none), and
+    the seconds of its warmup and of its sampling."""
+    times: dict[str, float] = {}
+
+    def clock(kernel: Any, params: Any, stage: str, i: int) -> None:
+        times.setdefault(stage, time.perf_counter())
+
+    pyro.set_rng_seed(seed)
+    mcmc = pyro.infer.MCMC(
+        kernel, num_samples=num_samples, warmup_steps=num_warmup, initial_params=start or None, hook_fn=clock,
+        disable_progbar=not progress_bars.shown(progress),
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    mcmc.run(*model_args, **model_kwargs)
+    end = time.perf_counter()
+    first_sample = times.get("Sample", end)
+    draws = {site: value.detach().cpu().numpy() for site, value in mcmc.get_samples().items()}
+    divergences = mcmc.diagnostics().get("divergences")
+    flags = None
+    if divergences is not None:
+        flags = np.zeros(num_samples, dtype=bool)
+        flags[list(divergences.get("chain 0", []))] = True
+    return draws, flags, (first_sample - t0, end - first_sample)
