@@ -408,3 +408,15 @@ def deep_bsgp_layout(
     for W in weights:
         Zs.append(Zs[-1] @ W)
     return {"Z": Zs, "widths": widths, "mean_weights": weights}
+
+
+POSTERIOR_FACTOR = ("posterior.cholesky", "posterior.projected_y")
+"""Keys under which a GPR's ``with_posterior_factor`` adds the training data's factor to a params dict."""
+
+
+def no_pointwise_terms(model: Any) -> NotImplementedError:
+    """The error of ``pointwise_log_likelihood`` for a model whose data term does not factorise over data points."""
+    return NotImplementedError(
+        f"{type(model).__name__}: its data term does not factorise over data points given the sampled "
+        "variables, so it has no pointwise log-likelihood; use SVGP or SGPMC for az.loo / az.waic"
+    )

@@ -46,7 +46,7 @@ from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
 from .._shared import base_fields as base_fields
-from .._shared import check_latent_functions, checked_jitter, leading_output_axis, scoped_methods
+from .._shared import check_latent_functions, checked_jitter, leading_output_axis, no_pointwise_terms, scoped_methods
 
 Array = Any
 
@@ -166,10 +166,7 @@ class GPModel:
 
     def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
         """log-likelihood terms per data point, [N] or [N, P], for LOO/WAIC (models whose data term factorises)."""
-        raise NotImplementedError(
-            f"{type(self).__name__}: its data term does not factorise over data points given the sampled "
-            "variables, so it has no pointwise log-likelihood; use SVGP or SGPMC for az.loo / az.waic"
-        )
+        raise no_pointwise_terms(self)
 
     def predict_y(self, params: Mapping[str, Array], X_new: Array, **data: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of y at ``X_new`` [S, D] -> ([S] or [S, P], same)."""

@@ -23,16 +23,12 @@ from ppl_sparsegp.core import bounds, ops
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.numpyro import sites
 
-from .._shared import as_output_columns
+from .._shared import POSTERIOR_FACTOR, as_output_columns
 from ._base import GPModel
 from .sgpr import SGPR
 from .svgp import SVGP
 
 Array = Any
-
-
-POSTERIOR_FACTOR = ("posterior.cholesky", "posterior.projected_y")
-"""Keys under which :meth:`GPR.with_posterior_factor` adds the training data's factor to a params dict."""
 
 
 @dataclass(eq=False)

@@ -29,7 +29,7 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.dtype import as_tensor
 
-from .._shared import check_latent_functions, checked_jitter, leading_output_axis, scoped_methods
+from .._shared import check_latent_functions, checked_jitter, leading_output_axis, no_pointwise_terms, scoped_methods
 
 Array = Any
 
@@ -145,6 +145,10 @@ class GPModel:
     ) -> tuple[Array, Array]:
         """:meth:`predict_f` of the model (its arguments checked and converted)."""
         raise NotImplementedError
+
+    def pointwise_log_likelihood(self, params: Mapping[str, Array], X: Array, y: Array) -> Array:
+        """log-likelihood terms per data point, [N] or [N, P], for LOO/WAIC (models whose data term factorises)."""
+        raise no_pointwise_terms(self)
 
     def predict_y(self, params: Mapping[str, Array], X_new: Array, **data: Array) -> tuple[Array, Array]:
         """Predictive mean and variance of y at ``X_new`` [S, D] -> ([S] or [S, P], same)."""

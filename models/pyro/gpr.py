@@ -24,8 +24,10 @@ from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.dtype import as_tensor
 
-from .._shared import as_output_columns
+from .._shared import POSTERIOR_FACTOR, as_output_columns
 from ._base import GPModel
+from .sgpr import SGPR
+from .svgp import SVGP
 
 Array = Any
 
@@ -65,14 +67,36 @@ class GPR(GPModel):
         X = as_tensor(X)
         return bounds.gaussian_log_marginal(kernel(X), as_tensor(y), likelihood.variance)
 
+    def as_svgp(self, params: Mapping[str, Array], X: Array, y: Array) -> tuple[SVGP, dict[str, Array]]:
+        """This fit as an SVGP with u = f(X) (Z = X) and q(u) = p(f(X) | y), the exact posterior (:meth:`SGPR.as_svgp`
+        with every training input inducing, where the collapsed bound is the marginal likelihood)."""
+        sgpr = SGPR(self.kernel, self.likelihood, self.priors, self.fixed, jitter=self.jitter, Z=X, learn_Z=False)
+        return sgpr.as_svgp(params, X, y)
+
+    def parameter_names(self) -> set[str]:
+        """The hyperparameter sites' names and the keys of a cached factor (:data:`POSTERIOR_FACTOR`)."""
+        return super().parameter_names() | set(POSTERIOR_FACTOR)
+
+    def with_posterior_factor(self, params: Mapping[str, Array], X: Array, y: Array) -> dict[str, Array]:
+        """``params`` and, under :data:`POSTERIOR_FACTOR`, the Cholesky factor of K + σ²I and L⁻¹ y of the training
+        data X [N, D], y [N] or [N, P] (:func:`ppl_sparsegp.core.bounds.gaussian_posterior_factor`): prediction with
+        these params (and the same X, y) skips the O(N³) factorisation."""
+        kernel, likelihood = self.fitted(params)
+        with torch.no_grad():
+            factor = bounds.gaussian_posterior_factor(kernel(as_tensor(X)), as_tensor(y), likelihood.variance)
+        return {**params, **dict(zip(POSTERIOR_FACTOR, factor, strict=True))}
+
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None
     ) -> tuple[Array, Array]:
-        """Posterior of f at X_new [S, D] given training data X [N, D], y [N] or [N, P]."""
+        """Posterior of f at X_new [S, D] given training data X [N, D], y [N] or [N, P] (and their factor, where
+        ``params`` holds it: :meth:`with_posterior_factor`)."""
         kernel, likelihood = self.fitted(params)
         Kss = kernel(X_new) if full_cov else kernel.diag(X_new)
+        factor = tuple(as_tensor(params[k]) for k in POSTERIOR_FACTOR) if POSTERIOR_FACTOR[0] in params else None
+        K = None if factor is not None else kernel(X)
         mean, var = bounds.gaussian_posterior(
-            kernel(X), kernel(X_new, X), Kss, y, likelihood.variance, full_cov=full_cov
+            K, kernel(X_new, X), Kss, y, likelihood.variance, full_cov=full_cov, factor=factor
         )
         var = var.expand(mean.shape[0], *var.shape)
         return as_output_columns(mean, var, y.ndim == 1)

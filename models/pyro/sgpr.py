@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyro
+import torch
 
 from ppl_sparsegp.core import bounds, conditionals
 from ppl_sparsegp.core.kernels import Kernel
@@ -24,6 +25,7 @@ from ppl_sparsegp.pyro.dtype import as_tensor
 
 from .._shared import as_output_columns, check_sparse_settings
 from ._base import GPModel
+from .svgp import SVGP
 
 Array = Any
 
@@ -47,13 +49,18 @@ class SGPR(GPModel):
         """The sites a ``params`` dict may name: the hyperparameters' and ``"Z"``."""
         return super().parameter_names() | {"Z"}
 
+    def inducing_inputs(self) -> Array:
+        """Model side: Z [M, D], the param ``"Z"`` or, with ``learn_Z=False``, the constant
+        (:func:`~ppl_sparsegp.pyro.sites.inducing_inputs`)."""
+        return sites.inducing_inputs(self.Z, self.learn_Z)
+
     def model(self, X: Array, y: Array | None = None) -> None:
         """Titsias' collapsed bound as the factor ``"collapsed_bound"``; with ``y=None`` the prior f and y at X as
         the sites ``"f"`` and ``"y"``."""
         X, y = as_tensor(X), as_tensor(y)
         self.check_data(X, y)
         kernel, likelihood = self.hyperparameters()
-        Z = sites.inducing_inputs(self.Z, self.learn_Z)
+        Z = self.inducing_inputs()
         if y is None:
             sites.prior_predictive(kernel, likelihood, X)
             return
@@ -80,6 +87,18 @@ class SGPR(GPModel):
         kernel, likelihood = self.fitted(params)
         Z, X, y = self._Z(params), as_tensor(X), as_tensor(y)
         return bounds.sgpr_optimal_qu(kernel(Z, X), kernel(Z), y, likelihood.variance, whiten=whiten)
+
+    def as_svgp(self, params: Mapping[str, Array], X: Array, y: Array) -> tuple[SVGP, dict[str, Array]]:
+        """This fit as the whitened SVGP on the same Z whose q(u) is the optimal q*(u), and its parameters: the same
+        predictions, and an ELBO equal to the collapsed bound (thesis §4.3), with a q(u) to draw u from. X [N, D],
+        y [N] or [N, P]: the training data."""
+        with torch.no_grad():
+            q_mu, q_sqrt = self.optimal_qu(params, X, y, whiten=True)
+        Z = self._Z(params)
+        svgp = SVGP(self.kernel, self.likelihood, self.priors, self.fixed, jitter=self.jitter, Z=Z,
+                    num_latent=int(q_mu.shape[0]))  # fmt: skip
+        names = self.hyperparameter_sites()
+        return svgp, {**{k: v for k, v in params.items() if k in names}, "Z": Z, "u_loc": q_mu, "u_scale_tril": q_sqrt}
 
     def _Z(self, params: Mapping[str, Array]) -> Array:
         return as_tensor(params.get("Z", self.Z))

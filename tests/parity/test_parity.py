@@ -141,3 +141,34 @@ def test_sgpmc_log_joint_and_predictions_agree(likelihood):
     assert set(terms) == set(draw) | {"y"}
     assert_perturbation_moves(pym.model, {}, draw, p["X"], p["y"])
     assert_same_predictions(npm, pym, draw, p["X_new"])
+
+
+def test_gpr_and_sgpr_as_svgp_and_the_cached_factor_agree():
+    p = problem("gaussian")
+    params = {k: v for k, v in fixed_params(p).items() if not k.startswith("u_")}
+    hyper = {k: v for k, v in params.items() if k.startswith(("kernel", "likelihood"))}
+    X, y = p["X"], p["y"]
+    for np_model, pyro_model, values in (
+        (np_gpr.GPR(p["kernel"], p["likelihood"]), pyro_gpr.GPR(p["kernel"], p["likelihood"]), hyper),
+        (
+            np_sgpr.SGPR(p["kernel"], p["likelihood"], Z=p["Z"]),
+            pyro_sgpr.SGPR(p["kernel"], p["likelihood"], Z=p["Z"]),
+            params,
+        ),
+    ):
+        np_svgp, np_params = np_model.as_svgp(values, X, y)
+        pyro_svgp, pyro_params = pyro_model.as_svgp(values, X, y)
+        assert set(np_params) == set(pyro_params)
+        for name, value in np_params.items():
+            close(value, pyro_params[name])
+        assert_same_predictions(np_svgp, pyro_svgp, np_params, p["X_new"])
+        for model in (np_model, pyro_model):
+            with pytest.raises(NotImplementedError, match="does not factorise over data points"):
+                model.pointwise_log_likelihood(values, X, y)
+    np_model, pyro_model = np_gpr.GPR(p["kernel"], p["likelihood"]), pyro_gpr.GPR(p["kernel"], p["likelihood"])
+    cached = pyro_model.with_posterior_factor(hyper, X, y)
+    for name, value in np_model.with_posterior_factor(hyper, X, y).items():
+        close(value, cached[name])
+    direct = pyro_model.predict_f(hyper, p["X_new"], X=X, y=y)
+    for e, g in zip(direct, pyro_model.predict_f(cached, p["X_new"], X=X, y=y), strict=True):
+        close(e.numpy(), g.numpy())
