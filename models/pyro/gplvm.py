@@ -2,14 +2,23 @@
 twins of :mod:`models.numpyro.gplvm` (its docstring states the model, both guides and both bounds).
 
 Sites (as the NumPyro twins'): the latent ``"X"`` [B, Q] inside the plate ``"data"`` and the guide params
-``"X_loc"`` [N, Q] and ``"X_scale"`` [N, Q] (positive); the hyperparameter sites; param ``"Z"`` [M, Q] (a constant
-when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"`` [D, M], the factor ``"y"`` [B] and the guide
-params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M] (``"u_scale"`` [D, M] when ``q_diag``);
-:class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.
+``"X_loc"`` [N, Q] and ``"X_scale"`` [N, Q] (positive), or, for a :class:`BayesianGPLVM` with an ``encoder``
+(q(x_n | y_n) amortised), the encoder's weights, one param per tensor ``"encoder.<parameter>"``
+(:func:`ppl_sparsegp.pyro.nn.module`) where NumPyro has the one site ``"encoder$params"``; the hyperparameter
+sites; param ``"Z"`` [M, Q] (a constant when ``learn_Z=False``). :class:`BayesianGPLVM` adds the latent ``"u"``
+[D, M], the factor ``"y"`` [B] and the guide params ``"u_loc"`` [D, M] and ``"u_scale_tril"`` [D, M, M]
+(``"u_scale"`` [D, M] when ``q_diag``); :class:`CollapsedGPLVM` the factor ``"collapsed_bound"``.
 
 With ``batch_size=B`` the guide draws the plate's indices and the latents of those rows, and Pyro's ELBOs replay the
-model with them (its data term and latent KL scaled by N/B). The NumPyro model's amortised ``encoder`` (an equinox
-network) has no Pyro counterpart yet (``ppl_sparsegp.pyro`` has no ``nn`` module): the latents here are free.
+model with them (its data term and latent KL scaled by N/B).
+
+The amortised ``encoder`` is a :class:`ppl_sparsegp.pyro.nn.GaussianEncoder` (a ``torch.nn`` module taking rows
+[B, D]), or the NumPyro twin's equinox ``GaussianEncoder``, whose architecture, variance floor and weights the
+torch twin takes (:func:`ppl_sparsegp.pyro.nn.encoder_twin`); so :func:`models.pyro._base.twin_of` carries the
+encoder over, and ``twin_of(m, encoder=ppl_sparsegp.numpyro.nn.fitted(m.encoder, params, "encoder$params"))`` the
+weights of a NumPyro fit. As on the NumPyro side, :meth:`BayesianGPLVM.elbo` and :class:`LatentInputs` read the free
+latents ``"X_loc"``, ``"X_scale"``; an amortised model's bound is its ELBO loss (``TraceMeanField_ELBO``).
+
 Randomness is torch's: :meth:`BayesianGPLVM.elbo` draws X from q(X) with torch's generator
 (``pyro.set_rng_seed``) where the NumPyro twin takes a key.
 """
@@ -28,7 +37,7 @@ from torch.distributions import kl_divergence
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, ops
-from ppl_sparsegp.pyro import sites
+from ppl_sparsegp.pyro import nn, sites
 from ppl_sparsegp.pyro.dtype import as_tensor
 
 from .._shared import base_fields
@@ -38,6 +47,9 @@ from .sgpr import SGPR
 from .svgp import SVGP
 
 Array = Any
+
+ENCODER = "encoder"
+"""The name under which :func:`ppl_sparsegp.pyro.nn.module` registers the encoder's parameters."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,7 +131,10 @@ class BayesianGPLVM(GPModel):
 
     Args (beyond :class:`GPModel`'s): those of :class:`SVGP` (``num_latent`` must be D, ``whiten`` must stay False,
     no ``num_data``: minibatch through ``batch_size``); keyword-only ``X_init`` and ``X_scale_init`` as
-    :class:`LatentInputs`.
+    :class:`LatentInputs`; keyword-only ``encoder``, a :class:`ppl_sparsegp.pyro.nn.GaussianEncoder` y [B, D] ->
+    (μ, s²) [B, Q] that amortises q(x_n | y_n) (Bui & Turner 2015; SAS-GP's baseline) in place of the free
+    ``"X_loc"``, ``"X_scale"`` (``X_init`` then only fixes N and Q), or the NumPyro twin's equinox
+    ``GaussianEncoder``, whose torch twin (same architecture and weights) it becomes.
     """
 
     Z: Array = None
@@ -132,6 +147,7 @@ class BayesianGPLVM(GPModel):
     data_term: Literal["analytic", "sampled"] = "analytic"
     X_init: Array = field(default=None, kw_only=True)
     X_scale_init: float = field(default=0.1, kw_only=True)
+    encoder: Any = field(default=None, kw_only=True, repr=False)
     latents: LatentInputs = field(init=False, repr=False)
     svgp: SVGP = field(init=False, repr=False)
     components = ("svgp", "latents")
@@ -145,11 +161,20 @@ class BayesianGPLVM(GPModel):
         self.latents = LatentInputs(self.X_init, self.X_scale_init)
         self.svgp = SVGP(**base_fields(self, SVGP))  # the sparse GP at given inputs: its checks, bound, predictions
         validation.check_same_dim(self.Z, self.X_init, x_name="X_init")
+        if self.encoder is not None and not isinstance(self.encoder, torch.nn.Module):
+            self.encoder = nn.encoder_twin(self.encoder)
+        if self.encoder is not None and not isinstance(self.encoder, nn.GaussianEncoder):
+            raise ValueError(f"encoder: expected a GaussianEncoder y -> (μ, s²), got {type(self.encoder).__name__}")
         super().__post_init__()
 
     @property
     def num_inducing(self) -> int:
         return self.svgp.num_inducing
+
+    def parameter_names(self) -> set[str]:
+        """:meth:`GPModel.parameter_names`, and the encoder's ``"encoder.<parameter>"`` when it has one."""
+        encoder = set() if self.encoder is None else set(nn.param_values(ENCODER, self.encoder))
+        return super().parameter_names() | encoder
 
     def check_data(self, Y: Array | None) -> None:
         """Eager checks of the observations Y [N, D] (N = rows of ``X_init``, D = ``num_latent``; None: to be
@@ -186,11 +211,20 @@ class BayesianGPLVM(GPModel):
 
     def guide(self, Y: Array | None = None) -> None:
         """Point masses of the hyperparameters with priors, u ~ q(u), and x_n ~ q(x_n) for the rows of the batch
-        (every row when ``Y`` is None, as the model's ``Predictive`` branch has them)."""
+        (every row when ``Y`` is None, as the model's ``Predictive`` branch has them); with an ``encoder``,
+        x_n ~ N(μ(y_n), diag s²(y_n)) for the batch's rows (none when ``Y`` is None: the model's prior draws)."""
         self.hyperparameter_guide()
         sites.inducing_posterior(
             *sites.inducing_posterior_parameters(self.num_latent, self.num_inducing, self.Z.dtype, self.q_diag)
         )
+        if self.encoder is not None:
+            if Y is not None:
+                Y = as_tensor(Y)
+                encoder = nn.module(ENCODER, self.encoder)
+                with sites.data_plate(self.latents.num_points, self.batch_size) as idx:
+                    mean, var = encoder(Y if idx is None else Y[idx])
+                    pyro.sample("X", dist.Normal(mean, torch.sqrt(var)).to_event(1))
+            return
         loc, scale = sites.latent_posterior_parameters(self.X_init, self.X_scale_init)
         with sites.data_plate(self.latents.num_points, None if Y is None else self.batch_size) as idx:
             sites.latent_posterior(loc, scale, idx)
@@ -220,10 +254,25 @@ class BayesianGPLVM(GPModel):
         """q(u) = p(u) at the initial kernel (:meth:`prior_initialisation`), e.g. for ``pyro.param`` before SVI."""
         return dict(self.prior_initialisation())
 
+    def encode(self, params: Mapping[str, Array], Y: Array) -> Array:
+        """The amortised latent means μ(y) [S, Q] of the rows of Y [S, D] (a model with an ``encoder``), from the
+        weights ``params["encoder.<parameter>"]`` (the encoder's own where absent).
+
+        Raises:
+            ValueError: the model has free latents (read them as ``params["X_loc"]``).
+        """
+        if self.encoder is None:
+            raise ValueError('encoder: this GP-LVM has free latent means; read them as params["X_loc"]')
+        with torch.no_grad():
+            return nn.fitted(self.encoder, params, ENCODER)(as_tensor(Y))[0]
+
     def reconstruct(self, params: Mapping[str, Array], Y: Array | None = None) -> tuple[Array, Array]:
         """Predictive mean and variance of Y at the latent means: ([N, D], [N, D]) (``predict_y`` at μ). q(u) is a
-        fitted parameter, so no Y is needed (it is accepted for the signature of :meth:`CollapsedGPLVM.reconstruct`)."""
-        return self.predict_y(params, as_tensor(params["X_loc"]))
+        fitted parameter, so a model with free latents needs no Y (it is accepted for the signature of
+        :meth:`CollapsedGPLVM.reconstruct`); one with an ``encoder`` reconstructs the rows of Y [S, D] at their
+        encoded means."""
+        latents = self.encode(params, Y) if self.encoder is not None else as_tensor(params["X_loc"])
+        return self.predict_y(params, latents)
 
 
 @dataclass(eq=False)

@@ -14,6 +14,10 @@ Weights start as equinox's do, uniform in ±1/sqrt(fan-in), drawn from a ``torch
 from the generator passed as ``seed``); the draws differ from JAX's: :func:`load_numpyro_weights` copies a NumPyro
 network's weights for parity.
 
+:func:`encoder_twin` builds the torch twin of a NumPyro encoder (an :func:`encoder_network` or a
+:class:`GaussianEncoder` of :mod:`ppl_sparsegp.numpyro.nn`) from the equinox module itself: its widths, activation
+and variance floor, and its weights.
+
 Registration (:func:`module`, the twin of ``numpyro.contrib.module.eqx_module``): every parameter of the module is a
 ``pyro.param`` named as a ``PyroModule`` of that name names it, ``"<name>.<parameter>"`` (e.g.
 ``"network.0.weight"``; Pyro cannot hold a whole module at NumPyro's single site ``"<name>$params"``), and the module
@@ -44,6 +48,7 @@ __all__ = [
     "GaussianEncoder",
     "Softplus",
     "encoder_network",
+    "encoder_twin",
     "fitted",
     "gaussian_encoder",
     "inducing_network",
@@ -234,3 +239,39 @@ def load_numpyro_weights(network: torch.nn.Module, weights: Any) -> torch.nn.Mod
         for target, array in zip(targets, arrays, strict=True):
             target.copy_(torch.tensor(array, dtype=target.dtype))
     return network
+
+
+def encoder_twin(network: Any) -> torch.nn.Module:
+    """The torch twin of an equinox encoder of :mod:`ppl_sparsegp.numpyro.nn`: an :func:`encoder_network` (an
+    ``eqx.nn.Sequential`` of ``eqx.nn.Linear`` layers with ``eqx.nn.Lambda`` activations between them) becomes the
+    :func:`encoder_network` of the same widths and activation, a NumPyro ``GaussianEncoder`` the
+    :class:`GaussianEncoder` of the twins of its ``mean`` and ``variance`` networks and its ``min_variance``; the
+    weights (and their dtype) are the equinox module's (:func:`load_numpyro_weights`).
+
+    Raises:
+        ValueError: ``network`` is not such a module, or is its weights only (``eqx.partition``'s arrays, whose
+            activations are gone): pass the module, e.g. :func:`ppl_sparsegp.numpyro.nn.fitted`'s.
+    """
+    import equinox as eqx  # the NumPyro side's modules; imported only when one is handed over
+
+    from ppl_sparsegp.numpyro import nn as numpyro_nn
+
+    if isinstance(network, numpyro_nn.GaussianEncoder):
+        mean, variance = encoder_twin(network.mean), encoder_twin(network.variance)
+        return GaussianEncoder(mean, variance, network.min_variance)
+    layers = network.layers if isinstance(network, eqx.nn.Sequential) else ()
+    linear = [layer for layer in layers if isinstance(layer, eqx.nn.Linear)]
+    steps = [layer.fn for layer in layers if isinstance(layer, eqx.nn.Lambda)]
+    names = {fn: name for name, fn in numpyro_nn.ACTIVATIONS.items()}
+    if not linear or len(steps) != len(linear) - 1 or len(set(map(id, steps))) > 1:
+        raise ValueError(f"network: expected an encoder of ppl_sparsegp.numpyro.nn, got {type(network).__name__}")
+    if steps and steps[0] not in names:
+        raise ValueError(
+            "network: its activation is unknown (weights only, or not one of ACTIVATIONS); pass the equinox module"
+        )
+    dtype = torch.tensor(np.asarray(linear[0].bias)).dtype
+    twin = encoder_network(
+        linear[0].in_features, linear[-1].out_features, [layer.out_features for layer in linear[:-1]],
+        names[steps[0]] if steps else next(iter(ACTIVATIONS)), dtype=dtype,
+    )  # fmt: skip
+    return load_numpyro_weights(twin, network)

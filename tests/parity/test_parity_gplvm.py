@@ -2,11 +2,14 @@
 parameters and the same latent draws (u, X and, with minibatches, the plate's indices), in float64: every site's
 log-density in the model and the guide, the closed-form KLs of q(u) and q(X), the TraceMeanField ELBO with the
 guide's draws held at those values, the Monte Carlo ``elbo`` at the same draws of X, the latent KL and the
-predictions agree to 1e-10; a perturbed parameter on the Pyro side moves the value, so the comparison can fail.
+predictions agree to 1e-10; a perturbed parameter on the Pyro side moves the value, so the comparison can fail. The
+amortised Bayesian GP-LVM (q(x_n | y_n) from an encoder) is compared at the same encoder weights: NumPyro's
+``"encoder$params"`` pytree against Pyro's ``"encoder.<parameter>"`` tensors of its torch twin.
 """
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +39,9 @@ from ppl_sparsegp.models.numpyro import gplvm as np_gplvm
 from ppl_sparsegp.models.numpyro import sgpmc as np_sgpmc
 from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
 from ppl_sparsegp.models.pyro import sgpmc as pyro_sgpmc
+from ppl_sparsegp.models.pyro._base import twin_of
+from ppl_sparsegp.numpyro import nn as np_nn
+from ppl_sparsegp.pyro import nn as pyro_nn
 
 # a guide reads only some of the params that both traces are given
 pytestmark = pytest.mark.filterwarnings("ignore:pyro.module data did not find params")
@@ -195,3 +201,87 @@ def test_collapsed_gplvm_log_densities_kl_elbo_and_predictions_agree():
     mu = params["X_loc"]
     assert_same_predictions(npm, pym, params, p["X_new"], X=mu, y=p["Y"])
     close(npm.reconstruct(params, p["Y"])[1], pym.reconstruct(params, p["Y"])[1].numpy())
+
+
+ENCODER_CASES = [
+    {"likelihood": "gaussian"},
+    {"likelihood": "bernoulli", "q_diag": True},
+    {"likelihood": "gaussian", "batch_size": B},
+]
+
+
+def _encoder_weights(encoder, rng: np.random.Generator):
+    """The weights pytree of an equinox encoder (as NumPyro's ``"encoder$params"`` holds it), every array moved at
+    random away from its initial value."""
+    weights, _ = eqx.partition(encoder, eqx.is_inexact_array)
+    return jax.tree_util.tree_map(lambda a: a + 0.3 * jnp.asarray(rng.standard_normal(a.shape)), weights)
+
+
+@pytest.mark.parametrize("case", ENCODER_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_amortised_bayesian_gplvm_log_densities_kls_loss_and_encodings_agree(case):
+    case = dict(case)
+    p = _problem(case.pop("likelihood"))
+    rng, Y = p["rng"], p["Y"]
+    encoder = np_nn.gaussian_encoder(D, Q, (5,), "tanh", jax.random.PRNGKey(0), jnp.float64)
+    common = {"Z": p["Z"], "num_latent": D, "X_init": p["X_init"], **case}
+    npm = np_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], encoder=encoder, **common)
+    pym = twin_of(npm)  # the equinox encoder becomes its torch twin, with the same initial weights
+    assert isinstance(pym.encoder, pyro_nn.GaussianEncoder)
+    close(npm.encode({}, Y), pym.encode({}, Y))
+
+    site = np_gplvm.ENCODER_PARAMS
+    weights = _encoder_weights(npm.encoder, rng)
+    fitted_encoder = np_nn.fitted(npm.encoder, {site: weights}, site)  # the equinox module at those weights
+    networks = pyro_nn.param_values(pyro_gplvm.ENCODER, pyro_nn.encoder_twin(fitted_encoder))
+    params = {k: v for k, v in p["params"].items() if not k.startswith("X_")}
+    if case.get("q_diag"):
+        params["u_scale"] = rng.uniform(0.3, 1.0, (D, M))
+        del params["u_scale_tril"]
+    params.update({k: v.numpy() for k, v in networks.items()})
+    assert set(networks) <= pym.parameter_names() and site in npm.parameter_names()
+    rows = N if "batch_size" not in case else B
+    latents = {"u": rng.standard_normal((D, M)), "X": rng.standard_normal((rows, Q))}
+    if "batch_size" in case:
+        latents["data"] = rng.choice(N, B)  # the plate's indices, the same on both sides
+    np_guide = handlers.substitute(npm.guide, data={site: weights})
+
+    assert set(assert_same_terms(npm.model, pym.model, params, latents, Y)) == {"u", "X", "y"}
+    assert set(assert_same_terms(np_guide, pym.guide, params, latents, Y)) == {"u", "X"}
+    assert_perturbation_moves(pym.guide, params, latents, Y, site="encoder.mean.0.weight")
+    assert_perturbation_moves(pym.guide, params, latents, Y, site="encoder.variance.2.bias")
+    _, np_model_trace = numpyro_terms(npm.model, params, latents, Y)
+    _, np_guide_trace = numpyro_terms(np_guide, params, latents, Y)
+    _, pyro_model_trace = pyro_terms(pym.model, params, latents, Y)
+    _, pyro_guide_trace = pyro_terms(pym.guide, params, latents, Y)
+    for name in ("u", "X"):
+        close(
+            jnp.sum(numpyro_kl(np_guide_trace[name]["fn"], np_model_trace[name]["fn"])),
+            torch.sum(torch_kl(pyro_guide_trace.nodes[name]["fn"], pyro_model_trace.nodes[name]["fn"])),
+        )
+    np_loss = _numpyro_loss(npm.model, np_guide, params, latents, Y)
+    close(np_loss, _pyro_loss(pym.model, pym.guide, params, latents, Y))
+    moved = {**params, "encoder.variance.0.weight": params["encoder.variance.0.weight"] * 1.01}
+    apart(np_loss, _pyro_loss(pym.model, pym.guide, moved, latents, Y))
+
+    Y_new = rng.standard_normal((6, D))
+    expected = npm.encode({site: weights}, Y_new)
+    close(expected, pym.encode(params, Y_new))
+    apart(expected, pym.encode({**params, "encoder.mean.2.bias": params["encoder.mean.2.bias"] + 0.01}, Y_new))
+    close(expected, twin_of(npm, encoder=fitted_encoder).encode({}, Y_new))  # a NumPyro fit's weights carried over
+    hyper = {k: v for k, v in params.items() if not k.startswith("encoder.")}
+    for e, g in zip(npm.reconstruct({**hyper, site: weights}, Y_new), pym.reconstruct(params, Y_new), strict=True):
+        close(e, g.numpy())
+
+
+def test_the_encoder_twin_needs_the_equinox_module_and_a_free_gplvm_has_nothing_to_encode_with():
+    p = _problem("gaussian")
+    encoder = np_nn.gaussian_encoder(D, Q, (4,), "relu", jax.random.PRNGKey(1), jnp.float64)
+    common = {"Z": p["Z"], "num_latent": D, "X_init": p["X_init"]}
+    with pytest.raises(ValueError, match="its activation is unknown"):
+        pyro_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], encoder=eqx.partition(encoder, eqx.is_inexact_array)[0],
+                                 **common)  # fmt: skip
+    with pytest.raises(ValueError, match="encoder: expected a GaussianEncoder"):
+        pyro_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], encoder=pyro_nn.encoder_network(D, Q, (4,), "relu"),
+                                 **common)  # fmt: skip
+    with pytest.raises(ValueError, match="encoder: this GP-LVM has free latent means"):
+        pyro_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], **common).encode({}, p["Y"])

@@ -1,5 +1,6 @@
 """Pyro's SVI on the Pyro twins of the Bayesian GP-LVMs: minibatches of the ``"data"`` plate (the model replays the
-guide's indices and latents) raise the full-batch bound, and the collapsed model's bound rises too."""
+guide's indices and latents) raise the full-batch bound, with free latents or with q(x_n | y_n) from an encoder
+(whose weights train through the param store), and the collapsed model's bound rises too."""
 
 import numpy as np
 import pyro
@@ -9,7 +10,7 @@ import torch
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
-from ppl_sparsegp.pyro import sites
+from ppl_sparsegp.pyro import nn, sites
 
 N, D, Q, M = 20, 3, 2, 5
 
@@ -59,3 +60,37 @@ def test_pyro_svi_raises_the_collapsed_gplvm_bound():
     )
     before, after = _fit(gp, Y, 60)
     assert after > before + 100.0
+
+
+def test_pyro_svi_with_minibatches_trains_the_amortised_bayesian_gplvm():
+    Y = torch.as_tensor(_data())
+    encoder = nn.gaussian_encoder(D, Q, (16,), "tanh", seed=0)
+    kernel, likelihood = kernels.RBF(lengthscale=np.ones(Q)), likelihoods.Gaussian(variance=0.1)
+    options = dict(Z=pyro_gplvm.pca_latents(Y.numpy(), Q)[:M], num_latent=D, X_init=np.zeros((N, Q)), encoder=encoder)
+    gp = pyro_gplvm.BayesianGPLVM(kernel, likelihood, batch_size=8, **options)
+    full = pyro_gplvm.BayesianGPLVM(kernel, likelihood, **options)  # the same sites, scoring every row
+    pyro.clear_param_store()
+    for name, value in gp.initial_params().items():
+        pyro.param(name, value)
+
+    def bound() -> float:
+        """The full-batch ELBO at the param store's values: minus the mean TraceMeanField loss of 20 draws of X."""
+        pyro.set_rng_seed(1)
+        return -pyro.infer.TraceMeanField_ELBO(num_particles=20).loss(full.model, full.guide, Y)
+
+    pyro.set_rng_seed(0)
+    svi = pyro.infer.SVI(gp.model, gp.guide, pyro.optim.Adam({"lr": 0.03}), pyro.infer.TraceMeanField_ELBO())
+    svi.evaluate_loss(Y)  # registers every param at its initial value, the encoder's at the module's weights
+    start, before = sites.param_store_values(), bound()
+    for _ in range(150):
+        assert np.isfinite(svi.step(Y))
+    after = bound()
+
+    assert after > before + 100.0, (before, after)
+    params = sites.param_store_values()
+    assert "X_loc" not in params
+    initial = nn.param_values(pyro_gplvm.ENCODER, gp.encoder)
+    assert all(torch.equal(start[k], initial[k]) for k in initial)
+    assert all(not torch.equal(params[k], initial[k]) for k in initial)  # trained, while the module keeps its init
+    rmse = [float(torch.sqrt(torch.mean((gp.reconstruct(p, Y)[0] - Y) ** 2))) for p in (start, params)]
+    assert rmse[1] < 0.7 * rmse[0], rmse  # the encoded latents reconstruct Y better than q(u) = p(u) does
