@@ -26,6 +26,8 @@ import numpy as np
 import pyro
 import pyro.infer
 import torch
+from pyro import poutine
+from torch.distributions import biject_to
 
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
@@ -39,6 +41,41 @@ Array = Any
 def chain_seeds(seed: int, num_chains: int) -> list[int]:
     """The seed of each chain: independent streams drawn from ``seed`` (``SeedSequence(seed).spawn``)."""
     return [int(child.generate_state(1)[0]) for child in np.random.SeedSequence(seed).spawn(num_chains)]
+
+
+def init_from_svi(
+    model: Callable,
+    guide: Callable,
+    params: Mapping[str, Array],
+    *model_args: Any,
+    num_chains: int = 1,
+    **model_kwargs: Any,
+) -> dict[str, Array]:
+    """Unconstrained initial values for :func:`run_mcmc` from a fitted guide, one draw of every guide site per chain
+    (the twin of :func:`ppl_sparsegp.infer.mcmc.init_from_svi`): hyperparameters at the guide's point masses, u (or
+    v) at a draw of q(u), the thesis' recipe (§5.5 step 2). Draws from torch's generator.
+
+    Args:
+        model, guide: the Pyro model and the guide that was fitted; params: its fitted params (constrained).
+        num_chains: C, the leading axis of every value.
+
+    Returns:
+        site name -> unconstrained value [C, ...], for the model's latent sites the guide draws.
+    """
+    num_chains = check_count("num_chains", num_chains, minimum=1)
+    values = {name: torch.as_tensor(np.asarray(value)) for name, value in params.items()}
+    model_args = tuple(as_data(a) for a in model_args)
+    model_kwargs = {k: as_data(v) for k, v in model_kwargs.items()}
+    starts: dict[str, list[Array]] = {}
+    with torch.no_grad():
+        for _ in range(num_chains):
+            drawn = poutine.trace(poutine.substitute(guide, data=values)).get_trace(*model_args, **model_kwargs)
+            latent = {n: site["value"] for n, site in drawn.nodes.items() if site["type"] == "sample"}
+            replayed = poutine.trace(poutine.condition(poutine.substitute(model, data=values), data=latent))
+            for name, site in replayed.get_trace(*model_args, **model_kwargs).nodes.items():
+                if name in latent and site["type"] == "sample":
+                    starts.setdefault(name, []).append(biject_to(site["fn"].support).inv(latent[name]))
+    return {name: torch.stack(chains) for name, chains in starts.items()}
 
 
 def run_mcmc(

@@ -35,7 +35,7 @@ from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
-from ppl_sparsegp.pyro.dtype import as_data, to_host
+from ppl_sparsegp.pyro.dtype import as_data, as_tensor, to_host
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.validation import check_count
 
@@ -60,6 +60,7 @@ def fit_svi(
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
     threads: int | None = ops.BLAS_THREADS,
+    init_params: Mapping[str, Array] | None = None,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference in Pyro.
@@ -80,6 +81,9 @@ def fit_svi(
         checkpoint_every: steps between checkpoint writes (and one at the end).
         fingerprint: the caller's settings that affect the result, name -> JSON-able value.
         validate: called as ``validate(*args, **kwargs)`` before anything runs (e.g. a model's ``check_data``).
+        init_params: initial constrained values of some params (e.g. a previous phase's fit), param name -> array;
+            the others start where the model and guide start them. Part of the checkpoint's fingerprint (as the
+            hash of every initial value).
         threads: torch's intra-op threads while fitting (``torch.set_num_threads``, restored after; None: torch's
             own). One by default, as the NumPyro engine's BLAS threads: a sparse GP step is many small operations,
             between which torch's pool spin-waits; an SVGP step on diabetes (M = 64, B = 128) on 2 busy cores ran
@@ -90,7 +94,8 @@ def fit_svi(
         ``state`` None (Pyro's state is its param store; a checkpoint continues a run) and ``compile_seconds`` 0.
 
     Raises:
-        ValueError: a bad count or optimizer, before anything runs.
+        ValueError: a bad count or optimizer, or ``init_params`` naming params the model and guide do not have,
+            before any step.
         ppl_sparsegp.infer.checkpoint.CheckpointError: the checkpoint is damaged, another run's (every difference
             named), for other params, or holds more than ``num_steps`` steps.
         ppl_sparsegp.infer.svi.NonFiniteLossError: the loss became NaN or inf; it carries the params of the last
@@ -110,7 +115,7 @@ def fit_svi(
         torch.set_num_threads(threads)
     try:
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
-                    checkpoint_every, fingerprint)  # fmt: skip
+                    checkpoint_every, fingerprint, dict(init_params or {}))  # fmt: skip
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -129,6 +134,7 @@ def _fit(
     checkpoint: str | os.PathLike | None,
     checkpoint_every: int,
     fingerprint: Mapping[str, Any] | None,
+    init_params: dict[str, Array],
 ) -> SVIResult:
     """:func:`fit_svi` once its arguments are checked."""
     args = tuple(as_data(a) for a in args)
@@ -141,6 +147,11 @@ def _fit(
         elbo.loss(model, guide, *args, **kwargs)  # creates every param of the model and the guide
     store = pyro.get_param_store()
     names = sorted(created.trace.nodes)
+    unknown = sorted(set(init_params) - set(names))
+    if unknown:
+        raise ValueError(f"init_params: no params {unknown}; the params are {names}")
+    for name, value in init_params.items():
+        store[name] = as_tensor(value).detach().clone()  # through the param's constraint
     unconstrained = dict(store.named_parameters())
     params = [unconstrained[name] for name in names]
     optim = optimizer(params)

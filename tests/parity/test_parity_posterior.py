@@ -102,3 +102,31 @@ def test_the_arviz_output_of_a_pyro_nuts_run():
         close(expected, idata["log_likelihood"]["y"].values[c, s])
         summary = np_diagnostics.summary(idata, var_names=["kernel.variance"])
         assert np.isfinite(np.asarray(summary["mean"])).all()
+
+
+def test_chains_start_from_the_fitted_guide_as_on_the_numpyro_side():
+    """pyro.mcmc.init_from_svi puts θ at the guide's point masses (the same unconstrained values as NumPyro's) and
+    v at draws of q(v), one per chain."""
+    import jax
+
+    from ppl_sparsegp.infer.mcmc import init_from_svi as numpyro_init
+    from ppl_sparsegp.models.numpyro import svgp as np_svgp
+    from ppl_sparsegp.models.pyro import svgp as pyro_svgp
+    from ppl_sparsegp.pyro.mcmc import init_from_svi as pyro_init
+
+    p, npm, pym, _ = _twins("gaussian")
+    priors = (
+        np_sgpmc.default_priors(p["kernel"], p["likelihood"]),
+        pyro_sgpmc.default_priors(p["kernel"], p["likelihood"]),
+    )
+    np_guide = np_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"], priors=priors[0], learn_Z=False)
+    pyro_guide = pyro_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"], priors=priors[1], learn_Z=False)
+    params = {f"{k}_map": v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}
+    params.update({k: v for k, v in fixed_params(p).items() if k.startswith("u_")})
+    expected = numpyro_init(npm.model, np_guide.guide, params, p["X"], p["y"], key=jax.random.PRNGKey(0), num_chains=3)
+    got = pyro_init(pym.model, pyro_guide.guide, params, p["X"], p["y"], num_chains=3)
+    assert set(got) == set(expected) == {"kernel.variance", "kernel.lengthscale", "likelihood.variance", "u"}
+    for name in ("kernel.variance", "kernel.lengthscale", "likelihood.variance"):
+        close(expected[name], got[name].numpy())
+        close(np.log(params[f"{name}_map"]) * np.ones_like(got[name].numpy()), got[name].numpy())
+    assert got["u"].shape == (3, 1, p["Z"].shape[0]) and not torch.allclose(got["u"][0], got["u"][1])

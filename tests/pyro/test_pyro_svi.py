@@ -115,3 +115,16 @@ def test_the_fit_runs_on_its_threads_and_restores_the_callers(threads):
     before = torch.get_num_threads()
     fit_svi(model, lambda: None, num_steps=3, threads=threads, loss=pyro.infer.Trace_ELBO())
     assert set(seen) == {threads} and torch.get_num_threads() == before
+
+
+def test_init_params_start_the_fit_and_unknown_names_are_refused():
+    X, y = _data()
+    gp = _svgp(X[:5])
+    start = {"kernel.lengthscale": np.array(0.3), "Z": X[10:15]}
+    fit = fit_svi(
+        gp.model, gp.guide, X, y, num_steps=1, init_params=start, optimizer=functools.partial(torch.optim.SGD, lr=0.0)
+    )
+    torch.testing.assert_close(fit.params["kernel.lengthscale"], torch.tensor(0.3, dtype=torch.float64))
+    torch.testing.assert_close(fit.params["Z"], torch.as_tensor(X[10:15]))
+    with pytest.raises(ValueError, match=r"init_params: no params \['lengthscale'\]"):
+        fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params={"lengthscale": 0.3})
