@@ -4,7 +4,9 @@ The thesis recipe, :func:`ppl_sparsegp.recipes.sgpmc.fit_sgpmc`. Writes posterio
 standardised units), fit.png (every chain's potential energy and the predictive picture of the mixture) and
 results.json (test metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the
 hyperparameters). The chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws;
-re-running the same command repeats the (deterministic) SVI fit and resumes the chains.
+re-running the same command repeats the (deterministic) SVI fit and resumes the chains. With ``--backend pyro`` the
+Pyro twins and engines run the same recipe (:mod:`ppl_sparsegp.recipes.sgpmc_pyro`; checkpointed chain by chain,
+every draw kept) and the draws are evaluated as a NumPyro run's (:mod:`ppl_sparsegp.cli.pyro_backend`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ SG_ENGINES = ("sghmc", "sgld")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "sgpmc")
-    names = (*shared.KERNEL_OPTIONS, "noise_variance", "likelihood", "inducing", "init", "steps", "lr", "batch_size")
+    names = (*shared.KERNEL_OPTIONS, "noise_variance", "likelihood", "inducing", "init", "steps", "lr", "batch_size",
+             "backend")  # fmt: skip
     shared.add_options(  # lengthscale sqrt(D): from 1.0 the Gamma prior can pull a high-dimensional fit into the
         parser, names, " of the SVI fit and the sghmc/sgld engines",  # all-short-lengthscales mode
         lengthscale=None, steps=c.svi_steps, lr=c.learning_rate, batch_size=c.batch_size,
@@ -71,6 +74,8 @@ def _check(opts: dict[str, Any]) -> None:
         raise ValueError(f"--step-size must be positive, got {opts['step_size']}")
     if opts["batch_size"] is not None and not sg:
         raise ValueError(f"--batch-size applies to the SVI fit and the sghmc/sgld engines, not {opts['engine']}")
+    if opts["backend"] == "pyro" and opts["thinning"] != 1:
+        raise ValueError(f"--thinning: --backend pyro keeps every draw; expected 1, got {opts['thinning']}")
     if opts["chunk"] is not None and opts["chunk"] % opts["thinning"]:
         raise ValueError(f"--chunk ({opts['chunk']}) must be a multiple of --thinning ({opts['thinning']})")
 
@@ -85,14 +90,22 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         num_warmup=opts["warmup"], num_samples=opts["samples"], num_chains=opts["chains"],
         thinning=opts["thinning"], chunk_size=opts["chunk"],
     )  # fmt: skip
-    fit, seconds = shared.timed(
-        fit_sgpmc, d.X, d.y, config, kernel=kernel, likelihood=d.likelihood, key=jax.random.PRNGKey(opts["seed"]),
-        Z=initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
-        priors=default_priors(kernel, d.likelihood, opts["prior"]),
-        num_latent=latent_functions(d.likelihood, d.ds.num_outputs),
-        engine_options={"step_size": opts["step_size"]} if opts["step_size"] else {},
-        checkpoint=opts["out"] / CHECKPOINT, progress=shared.progress(opts), fingerprint=settings,
-    )  # fmt: skip
+    common = {
+        "kernel": kernel, "likelihood": d.likelihood,
+        "Z": initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"]),
+        "num_latent": latent_functions(d.likelihood, d.ds.num_outputs),
+        "engine_options": {"step_size": opts["step_size"]} if opts["step_size"] else {},
+        "checkpoint": opts["out"] / CHECKPOINT, "progress": shared.progress(opts), "fingerprint": settings,
+    }  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit, seconds = shared.timed(pyro_backend.fit_sgpmc, d.X, d.y, config, opts, **common)
+    else:
+        fit, seconds = shared.timed(
+            fit_sgpmc, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]),
+            priors=default_priors(kernel, d.likelihood, opts["prior"]), **common,
+        )  # fmt: skip
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     idata = diagnostics.from_mcmc(fit.mcmc, fit.model, d.X, d.y, log_likelihood_of="predictive")

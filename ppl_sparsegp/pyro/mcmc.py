@@ -29,10 +29,11 @@ import torch
 from pyro import poutine
 from torch.distributions import biject_to
 
+from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.mcmc import MCMCResult
-from ppl_sparsegp.pyro.dtype import as_data, to_host
+from ppl_sparsegp.pyro.dtype import as_data, intra_op_threads, to_host
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -90,6 +91,7 @@ def run_mcmc(
     fingerprint: Mapping[str, Any] | None = None,
     progress: bool | None = None,
     validate: Callable[..., None] | None = None,
+    threads: int | None = ops.BLAS_THREADS,
     **model_kwargs: Any,
 ) -> MCMCResult:
     """Run ``kernel`` for ``num_warmup`` adaptation steps and ``num_samples`` kept steps, chain after chain.
@@ -107,6 +109,8 @@ def run_mcmc(
             kernel's class, the counts and a hash of ``initial_params``; a checkpoint that differs is refused.
         progress: Pyro's progress bar per chain (None: in a terminal or notebook).
         validate: called as ``validate(*model_args, **model_kwargs)`` before anything runs.
+        threads: torch's intra-op threads while sampling (:func:`ppl_sparsegp.pyro.dtype.intra_op_threads`; None:
+            torch's own); one by default.
 
     Raises:
         ValueError: a bad count, or ``initial_params`` without a leading axis of C, before anything runs.
@@ -116,6 +120,7 @@ def run_mcmc(
     num_warmup = check_count("num_warmup", num_warmup, minimum=0)
     num_samples = check_count("num_samples", num_samples, minimum=1)
     num_chains = check_count("num_chains", num_chains, minimum=1)
+    threads = check_count("threads", threads, minimum=1, optional=True)
     starts = {k: torch.as_tensor(np.asarray(v)) for k, v in (initial_params or {}).items()}
     for site, value in starts.items():
         if value.ndim == 0 or value.shape[0] != num_chains:
@@ -150,10 +155,11 @@ def run_mcmc(
     seeds = chain_seeds(seed, num_chains)
     try:
         for c in range(done, num_chains):
-            draws, flags, (warmup_time, sample_time) = _run_chain(
-                copy.deepcopy(kernel), seeds[c], {k: v[c] for k, v in starts.items()}, num_warmup, num_samples,
-                progress, model_args, model_kwargs,
-            )  # fmt: skip
+            with intra_op_threads(threads):
+                draws, flags, (warmup_time, sample_time) = _run_chain(
+                    copy.deepcopy(kernel), seeds[c], {k: v[c] for k, v in starts.items()}, num_warmup, num_samples,
+                    progress, model_args, model_kwargs,
+                )  # fmt: skip
             warmup_seconds, sample_seconds = warmup_seconds + warmup_time, sample_seconds + sample_time
             for site, value in draws.items():
                 samples.setdefault(site, []).append(value)
@@ -218,3 +224,23 @@ def _run_chain(
         flags = np.zeros(num_samples, dtype=bool)
         flags[list(divergences.get("chain 0", []))] = True
     return draws, flags, (first_sample - t0, end - first_sample)
+
+
+def kernel_from_name(engine: str, model: Callable, **options: Any) -> pyro.infer.mcmc.mcmc_kernel.MCMCKernel:
+    """A Pyro MCMC kernel for ``model`` by name, with its options (the twin of
+    :func:`ppl_sparsegp.infer.mcmc.kernel_from_name`): ``"nuts"`` / ``"hmc"`` Pyro's ``NUTS`` / ``HMC``;
+    ``"sghmc"`` the scale-adapted SGHMC and ``"sgld"`` SGLD of :mod:`ppl_sparsegp.pyro.sgmcmc`.
+
+    Raises:
+        ValueError: an unknown engine, or options the kernel does not take.
+    """
+    from ppl_sparsegp.infer.mcmc import ENGINES
+    from ppl_sparsegp.pyro.sgmcmc import SGLD, AdaptiveSGHMC
+
+    factories = {"nuts": pyro.infer.NUTS, "hmc": pyro.infer.HMC, "sghmc": AdaptiveSGHMC, "sgld": SGLD}
+    if engine not in factories:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    try:
+        return factories[engine](model, **options)
+    except TypeError as err:
+        raise ValueError(f"engine options for {engine!r}: {err}") from None

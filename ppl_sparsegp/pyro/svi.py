@@ -35,7 +35,7 @@ from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
-from ppl_sparsegp.pyro.dtype import as_data, as_tensor, to_host
+from ppl_sparsegp.pyro.dtype import as_data, as_tensor, intra_op_threads, to_host
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.validation import check_count
 
@@ -84,10 +84,8 @@ def fit_svi(
         init_params: initial constrained values of some params (e.g. a previous phase's fit), param name -> array;
             the others start where the model and guide start them. Part of the checkpoint's fingerprint (as the
             hash of every initial value).
-        threads: torch's intra-op threads while fitting (``torch.set_num_threads``, restored after; None: torch's
-            own). One by default, as the NumPyro engine's BLAS threads: a sparse GP step is many small operations,
-            between which torch's pool spin-waits; an SVGP step on diabetes (M = 64, B = 128) on 2 busy cores ran
-            at 10 steps/s with two threads and 76-101 with one.
+        threads: torch's intra-op threads while fitting (:func:`ppl_sparsegp.pyro.dtype.intra_op_threads`; None:
+            torch's own); one by default, as the NumPyro engine's BLAS threads.
 
     Returns:
         An :class:`ppl_sparsegp.infer.svi.SVIResult` with ``params`` the constrained values as detached tensors,
@@ -110,14 +108,9 @@ def fit_svi(
         raise ValueError(f"optimizer: expected a callable params -> torch.optim.Optimizer, got {optimizer!r}")
     if validate is not None:
         validate(*args, **kwargs)
-    previous_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with intra_op_threads(threads):
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
                     checkpoint_every, fingerprint, dict(init_params or {}))  # fmt: skip
-    finally:
-        torch.set_num_threads(previous_threads)
 
 
 def _fit(
