@@ -1,0 +1,184 @@
+"""The Pyro selection of inducing points (ppl_sparsegp.pyro.subset_prior, models/pyro/selective.py) against the NumPyro
+originals in float64 at the same inclusion mask, parameters and u: the subset prior's and the inclusion guide's
+log-densities, entropy, size marginal and closed-form KL; every site of the selective models and guides; the subset
+bound L(s), the KL of the selection and the exact objective E_q[L(s)] − KL by enumeration; and the predictions of the
+pruned models. A perturbation on the Pyro side moves each compared value, so the comparison can fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from numpyro.distributions.kl import kl_divergence as numpyro_kl
+from parity_checks import (
+    M,
+    apart,
+    assert_perturbation_moves,
+    assert_same_predictions,
+    assert_same_terms,
+    close,
+    fixed_params,
+    numpyro_terms,
+    problem,
+    pyro_terms,
+)
+from torch.distributions.kl import kl_divergence as torch_kl
+
+from ppl_sparsegp.models.numpyro import selective as np_selective
+from ppl_sparsegp.models.numpyro import sgpr as np_sgpr
+from ppl_sparsegp.models.numpyro import svgp as np_svgp
+from ppl_sparsegp.models.pyro import selective as pyro_selective
+from ppl_sparsegp.models.pyro import sgpr as pyro_sgpr
+from ppl_sparsegp.models.pyro import svgp as pyro_svgp
+from ppl_sparsegp.numpyro import subset_prior as np_subset
+from ppl_sparsegp.pyro import subset_prior as pyro_subset
+
+pytestmark = pytest.mark.filterwarnings("ignore:pyro.module data did not find params")
+
+MASK = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+ALPHA = 0.15
+
+
+def every_mask(K: int) -> np.ndarray:
+    """All 2^K masks [2^K, K]."""
+    return np.array(list(itertools.product([0.0, 1.0], repeat=K)))
+
+
+def selection_params(p: dict, q_diag: bool = False) -> dict[str, np.ndarray]:
+    """fixed_params of the problem plus λ away from its initial 0.5."""
+    return {**fixed_params(p, q_diag=q_diag), "inclusion_probs": p["rng"].uniform(0.15, 0.85, M)}
+
+
+@pytest.mark.parametrize("K, alpha", [(1, 0.0), (6, 0.15), (80, 0.05)])
+def test_subset_prior_and_inclusion_densities_and_kl_agree(K, alpha):
+    rng = np.random.default_rng(K)
+    probs = rng.uniform(0.05, 0.95, (3, K))
+    masks = (rng.uniform(size=(5, 3, K)) < 0.5).astype(np.float64)
+    np_p, py_p = np_subset.SubsetPointProcess(K, alpha), pyro_subset.SubsetPointProcess(K, alpha)
+    np_q, py_q = np_subset.IndependentInclusion(probs), pyro_subset.IndependentInclusion(probs)
+    close(np_p.log_normalizer, py_p.log_normalizer)
+    close(np_p.size_log_probs(), py_p.size_log_probs())
+    close(np_p.log_prob(masks), py_p.log_prob(torch.as_tensor(masks)))
+    close(np_q.log_prob(masks), py_q.log_prob(torch.as_tensor(masks)))
+    close(np_q.entropy(), py_q.entropy())
+    close(np_q.expected_count, py_q.expected_count)
+    close(np_q.count_variance, py_q.count_variance)
+    close(numpyro_kl(np_q, np_p), torch_kl(py_q, py_p))
+    moved = pyro_subset.IndependentInclusion(probs * 0.999)
+    apart(numpyro_kl(np_q, np_p), torch_kl(moved, py_p))
+    apart(np_q.log_prob(masks), moved.log_prob(torch.as_tensor(masks)))
+    if alpha > 0:
+        apart(np_p.log_prob(masks), pyro_subset.SubsetPointProcess(K, alpha * 1.001).log_prob(torch.as_tensor(masks)))
+
+
+def test_subset_prior_rejects_bad_arguments():
+    for bad in (-0.1, float("nan"), np.ones(2), "a"):
+        with pytest.raises(ValueError, match="alpha"):
+            pyro_subset.SubsetPointProcess(3, bad)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="num_candidates"):
+            pyro_subset.SubsetPointProcess(bad, 0.1)
+    for bad in (np.array([0.5, 1.2]), np.array(0.5), np.array([np.nan])):
+        with pytest.raises(ValueError, match="probs"):
+            pyro_subset.IndependentInclusion(bad)
+    with pytest.raises(ValueError, match="mask"):
+        pyro_subset.SubsetPointProcess(3, 0.1).log_prob(torch.ones(4))
+    with pytest.raises(ValueError, match="same candidates"):
+        torch_kl(pyro_subset.IndependentInclusion(torch.full((2,), 0.5)), pyro_subset.SubsetPointProcess(3, 0.1))
+
+
+def test_selective_sgpr_sites_objective_and_pruned_predictions_agree():
+    p = problem("gaussian")
+    params = {k: v for k, v in selection_params(p).items() if not k.startswith("u_")}
+    npm = np_selective.SelectiveSGPR(np_sgpr.SGPR(p["kernel"], p["likelihood"], Z=p["Z"]), alpha=ALPHA)
+    pym = pyro_selective.SelectiveSGPR(pyro_sgpr.SGPR(p["kernel"], p["likelihood"], Z=p["Z"]), alpha=ALPHA)
+    args, s = (p["X"], p["y"]), {"inclusion": MASK}
+
+    terms = assert_same_terms(npm.model, pym.model, params, s, *args)
+    assert set(terms) == {"inclusion", "collapsed_bound"}
+    guide_terms = assert_same_terms(npm.guide, pym.guide, params, s, *args)
+    assert set(guide_terms) == {"inclusion"}
+    assert_perturbation_moves(pym.model, params, s, *args, site="Z")
+    assert_perturbation_moves(pym.guide, params, s, *args, site="inclusion_probs")
+    _, np_guide = numpyro_terms(npm.guide, params, s, *args)
+    _, np_model = numpyro_terms(npm.model, params, s, *args)
+    _, py_guide = pyro_terms(pym.guide, params, s, *args)
+    _, py_model = pyro_terms(pym.model, params, s, *args)
+    close(
+        numpyro_kl(np_guide["inclusion"]["fn"], np_model["inclusion"]["fn"]),
+        torch_kl(py_guide.nodes["inclusion"]["fn"], py_model.nodes["inclusion"]["fn"]),
+    )
+
+    close(npm.kl_selection(params), pym.kl_selection(params))
+    close(npm.inclusion_probabilities(params), pym.inclusion_probabilities(params))
+    masks = every_mask(M)
+    np_bounds = np.array([npm.subset_bound(params, *args, m) for m in masks])
+    py_bounds = np.array([float(pym.subset_bound(params, *args, m)) for m in masks])
+    close(np_bounds, py_bounds)
+    log_q = np_subset.IndependentInclusion(params["inclusion_probs"]).log_prob(masks)
+    close(
+        np.sum(np.exp(log_q) * np_bounds) - npm.kl_selection(params),
+        np.sum(np.exp(log_q) * py_bounds) - float(pym.kl_selection(params)),
+    )
+    apart(npm.subset_bound(params, *args, MASK), pym.subset_bound({**params, "Z": params["Z"] * 1.001}, *args, MASK))
+
+    (np_pruned, np_sparse), (py_pruned, py_sparse) = npm.prune(params, MASK), pym.prune(params, MASK)
+    assert set(np_sparse) == set(py_sparse) == {"kernel.variance", "kernel.lengthscale", "likelihood.variance", "Z"}
+    close(np_sparse["Z"], py_sparse["Z"])
+    close(np_pruned.elbo(np_sparse, *args), py_pruned.elbo(py_sparse, *args))
+    close(np_pruned.elbo(np_sparse, *args), pym.subset_bound(params, *args, MASK))
+    np_sparse = {k: np.array(v) for k, v in np_sparse.items()}
+    assert_same_predictions(np_pruned, py_pruned, np_sparse, p["X_new"], X=p["X"], y=p["y"])
+
+
+@pytest.mark.parametrize(
+    "case",
+    [{}, {"q_diag": True}, {"data_term": "sampled"}, {"likelihood": "bernoulli"}],
+    ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "default",
+)
+def test_selective_svgp_sites_objective_and_pruned_predictions_agree(case):
+    case = dict(case)
+    p = problem(case.pop("likelihood", "gaussian"))
+    params = selection_params(p, q_diag=case.get("q_diag", False))
+    npm = np_selective.SelectiveSVGP(
+        np_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"], whiten=False, **case), alpha=ALPHA
+    )
+    pym = pyro_selective.SelectiveSVGP(
+        pyro_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"], whiten=False, **case), alpha=ALPHA
+    )
+    args = (p["X"], p["y"])
+    latents = {"inclusion": MASK, "u": p["rng"].standard_normal((1, M))}  # the same s and u on both sides
+
+    terms = assert_same_terms(npm.model, pym.model, params, latents, *args)
+    assert set(terms) == {"inclusion", "u", "y"}
+    guide_terms = assert_same_terms(npm.guide, pym.guide, params, latents, *args)
+    assert set(guide_terms) == {"inclusion", "u"}
+    assert_perturbation_moves(pym.model, params, latents, *args)
+    assert_perturbation_moves(pym.guide, params, latents, *args, site="u_loc")
+
+    close(npm.kl_selection(params), pym.kl_selection(params))
+    for mask in (MASK, np.eye(M)[2], np.ones(M)):
+        close(npm.subset_bound(params, *args, mask), pym.subset_bound(params, *args, mask))
+    (np_pruned, np_sparse), (py_pruned, py_sparse) = npm.prune(params, MASK), pym.prune(params, MASK)
+    assert set(np_sparse) == set(py_sparse)
+    for name in np_sparse:
+        close(np_sparse[name], py_sparse[name])
+    np_sparse = {k: np.array(v) for k, v in np_sparse.items()}
+    assert_same_predictions(np_pruned, py_pruned, np_sparse, p["X_new"])
+
+
+def test_prune_drops_the_selection_and_the_baseline():
+    p = problem("gaussian")
+    params = selection_params(p)
+    params[pyro_selective.BASELINE_PARAM] = np.array(-3.0)
+    pym = pyro_selective.SelectiveSVGP(pyro_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"], whiten=False))
+    _, sparse = pym.prune(params, MASK)
+    assert "inclusion_probs" not in sparse and pyro_selective.BASELINE_PARAM not in sparse
+    assert sparse["u_loc"].shape == (1, int(MASK.sum()))
+    with pytest.raises(ValueError, match="selects no candidate"):
+        pym.prune(params, np.zeros(M))
+    with pytest.raises(ValueError, match="whiten"):
+        pyro_selective.SelectiveSVGP(pyro_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"]))
