@@ -198,9 +198,9 @@ class SelectiveModel:
         """The sites a ``params`` dict may name: the ordinary model's and the selection's."""
         return self.ordinary.parameter_names() | self.selection.parameter_names()
 
-    def check_data(self, X: Array, y: Array | None = None) -> None:
-        """The ordinary model's checks of the data."""
-        self.ordinary.check_data(X, y)
+    def check_data(self, *data: Array) -> None:
+        """The ordinary model's checks of the data (X [N, D] and y, or a GP-LVM's Y [N, D])."""
+        self.ordinary.check_data(*data)
 
     def fitted(self, params: Mapping[str, Array]) -> Any:
         """The ordinary model's kernel and likelihood at fitted values."""

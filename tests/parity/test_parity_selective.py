@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import itertools
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import pyro
+import pyro.infer
 import pytest
 import torch
+from numpyro import handlers
 from numpyro.distributions.kl import kl_divergence as numpyro_kl
 from parity_checks import (
     M,
+    N,
     apart,
     assert_perturbation_moves,
     assert_same_predictions,
@@ -25,12 +31,19 @@ from parity_checks import (
     problem,
     pyro_terms,
 )
+from pyro import poutine
 from torch.distributions.kl import kl_divergence as torch_kl
 
+from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
+from ppl_sparsegp.models.numpyro import gplvm as np_gplvm
 from ppl_sparsegp.models.numpyro import selective as np_selective
+from ppl_sparsegp.models.numpyro import selective_gplvm as np_sel_gplvm
 from ppl_sparsegp.models.numpyro import sgpr as np_sgpr
 from ppl_sparsegp.models.numpyro import svgp as np_svgp
+from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
 from ppl_sparsegp.models.pyro import selective as pyro_selective
+from ppl_sparsegp.models.pyro import selective_gplvm as pyro_sel_gplvm
 from ppl_sparsegp.models.pyro import sgpr as pyro_sgpr
 from ppl_sparsegp.models.pyro import svgp as pyro_svgp
 from ppl_sparsegp.numpyro import subset_prior as np_subset
@@ -182,3 +195,118 @@ def test_prune_drops_the_selection_and_the_baseline():
         pym.prune(params, np.zeros(M))
     with pytest.raises(ValueError, match="whiten"):
         pyro_selective.SelectiveSVGP(pyro_svgp.SVGP(p["kernel"], p["likelihood"], Z=p["Z"]))
+
+
+Q, D_OUT = 2, 3
+
+
+def gplvm_problem(likelihood: str = "gaussian") -> dict:
+    """Y [N, 3] from a 2-D latent manifold, PCA-started latents, K = M candidates, and values away from the initial
+    ones for every param of the selective GP-LVMs."""
+    rng = np.random.default_rng(5)
+    t = rng.uniform(-2, 2, (N, Q))
+    F = np.stack([np.sin(t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1]], axis=1)
+    if likelihood == "gaussian":
+        Y, lik = F + 0.1 * rng.standard_normal(F.shape), likelihoods.Gaussian(variance=0.2)
+    else:
+        Y, lik = (F > 0).astype(np.float64), likelihoods.Bernoulli()
+    X_init = np_gplvm.pca_latents(Y, Q)
+    params = {
+        "kernel.variance": np.array(0.9),
+        "kernel.lengthscale": np.array([0.8, 1.1]),
+        "Z": rng.standard_normal((M, Q)),
+        "u_loc": rng.standard_normal((D_OUT, M)),
+        "u_scale_tril": np.tril(0.2 * rng.standard_normal((D_OUT, M, M))) + 0.7 * np.eye(M),
+        "X_loc": X_init + 0.1 * rng.standard_normal((N, Q)),
+        "X_scale": rng.uniform(0.1, 0.5, (N, Q)),
+        "inclusion_probs": rng.uniform(0.15, 0.85, M),
+    }
+    if likelihood == "gaussian":
+        params["likelihood.variance"] = np.array(0.25)
+    kernel = kernels.RBF(variance=1.3, lengthscale=np.array([0.7, 1.4]))
+    latents = {"inclusion": MASK, "u": rng.standard_normal((D_OUT, M)), "X": rng.standard_normal((N, Q))}
+    return {"Y": Y, "kernel": kernel, "likelihood": lik, "Z": params["Z"] - 0.1, "X_init": X_init,
+            "params": params, "latents": latents, "X_new": rng.uniform(-2, 2, (7, Q))}  # fmt: skip
+
+
+def numpyro_objective(model, guide, params: dict, latents: dict, *args) -> float:
+    """The value of NumPyro's ScoreFunctionELBO (what the selective models are fitted with and ``elbo`` estimates:
+    closed-form KLs) with the guide's draws held at ``latents``."""
+    data = {k: jnp.asarray(v) for k, v in {**params, **latents}.items()}
+    loss = ScoreFunctionELBO(num_particles=1).loss(
+        jax.random.PRNGKey(0), {}, handlers.substitute(model, data=data), handlers.substitute(guide, data=data), *args
+    )
+    return -float(loss)
+
+
+def pyro_objective(model, guide, params: dict, latents: dict, *args) -> float:
+    """The twin of :func:`numpyro_objective`: Pyro's TraceMeanField value (validation off: s is not
+    reparameterisable) with the guide replaying itself at ``latents``, as ``elbo`` computes it."""
+    _, trace = pyro_terms(guide, params, latents, *args)
+    for name in latents:
+        trace.nodes[name]["is_observed"] = False
+    tensors = {k: torch.as_tensor(v) for k, v in params.items()}
+    replayed = poutine.replay(poutine.substitute(guide, data=tensors), trace=trace)
+    with pyro.validation_enabled(False):
+        return -pyro.infer.TraceMeanField_ELBO().loss(poutine.substitute(model, data=tensors), replayed, *args)
+
+
+@pytest.mark.parametrize("case", [{}, {"q_diag": True}, {"likelihood": "bernoulli"}, {"collapsed": True}],
+                         ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "default")  # fmt: skip
+def test_selective_gplvm_sites_objective_elbo_and_pruned_predictions_agree(case):
+    case = dict(case)
+    p = gplvm_problem(case.pop("likelihood", "gaussian"))
+    params, latents, args = dict(p["params"]), dict(p["latents"]), (p["Y"],)
+    common = {"Z": p["Z"], "X_init": p["X_init"], "X_scale_init": 0.2}
+    if case.pop("collapsed", False):
+        params = {k: v for k, v in params.items() if not k.startswith("u_")}
+        del latents["u"]
+        npm = np_sel_gplvm.SelectiveCollapsedGPLVM(np_gplvm.CollapsedGPLVM(p["kernel"], p["likelihood"], **common))
+        pym = pyro_sel_gplvm.SelectiveCollapsedGPLVM(pyro_gplvm.CollapsedGPLVM(p["kernel"], p["likelihood"], **common))
+        sites = {"inclusion", "X", "collapsed_bound"}
+    else:
+        if case.get("q_diag"):
+            params["u_scale"] = np.random.default_rng(1).uniform(0.3, 1.0, (D_OUT, M))
+            del params["u_scale_tril"]
+        common.update(num_latent=D_OUT, **case)
+        npm = np_sel_gplvm.SelectiveGPLVM(np_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], **common), alpha=ALPHA)
+        pym = pyro_sel_gplvm.SelectiveGPLVM(
+            pyro_gplvm.BayesianGPLVM(p["kernel"], p["likelihood"], **common), alpha=ALPHA
+        )
+        sites = {"inclusion", "u", "X", "y"}
+
+    terms = assert_same_terms(npm.model, pym.model, params, latents, *args)
+    assert set(terms) == sites
+    guide_terms = assert_same_terms(npm.guide, pym.guide, params, latents, *args)
+    assert set(guide_terms) == sites & {"inclusion", "u", "X"}
+    assert_perturbation_moves(pym.model, params, latents, *args, site="X")
+    expected = numpyro_objective(npm.model, npm.guide, params, latents, *args)
+    close(expected, pyro_objective(pym.model, pym.guide, params, latents, *args))
+    apart(
+        expected, pyro_objective(pym.model, pym.guide, {**params, "X_scale": params["X_scale"] * 1.01}, latents, *args)
+    )
+
+    # elbo at the same draws: Pyro's from torch's generator, replayed into NumPyro's objective
+    pyro.set_rng_seed(0)
+    got = pym.elbo(params, p["Y"])
+    pyro.set_rng_seed(0)
+    tensors = {k: torch.as_tensor(v) for k, v in params.items()}
+    trace = poutine.trace(poutine.substitute(pym.guide, data=tensors)).get_trace(torch.as_tensor(p["Y"]))
+    draws = {name: site["value"].detach().numpy() for name, site in trace.nodes.items() if name in latents}
+    close(numpyro_objective(npm.model, npm.guide, params, draws, *args), got)
+    close(npm.kl_selection(params), pym.kl_selection(params))
+
+    (np_pruned, np_sparse), (py_pruned, py_sparse) = npm.prune(params, MASK), pym.prune(params, MASK)
+    assert set(np_sparse) == set(py_sparse)
+    for name in np_sparse:
+        close(np_sparse[name], py_sparse[name])
+    np_sparse = {k: np.array(v) for k, v in np_sparse.items()}
+    data = {"X": np_sparse["X_loc"], "y": p["Y"]} if np_pruned.predicts_from_data else {}
+    assert_same_predictions(np_pruned, py_pruned, np_sparse, p["X_new"], **data)
+    pyro.set_rng_seed(1)
+    got = pym.subset_bound(params, p["Y"], MASK, num_samples=2)
+    pyro.set_rng_seed(1)
+    X_draws = py_pruned.latents.q(py_sparse).sample((2,)).numpy()
+    bound = np_pruned.svgp.elbo if hasattr(np_pruned, "svgp") else np_pruned.sgpr.elbo
+    gp = {k: v for k, v in np_sparse.items() if not k.startswith("X_")}
+    close(np.mean([bound(gp, X, p["Y"]) for X in X_draws]) - np_pruned.latents.kl(np_sparse), got)

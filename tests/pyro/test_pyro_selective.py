@@ -17,7 +17,9 @@ from pyro.infer import SVI, TraceGraph_ELBO
 from torch.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.models.pyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.pyro.selective import BASELINE_PARAM, SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.pyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
 from ppl_sparsegp.models.pyro.sgpr import SGPR
 from ppl_sparsegp.models.pyro.svgp import SVGP
 from ppl_sparsegp.pyro.sites import param_store_values
@@ -117,3 +119,24 @@ def test_svi_with_the_score_function_estimator_lowers_the_loss(selective):
     assert np.all(np.isfinite(losses))
     probs = model.inclusion_probabilities(param_store_values())
     assert probs.shape == (8,) and torch.max((probs - 0.5).abs()) > 0.05  # λ learned through the score function
+
+
+@pytest.mark.parametrize("collapsed", [False, True], ids=["uncollapsed", "collapsed"])
+def test_svi_on_the_selective_gplvm_raises_its_elbo(collapsed):
+    rng = np.random.default_rng(2)
+    t = rng.uniform(-2, 2, (20, 1))
+    Y = np.concatenate([np.sin(2 * t), np.cos(t), t], axis=1) + 0.05 * rng.standard_normal((20, 3))
+    X0, grid = pca_latents(Y, 1), np.linspace(-2, 2, 6)[:, None]
+    kernel, likelihood = kernels.RBF(lengthscale=2.0), likelihoods.Gaussian(variance=1.0)
+    if collapsed:
+        model = SelectiveCollapsedGPLVM(CollapsedGPLVM(kernel, likelihood, Z=grid, X_init=X0), alpha=0.1)
+    else:
+        lvm = BayesianGPLVM(kernel, likelihood, Z=grid, X_init=X0, num_latent=3, learn_Z=False)
+        model = SelectiveGPLVM(lvm, alpha=0.1)
+    svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 0.03}), TraceGraph_ELBO())
+    svi.step(Y)
+    before = model.elbo(param_store_values(), Y, num_samples=30)
+    for _ in range(120):
+        svi.step(Y)
+    after = model.elbo(param_store_values(), Y, num_samples=30)
+    assert torch.isfinite(after) and after > before + 10, (before, after)
