@@ -116,6 +116,8 @@ def test_selective_sgpr_sites_objective_and_pruned_predictions_agree():
     assert set(guide_terms) == {"inclusion"}
     assert_perturbation_moves(pym.model, params, s, *args, site="Z")
     assert_perturbation_moves(pym.guide, params, s, *args, site="inclusion_probs")
+    drawn = {**s, "f": p["rng"].standard_normal(p["X"].shape[0]), "y": p["y"]}  # the y=None branch (Predictive)
+    assert set(assert_same_terms(npm.model, pym.model, params, drawn, p["X"])) == {"inclusion", "f", "y"}
     _, np_guide = numpyro_terms(npm.guide, params, s, *args)
     _, np_model = numpyro_terms(npm.model, params, s, *args)
     _, py_guide = pyro_terms(pym.guide, params, s, *args)
@@ -171,6 +173,16 @@ def test_selective_svgp_sites_objective_and_pruned_predictions_agree(case):
     assert set(guide_terms) == {"inclusion", "u"}
     assert_perturbation_moves(pym.model, params, latents, *args)
     assert_perturbation_moves(pym.guide, params, latents, *args, site="u_loc")
+    # the y=None branch (Predictive): f and y at every row of X given s and u, at the same values of f and y
+    f = p["rng"].standard_normal(p["X"].shape[0])
+    drawn = {
+        **latents,
+        "f": f,
+        "y": (f > 0).astype(np.float64) if isinstance(p["likelihood"], likelihoods.Bernoulli) else f + 0.1,
+    }
+    predictive = assert_same_terms(npm.model, pym.model, params, drawn, p["X"])
+    assert set(predictive) == {"inclusion", "u", "f", "y"}
+    assert_perturbation_moves(pym.model, params, drawn, p["X"], site="u")
 
     close(npm.kl_selection(params), pym.kl_selection(params))
     for mask in (MASK, np.eye(M)[2], np.ones(M)):

@@ -13,7 +13,7 @@ import pyro
 import pyro.optim
 import pytest
 import torch
-from pyro.infer import SVI, TraceGraph_ELBO
+from pyro.infer import SVI, Predictive, TraceGraph_ELBO
 from torch.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core import kernels, likelihoods
@@ -140,3 +140,13 @@ def test_svi_on_the_selective_gplvm_raises_its_elbo(collapsed):
         svi.step(Y)
     after = model.elbo(param_store_values(), Y, num_samples=30)
     assert torch.isfinite(after) and after > before + 10, (before, after)
+
+
+def test_predictive_draws_the_mask_u_f_and_y():
+    X, y, Z = regression(N=10, K=4)
+    model = SelectiveSVGP(SVGP(kernels.RBF(), likelihoods.Gaussian(variance=0.1), Z=Z, whiten=False))
+    draws = Predictive(model.model, guide=model.guide, num_samples=5)(torch.as_tensor(X))
+    assert draws["inclusion"].shape == (5, 4) and set(draws["inclusion"].unique().tolist()) <= {0.0, 1.0}
+    assert draws["u"].shape == (5, 1, 4) and draws["f"].shape == (5, 10) and draws["y"].shape == (5, 10)
+    excluded = draws["inclusion"] == 0  # the guide left some candidates out (λ₀ = 0.5)
+    assert torch.all(torch.isfinite(draws["y"])) and excluded.any()
