@@ -150,3 +150,19 @@ def test_predictive_draws_the_mask_u_f_and_y():
     assert draws["u"].shape == (5, 1, 4) and draws["f"].shape == (5, 10) and draws["y"].shape == (5, 10)
     excluded = draws["inclusion"] == 0  # the guide left some candidates out (λ₀ = 0.5)
     assert torch.all(torch.isfinite(draws["y"])) and excluded.any()
+
+
+def test_the_distributions_expand_under_a_plate():
+    probs = torch.tensor([0.2, 0.5, 0.9])
+
+    def program():
+        with pyro.plate("layers", 2):
+            s = pyro.sample("s", SubsetPointProcess(3, 0.1))
+            return s, pyro.sample("t", IndependentInclusion(probs))
+
+    trace = pyro.poutine.trace(program).get_trace()
+    trace.compute_log_prob()
+    s, t = trace.nodes["s"], trace.nodes["t"]
+    assert s["value"].shape == t["value"].shape == (2, 3)
+    torch.testing.assert_close(s["log_prob"], SubsetPointProcess(3, 0.1).log_prob(s["value"]))
+    torch.testing.assert_close(t["log_prob"], IndependentInclusion(probs).log_prob(t["value"]))
