@@ -36,13 +36,17 @@ from torch.distributions.kl import kl_divergence as torch_kl
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
+from ppl_sparsegp.models.numpyro import deep_svgp as np_deep
 from ppl_sparsegp.models.numpyro import gplvm as np_gplvm
 from ppl_sparsegp.models.numpyro import selective as np_selective
+from ppl_sparsegp.models.numpyro import selective_deep as np_sel_deep
 from ppl_sparsegp.models.numpyro import selective_gplvm as np_sel_gplvm
 from ppl_sparsegp.models.numpyro import sgpr as np_sgpr
 from ppl_sparsegp.models.numpyro import svgp as np_svgp
+from ppl_sparsegp.models.pyro import deep_svgp as pyro_deep
 from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
 from ppl_sparsegp.models.pyro import selective as pyro_selective
+from ppl_sparsegp.models.pyro import selective_deep as pyro_sel_deep
 from ppl_sparsegp.models.pyro import selective_gplvm as pyro_sel_gplvm
 from ppl_sparsegp.models.pyro import sgpr as pyro_sgpr
 from ppl_sparsegp.models.pyro import svgp as pyro_svgp
@@ -322,3 +326,69 @@ def test_selective_gplvm_sites_objective_elbo_and_pruned_predictions_agree(case)
     bound = np_pruned.svgp.elbo if hasattr(np_pruned, "svgp") else np_pruned.sgpr.elbo
     gp = {k: v for k, v in np_sparse.items() if not k.startswith("X_")}
     close(np.mean([bound(gp, X, p["Y"]) for X in X_draws]) - np_pruned.latents.kl(np_sparse), got)
+
+
+DEEP_MASKS = [np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0, 0.0, 1.0, 1.0])]
+
+
+def same_noise(npm, pym) -> None:
+    """One fixed draw of ε^ℓ per layer and shape for both deep GPs (their ``_noise`` replaced)."""
+
+    def fixed(i, shape):
+        return np.random.default_rng([200 + i, *shape]).standard_normal(shape)
+
+    npm._noise = lambda key: lambda i, shape, dtype: jnp.asarray(fixed(i, shape), dtype=dtype)
+    pym._noise = lambda: lambda i, shape, dtype: torch.as_tensor(fixed(i, shape), dtype=dtype)
+
+
+def test_selective_deep_sites_kl_bound_and_pruned_model_agree():
+    p = problem("gaussian")
+    rng = p["rng"]
+    settings = {
+        "Z": [p["Z"], p["Z"][::-1] * 0.8], "widths": [2, 1], "likelihood": p["likelihood"],
+        "kernels": [kernels.RBF(variance=0.3, lengthscale=np.ones(2)), p["kernel"]],
+        "mean_weights": [np.eye(2)], "num_samples": 3,
+    }  # fmt: skip
+    params = {"layer0.kernel.variance": np.array(0.4), "layer0.kernel.lengthscale": np.array([1.2, 0.9]),
+              "layer1.kernel.variance": np.array(1.1), "layer1.kernel.lengthscale": np.array([0.8, 1.3]),
+              "likelihood.variance": np.array(0.2)}  # fmt: skip
+    latents = {}
+    for i, width in enumerate(settings["widths"]):
+        params[f"layer{i}.Z"] = settings["Z"][i] + 0.05
+        params[f"layer{i}.u_loc"] = 0.3 * rng.standard_normal((width, M))
+        params[f"layer{i}.u_scale_tril"] = np.tril(0.1 * rng.standard_normal((width, M, M))) + 0.5 * np.eye(M)
+        params[f"layer{i}.inclusion_probs"] = rng.uniform(0.2, 0.8, M)
+        latents[f"layer{i}.u"] = rng.standard_normal((width, M))
+        latents[f"layer{i}.inclusion"] = DEEP_MASKS[i]
+    options = {"alpha": [0.1, 0.05], "alpha_per_output": True}
+    npm = np_sel_deep.SelectiveDeepSVGP(np_deep.DeepSVGP(**settings), **options)
+    pym = pyro_sel_deep.SelectiveDeepSVGP(pyro_deep.DeepSVGP(**settings), **options)
+    same_noise(npm.ordinary, pym.ordinary)
+    args = (p["X"], p["y"])
+
+    names = {"layer0.inclusion", "layer1.inclusion", "layer0.u", "layer1.u"}
+    assert set(assert_same_terms(npm.model, pym.model, params, latents, *args)) == names | {"y"}
+    assert set(assert_same_terms(npm.guide, pym.guide, params, latents, *args)) == names
+    assert_perturbation_moves(pym.model, params, latents, *args, site="layer1.Z")
+    assert_perturbation_moves(pym.guide, params, latents, *args, site="layer1.inclusion_probs")
+    drawn = {**latents, "f": rng.standard_normal(N), "y": p["y"]}  # the y=None branch (Predictive)
+    assert set(assert_same_terms(npm.model, pym.model, params, drawn, p["X"])) == names | {"f", "y"}
+
+    close(npm.kl_selection(params), pym.kl_selection(params))
+    for e, g in zip(npm.inclusion_probabilities(params), pym.inclusion_probabilities(params), strict=True):
+        close(e, g)
+    key = jax.random.PRNGKey(4)
+    expected = npm.subset_bound(params, *args, DEEP_MASKS, key)
+    close(expected, pym.subset_bound(params, *args, DEEP_MASKS))
+    apart(expected, pym.subset_bound({**params, "layer0.u_loc": params["layer0.u_loc"] * 1.01}, *args, DEEP_MASKS))
+    (np_pruned, np_sparse), (py_pruned, py_sparse) = npm.prune(params, DEEP_MASKS), pym.prune(params, DEEP_MASKS)
+    assert set(np_sparse) == set(py_sparse)
+    for name in np_sparse:
+        close(np_sparse[name], py_sparse[name])
+    same_noise(np_pruned, py_pruned)
+    np_sparse = {k: np.array(v) for k, v in np_sparse.items()}
+    close(np_pruned.elbo(np_sparse, *args, key), py_pruned.elbo(np_sparse, *args))
+    close(np_pruned.elbo(np_sparse, *args, key), expected)
+    got = py_pruned.predict_y(np_sparse, p["X_new"])
+    for e, g in zip(np_pruned.predict_y(np_sparse, p["X_new"], key=key), got, strict=True):
+        close(e, g.numpy())

@@ -17,11 +17,14 @@ from pyro.infer import SVI, Predictive, TraceGraph_ELBO
 from torch.distributions.kl import kl_divergence
 
 from ppl_sparsegp.core import kernels, likelihoods
+from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.pyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
 from ppl_sparsegp.models.pyro.selective import BASELINE_PARAM, SelectiveSGPR, SelectiveSVGP
+from ppl_sparsegp.models.pyro.selective_deep import SelectiveDeepSVGP
 from ppl_sparsegp.models.pyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
 from ppl_sparsegp.models.pyro.sgpr import SGPR
 from ppl_sparsegp.models.pyro.svgp import SVGP
+from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
@@ -166,3 +169,18 @@ def test_the_distributions_expand_under_a_plate():
     assert s["value"].shape == t["value"].shape == (2, 3)
     torch.testing.assert_close(s["log_prob"], SubsetPointProcess(3, 0.1).log_prob(s["value"]))
     torch.testing.assert_close(t["log_prob"], IndependentInclusion(probs).log_prob(t["value"]))
+
+
+def test_svi_on_the_selective_deep_gp_lowers_the_loss():
+    X, y, Z = regression(N=30, K=6)
+    deep = DeepSVGP(
+        Z=[Z, Z], widths=[1, 1], likelihood=likelihoods.Gaussian(variance=1.0), mean_weights=[np.eye(1)],
+        kernels=[kernels.RBF(variance=0.1, lengthscale=np.ones(1)), kernels.RBF(lengthscale=np.ones(1))],
+    )  # fmt: skip
+    model = SelectiveDeepSVGP(deep, alpha=0.05)
+    svi = SVI(model.model, model.guide, pyro.optim.Adam({"lr": 0.05}), TraceGraph_ELBO(num_particles=2))
+    losses = [svi.step(X, y) for _ in range(120)]
+    assert np.all(np.isfinite(losses)) and np.mean(losses[-20:]) < np.mean(losses[:20]) - 10, (losses[:5], losses[-5:])
+    probs = model.inclusion_probabilities(param_store_values())
+    assert len(probs) == 2 and max(float(torch.max((p - 0.5).abs())) for p in probs) > 0.05
+    assert sites.baseline_param_name("layer1.inclusion") in pyro.get_param_store()  # one baseline per layer
