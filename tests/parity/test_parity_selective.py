@@ -50,6 +50,7 @@ from ppl_sparsegp.models.pyro import selective_deep as pyro_sel_deep
 from ppl_sparsegp.models.pyro import selective_gplvm as pyro_sel_gplvm
 from ppl_sparsegp.models.pyro import sgpr as pyro_sgpr
 from ppl_sparsegp.models.pyro import svgp as pyro_svgp
+from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.numpyro import subset_prior as np_subset
 from ppl_sparsegp.pyro import subset_prior as pyro_subset
 
@@ -392,3 +393,17 @@ def test_selective_deep_sites_kl_bound_and_pruned_model_agree():
     got = py_pruned.predict_y(np_sparse, p["X_new"])
     for e, g in zip(np_pruned.predict_y(np_sparse, p["X_new"], key=key), got, strict=True):
         close(e, g.numpy())
+
+
+def test_twin_of_builds_each_selective_twin_over_the_twin_of_its_ordinary_model():
+    p = problem("gaussian")
+    params = {k: v for k, v in selection_params(p).items() if not k.startswith("u_")}
+    npm = np_selective.SelectiveSGPR(np_sgpr.SGPR(p["kernel"], p["likelihood"], Z=p["Z"]), alpha=ALPHA)
+    pym = twin_of(npm)
+    assert type(pym) is pyro_selective.SelectiveSGPR and type(pym.ordinary) is pyro_sgpr.SGPR
+    assert pym.alpha == ALPHA and pym.initial_inclusion == npm.initial_inclusion
+    assert_same_terms(npm.model, pym.model, params, {"inclusion": MASK}, p["X"], p["y"])
+    deep = np_deep.DeepSVGP(Z=[p["Z"]], widths=[1], likelihood=p["likelihood"])
+    twin = twin_of(np_sel_deep.SelectiveDeepSVGP(deep, alpha=0.2))
+    assert type(twin) is pyro_sel_deep.SelectiveDeepSVGP and type(twin.ordinary) is pyro_deep.DeepSVGP
+    assert twin.alpha == [0.2]
