@@ -420,3 +420,34 @@ def no_pointwise_terms(model: Any) -> NotImplementedError:
         f"{type(model).__name__}: its data term does not factorise over data points given the sampled "
         "variables, so it has no pointwise log-likelihood; use SVGP or SGPMC for az.loo / az.waic"
     )
+
+
+def check_alpha(value: Any) -> float:
+    """The prior strength α of a selective model's subset prior: a finite number >= 0."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    if not (ok and math.isfinite(value) and value >= 0):
+        raise ValueError(f"alpha: expected a finite number >= 0 (the prior strength), got {value!r}")
+    return float(value)
+
+
+def check_initial_inclusion(value: Any) -> float:
+    """λ₀, a selective model's initial inclusion probability: a probability in (0, 1)."""
+    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
+    if not (ok and 0.0 < value < 1.0):
+        raise ValueError(f"initial_inclusion: expected a probability in (0, 1), got {value!r}")
+    return float(value)
+
+
+def selected_indices(mask: Array, num_candidates: int, name: str = "mask") -> np.ndarray:
+    """Indices of the candidates in a concrete inclusion mask [K] (numpy, jax or torch).
+
+    Raises:
+        ValueError: naming ``name`` when the mask is not a 0/1 array of shape [K] or selects no candidate.
+    """
+    m = np.asarray(mask)
+    if m.shape != (num_candidates,) or not np.all((m == 0) | (m == 1)):
+        raise ValueError(f"{name}: expected a 0/1 array of shape ({num_candidates},), got {m!r}")
+    index = np.flatnonzero(m)
+    if index.size == 0:
+        raise ValueError(f"{name}: selects no candidate; a pruned model needs at least one inducing point")
+    return index

@@ -45,7 +45,6 @@ drawn mask into an ordinary :class:`SGPR` / :class:`SVGP` with the selected poin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -62,7 +61,13 @@ from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
-from .._shared import check_output_columns, scoped_methods
+from .._shared import (
+    check_alpha,
+    check_initial_inclusion,
+    check_output_columns,
+    scoped_methods,
+    selected_indices,
+)
 from .sgpr import SGPR
 from .svgp import SVGP
 
@@ -82,22 +87,6 @@ __all__ = [
     "gp_parameters",
     "selected_inducing_outputs",
 ]
-
-
-def check_alpha(value: Any) -> float:
-    """The prior strength α: a finite number >= 0."""
-    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and value >= 0):
-        raise ValueError(f"alpha: expected a finite number >= 0 (the prior strength), got {value!r}")
-    return float(value)
-
-
-def check_initial_inclusion(value: Any) -> float:
-    """λ₀: a probability in (0, 1)."""
-    ok = isinstance(value, int | float | np.floating) and not isinstance(value, bool)
-    if not (ok and 0.0 < value < 1.0):
-        raise ValueError(f"initial_inclusion: expected a probability in (0, 1), got {value!r}")
-    return float(value)
 
 
 def gp_parameters(params: Mapping[str, Array]) -> dict[str, Array]:
@@ -145,13 +134,7 @@ class SubsetSelection:
 
     def selected(self, mask: Array, name: str = "mask") -> np.ndarray:
         """Indices of the candidates in a concrete mask [K]; raises when it is empty or malformed."""
-        m = np.asarray(mask)
-        if m.shape != (self.num_candidates,) or not np.all((m == 0) | (m == 1)):
-            raise ValueError(f"{name}: expected a 0/1 array of shape ({self.num_candidates},), got {m!r}")
-        index = np.flatnonzero(m)
-        if index.size == 0:
-            raise ValueError(f"{name}: selects no candidate; a pruned model needs at least one inducing point")
-        return index
+        return selected_indices(mask, self.num_candidates, name)
 
     def restrict(
         self, params: Mapping[str, Array], mask: Array, Z: Array, q_scale: str | None = None, name: str = "mask"

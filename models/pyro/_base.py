@@ -179,7 +179,7 @@ def q_parameter(params: Mapping[str, Array], site: str, shape: tuple[int, ...]) 
 def twin_of(numpyro_model: Any, **changes: Any) -> GPModel:
     """The Pyro twin of a model of :mod:`ppl_sparsegp.models.numpyro`: the class of the same name in the
     ``models.pyro`` module of the same name, built with the same field values (kernel, likelihood, Z, whiten, ...)
-    except ``changes``.
+    except ``changes``; a field holding a NumPyro model (a selective model's ``ordinary``) holds its twin.
 
     Priors are distributions of one engine, so a NumPyro model with ``priors`` needs the twin's own in ``changes``
     (e.g. ``priors=models.pyro.sgpmc.default_priors(kernel, likelihood)``).
@@ -197,6 +197,8 @@ def twin_of(numpyro_model: Any, **changes: Any) -> GPModel:
     if twin is None:
         raise ValueError(f"model: {kind.__name__} has no Pyro twin in ppl_sparsegp.models.pyro yet")
     values = {f.name: getattr(numpyro_model, f.name) for f in fields(numpyro_model) if f.init}
+    numpyro_package = f"{__package__.rsplit('.', 1)[0]}.numpyro."
+    values = {k: twin_of(v) if type(v).__module__.startswith(numpyro_package) else v for k, v in values.items()}
     if values.get("priors") and "priors" not in changes:
         raise ValueError(
             f"priors: {kind.__name__}'s priors are NumPyro distributions; give the twin Pyro ones (priors=...)"

@@ -35,6 +35,13 @@ from . import ops
 Array = Any
 
 
+def check_num_candidates(num_candidates: Any) -> int:
+    """K, the number of candidates of a subset prior: a positive int, else ValueError naming ``num_candidates``."""
+    if isinstance(num_candidates, bool) or not isinstance(num_candidates, numbers.Integral) or num_candidates < 1:
+        raise ValueError(f"num_candidates must be a positive int (K, the number of candidates), got {num_candidates!r}")
+    return int(num_candidates)
+
+
 def inclusion_entropy(probs: Array) -> Array:
     """H(λ) = Σ_k −λ_k log λ_k − (1 − λ_k) log(1 − λ_k): λ [..., K] -> [...].
 
@@ -98,15 +105,14 @@ def no_signal_inclusion_probability(num_candidates: int, alpha: float) -> float:
         num_candidates: K >= 1.
         alpha: the prior strength α >= 0.
     """
-    if isinstance(num_candidates, bool) or not isinstance(num_candidates, numbers.Integral) or num_candidates < 1:
-        raise ValueError(f"num_candidates must be a positive int (K, the number of candidates), got {num_candidates!r}")
+    K = check_num_candidates(num_candidates)
     a = np.asarray(alpha)
     if a.ndim != 0 or a.dtype.kind not in "fiu" or not np.isfinite(a) or a < 0:
         raise ValueError(f"alpha must be a finite real scalar >= 0 (the prior strength), got {alpha!r}")
     from scipy.optimize import brentq  # scipy on first use: importing the core stays light
     from scipy.special import expit
 
-    K, a = int(num_candidates), float(a)
+    a = float(a)
     lo, hi = -a * (2 * K - 1), -a
     if lo == hi:
         return float(expit(hi))

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Any
 
 import jax
@@ -61,12 +60,6 @@ from ppl_sparsegp.core.point_processes import no_signal_inclusion_probability
 Array = Any
 
 _MASK_SUPPORT = constraints.independent(constraints.boolean, 1)
-
-
-def _check_num_candidates(num_candidates: Any) -> int:
-    if isinstance(num_candidates, bool) or not isinstance(num_candidates, numbers.Integral) or num_candidates < 1:
-        raise ValueError(f"num_candidates must be a positive int (K, the number of candidates), got {num_candidates!r}")
-    return int(num_candidates)
 
 
 def _check_alpha(alpha: Any) -> Array:
@@ -140,7 +133,7 @@ class SubsetPointProcess(dist.Distribution):
     pytree_aux_fields = ("num_candidates",)
 
     def __init__(self, num_candidates: int, alpha: float | Array, *, validate_args: bool | None = None):
-        self.num_candidates = _check_num_candidates(num_candidates)
+        self.num_candidates = point_processes.check_num_candidates(num_candidates)
         self.alpha = _check_alpha(alpha)
         super().__init__(batch_shape=(), event_shape=(self.num_candidates,), validate_args=validate_args)
 

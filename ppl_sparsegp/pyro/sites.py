@@ -19,6 +19,12 @@ names and with the same site names, constraints and scaling.
 * :func:`guide_hyperparameters` is the kernel and likelihood of a guide that needs them (VGP's q(v) depends on K).
 * :func:`predictive`, :func:`predictive_at_values` and :func:`prior_predictive` are the ``y=None`` branches: the
   sites ``"f"`` and ``"y"``.
+* :func:`inclusion` and :func:`inclusion_posterior` are the ``"inclusion"`` site of a selective model (the inducing
+  set s ∈ {0,1}^K drawn from K candidates, Uhrenholt et al. 2021): s ~ p_α(s) ∝ exp(−α|s|²) in the model,
+  s ~ q_λ(s) = Π_k Bernoulli(λ_k) in the guide, with λ the param ``"inclusion_probs"``. The score-function
+  baseline is Pyro's own: the guide site carries ``infer={"baseline": ...}`` (:func:`score_function_baseline`),
+  which ``TraceGraph_ELBO`` reads; its running average lives in the param store at
+  :func:`baseline_param_name` of the site.
 
 Randomness is Pyro's: torch's generator (``pyro.set_rng_seed``) draws the batch indices and every sample.
 """
@@ -42,6 +48,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.pyro.distributions import InducingPosterior, InducingPrior, observation_distribution
 from ppl_sparsegp.pyro.dtype import as_tensor
+from ppl_sparsegp.pyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 Array = Any
 
@@ -246,3 +253,41 @@ def latent_posterior(loc: Array, scale: Array, idx: Array | None, name: str = "X
 def param_store_values() -> dict[str, Array]:
     """Pyro's param store as a ``params`` dict for the models' predictions: name -> constrained value, detached."""
     return {name: value.detach().clone() for name, value in pyro.get_param_store().items()}
+
+
+BASELINE_DECAY = 0.95
+"""β of the decaying-average score-function baseline, the released code's and
+:class:`ppl_sparsegp.infer.score_function.ScoreFunctionELBO`'s default."""
+
+
+def score_function_baseline(decay: float = BASELINE_DECAY) -> dict[str, Any]:
+    """The ``infer`` dict of a non-reparameterised guide site that gives it Pyro's decaying-average baseline under
+    ``TraceGraph_ELBO``: b_t = β b_{t−1} + (1 − β) L_{t−1}, b_0 = 0, with L the site's downstream cost (its own
+    log p − log q and every later model and guide term). b_t holds no term of the current draw, so the estimator
+    stays unbiased; unlike the NumPyro twin's normalised average, it starts at 0."""
+    return {"baseline": {"use_decaying_avg_baseline": True, "baseline_beta": decay}}
+
+
+def baseline_param_name(site: str) -> str:
+    """The param-store name under which ``TraceGraph_ELBO`` keeps the decaying average baseline of ``site``."""
+    return f"__baseline_avg_downstream_cost_{site}"
+
+
+def inclusion(num_candidates: int, alpha: float, dtype: Any, prefix: str = "") -> Array:
+    """Model side: the inducing set s ~ p_α(s) ∝ exp(−α |s|²) over K candidates at the site ``"<prefix>inclusion"``
+    (:class:`~ppl_sparsegp.pyro.subset_prior.SubsetPointProcess`) -> a 0/1 mask [K] of ``dtype``."""
+    alpha = torch.as_tensor(alpha, dtype=dtype)
+    return pyro.sample(f"{prefix}inclusion", SubsetPointProcess(num_candidates, alpha)).to(dtype)
+
+
+def inclusion_posterior(
+    num_candidates: int, initial: float, dtype: Any, prefix: str = "", baseline: bool = True
+) -> Array:
+    """Guide side: λ = the param ``"<prefix>inclusion_probs"`` [K] in (0, 1) (started at ``initial``; learned as
+    logits through the sigmoid of ``constraints.unit_interval``) and s ~ q_λ(s) = Π_k Bernoulli(λ_k) at
+    ``"<prefix>inclusion"``, with the decaying-average baseline (:func:`score_function_baseline`) unless
+    ``baseline=False`` -> a 0/1 mask [K] of ``dtype``."""
+    init = torch.full((num_candidates,), initial, dtype=dtype)
+    probs = pyro.param(f"{prefix}inclusion_probs", init, constraint=constraints.unit_interval)
+    infer = score_function_baseline() if baseline else {}
+    return pyro.sample(f"{prefix}inclusion", IndependentInclusion(probs), infer=infer).to(dtype)
