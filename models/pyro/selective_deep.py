@@ -32,9 +32,19 @@ from ppl_sparsegp.pyro.subset_prior import SubsetPointProcess
 
 from .._shared import check_alpha, scoped_methods
 from .deep_svgp import DeepSVGP
-from .selective import SubsetSelection, gp_parameters
+from .selective import INCLUSION_PARAM, INCLUSION_SITE, SubsetSelection, gp_parameters
 
 Array = Any
+
+
+def inclusion_site(layer: int) -> str:
+    """The name of layer ``layer``'s inclusion site, ``"layer<l>.inclusion"``."""
+    return f"layer{layer}.{INCLUSION_SITE}"
+
+
+def inclusion_param(layer: int) -> str:
+    """The name of layer ``layer``'s inclusion probabilities λ, ``"layer<l>.inclusion_probs"``."""
+    return f"layer{layer}.{INCLUSION_PARAM}"
 
 
 @scoped_methods

@@ -1,6 +1,6 @@
 """ArviZ output of a Pyro SG-MCMC run (BSGP under the Pyro AdaptiveSGHMC, ppl_sparsegp.pyro.diagnostics.from_mcmc):
-Z sampled with its GP dims, no divergence statistics (the kernel reports none), and per-point log-likelihoods equal to the NumPyro BSGP's at
-the same draw (1e-10, float64)."""
+Z sampled with its GP dims, no divergence statistics (the kernel reports none), and per-point log-likelihoods equal
+to the NumPyro BSGP's at the same draw (1e-10, float64)."""
 
 from __future__ import annotations
 
