@@ -1,7 +1,7 @@
-"""``ppl-sparsegp fit gpr|sgpr|svgp --backend pyro``: the Pyro twin fitted by Pyro's SVI writes the outputs a NumPyro
-run writes and scores as well on diabetes; its checkpoint resumes to the steps of an uninterrupted run; a checkpoint
-of the other backend is refused naming ``--backend``; ``--devices`` is refused with the Pyro backend; a loaded Pyro
-run predicts as the run did."""
+"""``ppl-sparsegp fit gpr|sgpr|svgp|sgpmc --backend pyro``: the Pyro twin fitted by Pyro's engines writes the
+outputs a NumPyro run writes and scores as well on diabetes; its checkpoint resumes to the steps of an uninterrupted
+run (sgpmc: to its finished chains); a checkpoint of the other backend is refused naming ``--backend``;
+``--devices`` and ``--thinning`` are refused with the Pyro backend; a loaded Pyro run predicts as the run did."""
 
 from __future__ import annotations
 
@@ -72,3 +72,25 @@ def test_a_loaded_pyro_run_predicts_as_the_run_did(tmp_path):
     mean, var = run.predict(ds.X_test)
     assert mean.shape == var.shape == ds.y_test.shape
     assert metrics.rmse(ds.y_test, mean) == pytest.approx(record["metrics"]["rmse"], rel=1e-9)
+
+
+SGPMC = ("--inducing", "5", "--steps", "20", "--warmup", "10", "--samples", "10", "--chains", "2")
+
+
+def test_a_pyro_sgpmc_run_writes_the_numpyro_runs_outputs_and_resumes_from_its_chains(tmp_path):
+    record = _fit(tmp_path / "pyro", "sgpmc", *SGPMC, "--backend", "pyro")
+    numpyro_run = _fit(tmp_path / "numpyro", "sgpmc", *SGPMC)
+    assert sorted(p.name for p in (tmp_path / "pyro").iterdir()) == sorted(
+        p.name for p in (tmp_path / "numpyro").iterdir()
+    )
+    assert record["chains"] == 2 and record["draws_per_chain"] == 10 and record["engine"] == "nuts"
+    assert np.isfinite(record["metrics"]["nlpd"]) and record["options"]["backend"] == "pyro"
+    assert set(record["metrics"]) == set(numpyro_run["metrics"])
+    again = _fit(tmp_path / "pyro", "sgpmc", *SGPMC, "--backend", "pyro")  # both chains in the checkpoint
+    assert again["metrics"] == record["metrics"]
+
+
+def test_thinning_is_refused_with_the_pyro_backend(tmp_path, capsys):
+    argv = ["fit", "sgpmc", *SGPMC, "--thinning", "2", "--backend", "pyro", "--out", str(tmp_path / "run"), *QUIET]
+    assert main(argv) == 2
+    assert "--thinning: --backend pyro keeps every draw" in capsys.readouterr().err
