@@ -253,6 +253,7 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--coordinator",
         "--num-processes",
         "--process-id",
+        "--backend",
     ]
     for option in options:
         assert option in text, option
