@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import weakref
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,33 @@ def _shape(x: Array) -> tuple[int, ...]:
     return tuple(int(s) for s in x.shape)
 
 
+_FINITE_TENSORS: dict[int, tuple[weakref.ref, int]] = {}
+"""torch tensors found finite, by ``id``: a weak reference and the tensor's version counter (which every in-place
+change raises) when it was checked."""
+
+
 def _all_finite(x: Array) -> bool:
     if array_api_compat.is_jax_array(x):  # a concrete jax array; jnp ops would be staged out inside a trace
         return bool(np.isfinite(np.asarray(x)).all())
+    if array_api_compat.is_torch_array(x):
+        return _finite_tensor(x)
     xp = array_api_compat.array_namespace(x)
     return bool(xp.all(xp.isfinite(x)))
+
+
+def _finite_tensor(x: Array) -> bool:
+    """Whether torch tensor ``x`` is finite, checked once per tensor and version: a Pyro model checks its data at
+    every step (eagerly, where a NumPyro model's check is traced away), which cost 0.7-1 ms a step at N = 20000 and
+    grows with N."""
+    seen = _FINITE_TENSORS.get(id(x))
+    if seen is not None and seen[0]() is x and seen[1] == x._version:
+        return True
+    xp = array_api_compat.array_namespace(x)
+    finite = bool(xp.all(xp.isfinite(x)))
+    if finite:
+        key = id(x)
+        _FINITE_TENSORS[key] = (weakref.ref(x, lambda _, key=key: _FINITE_TENSORS.pop(key, None)), x._version)
+    return finite
 
 
 def _is_real_numeric(x: Array) -> bool:

@@ -126,3 +126,24 @@ def test_check_same_dim():
         check_same_dim(np.zeros((3, 4)), X)
     with pytest.raises(ValueError, match=r"Z must be 2-D, got shape \(3,\)"):
         check_same_dim(np.zeros(3), X)
+
+
+def test_a_torch_tensor_is_checked_for_finite_values_once_per_version():
+    """A Pyro model checks its data at every step: a tensor found finite is not scanned again until it changes in
+    place (its version counter moves), and its record goes with it."""
+    import gc
+
+    import torch
+
+    from ppl_sparsegp import validation
+
+    X, y = torch.randn(50, 2, dtype=torch.float64), torch.randn(50, dtype=torch.float64)
+    validation.check_inputs(X, y)
+    assert validation._FINITE_TENSORS[id(X)][0]() is X
+    X[3, 1] = float("inf")  # in place: the version moves, so the check runs again
+    with pytest.raises(ValueError, match="X must be finite"):
+        validation.check_inputs(X, y)
+    key = id(y)
+    del y
+    gc.collect()
+    assert key not in validation._FINITE_TENSORS

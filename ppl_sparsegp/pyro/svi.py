@@ -1,22 +1,26 @@
 """The Pyro twin of :func:`ppl_sparsegp.infer.svi.fit_svi`: Pyro's ELBO and a ``torch.optim`` optimiser over
 Pyro's param store, with progress, a non-finite-loss stop and checkpoints in the NumPyro engine's format.
 
-One step is ``loss = elbo.differentiable_loss(model, guide, *args)``, ``loss.backward()``, ``optimizer.step()``:
-Pyro's own ``SVI.step`` with the optimiser held here, so that its state can be checkpointed. The run owns Pyro's
-global param store: it is cleared first, and the model and guide create their params in one evaluation of the loss
-before the first step (a fixed order, by name: the optimiser's).
+One step is ``elbo.loss_and_grads(model, guide, *args)`` then ``optimizer.step()``: Pyro's own ``SVI.step`` with
+the optimiser held here, so that its state can be checkpointed. Any Pyro ELBO works, ``TraceGraph_ELBO``'s
+score-function gradients with their baselines included (the selection models). The run owns Pyro's global param
+store: it is cleared first, and the model and guide create their params in one evaluation of the loss before the
+first step (a fixed order, by name: the optimiser's).
 
 Checkpoints are the ``.npz`` files of :mod:`ppl_sparsegp.infer.checkpoint` (no pickle, written atomically) with
-three groups: ``params`` (each param's unconstrained value), ``optimizer`` (the optimiser's per-param state, e.g.
-Adam's moments, as ``"<index>/<name>"``) and ``rng`` (torch's generator state, which draws the minibatches and the
-samples), the counter ``step`` and the array ``losses``. A resumed run takes the same steps as one that was never
-interrupted, bit for bit. The fingerprint holds the caller's settings, a hash of the data, the seed, the loss, the
-optimiser's hyperparameters and a hash of the initial param values; a checkpoint with another is refused.
+four groups: ``params`` (each optimised param's unconstrained value), ``later`` (params the ELBO itself creates and
+updates during the steps, such as ``TraceGraph_ELBO``'s decaying-average baselines), ``optimizer`` (the
+optimiser's per-param state, e.g. Adam's moments, as ``"<index>/<name>"``) and ``rng`` (torch's generator state,
+which draws the minibatches and the samples), the counter ``step`` and the array ``losses``. A resumed run takes
+the same steps as one that was never interrupted, bit for bit. The fingerprint holds the caller's settings, a hash
+of the data, the seed, the loss, the optimiser's hyperparameters and a hash of the initial param values; a
+checkpoint with another is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -179,6 +183,7 @@ def _fit(
             arrays={"losses": np.concatenate([previous, losses])},
             groups={
                 "params": {name: p.detach().cpu().numpy() for name, p in zip(names, params, strict=True)},
+                "later": {name: v.cpu().numpy() for name, v in param_store_values().items() if name not in names},
                 "optimizer": _optimizer_state(optim),
                 "rng": {"torch": torch.get_rng_state().numpy()},
             },
@@ -192,8 +197,9 @@ def _fit(
     t0 = time.perf_counter()
     try:
         while done < num_steps:
-            value = elbo.differentiable_loss(model, guide, *args, **kwargs)
-            if not torch.isfinite(value):
+            value = elbo.loss_and_grads(model, guide, *args, **kwargs)
+            if not math.isfinite(value):
+                optim.zero_grad(set_to_none=True)
                 raise NonFiniteLossError(
                     f"the loss became non-finite at step {done}; the returned error carries the parameters of the "
                     "last step whose loss was finite (lower the learning rate or check the data)",
@@ -201,10 +207,9 @@ def _fit(
                     params=last_finite,
                 )
             last_finite = param_store_values()
-            value.backward()
             optim.step()
             optim.zero_grad(set_to_none=True)
-            losses.append(float(value.detach()))
+            losses.append(float(value))
             done += 1
             since_checkpoint += 1
             bar.update(1)
@@ -282,4 +287,6 @@ def _restore(saved: checkpoints.Checkpoint, names: list[str], params: list[torch
         index, name = key.split("/", 1)
         state.setdefault(int(index), {})[name] = torch.as_tensor(value)
     optim.load_state_dict({"state": state, "param_groups": optim.state_dict()["param_groups"]})
+    for name, value in saved.groups.get("later", {}).items():
+        pyro.get_param_store()[name] = torch.as_tensor(value)
     torch.set_rng_state(torch.as_tensor(saved.groups["rng"]["torch"], dtype=torch.uint8))

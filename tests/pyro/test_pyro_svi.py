@@ -128,3 +128,22 @@ def test_init_params_start_the_fit_and_unknown_names_are_refused():
     torch.testing.assert_close(fit.params["Z"], torch.as_tensor(X[10:15]))
     with pytest.raises(ValueError, match=r"init_params: no params \['lengthscale'\]"):
         fit_svi(gp.model, gp.guide, X, y, num_steps=1, init_params={"lengthscale": 0.3})
+
+
+def test_a_score_function_fit_resumes_with_its_baselines(tmp_path):
+    """TraceGraph_ELBO on a selective SGPR: λ's score-function gradient with Pyro's decaying-average baseline, a
+    param the ELBO creates during the steps; a resumed run restores it and takes the uninterrupted run's steps."""
+    from ppl_sparsegp.models.pyro.selective import BASELINE_PARAM, SelectiveSGPR
+    from ppl_sparsegp.models.pyro.sgpr import SGPR
+
+    X, y = _data(40)
+    gp = SelectiveSGPR(SGPR(kernels.RBF(), likelihoods.Gaussian(variance=0.1), Z=X[:6]), alpha=0.1)
+    options = {"num_steps": 12, "loss": pyro.infer.TraceGraph_ELBO(), "checkpoint_every": 4}
+    straight = fit_svi(gp.model, gp.guide, X, y, **options)
+    assert BASELINE_PARAM in straight.params and float(straight.params[BASELINE_PARAM]) != 0.0
+    path = tmp_path / "checkpoint.npz"
+    fit_svi(gp.model, gp.guide, X, y, **{**options, "num_steps": 8}, checkpoint=path)
+    resumed = fit_svi(gp.model, gp.guide, X, y, **options, checkpoint=path)
+    np.testing.assert_array_equal(resumed.losses, straight.losses)
+    for name, value in straight.params.items():
+        torch.testing.assert_close(resumed.params[name], value, rtol=0, atol=0)
