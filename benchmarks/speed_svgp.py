@@ -1,4 +1,4 @@
-"""SVGP training speed and quality: ppl_sparsegp against GPyTorch, Pyro and GPJax, side by side.
+"""SVGP training speed and quality: ppl_sparsegp (NumPyro and Pyro backends) against GPyTorch, Pyro and GPJax.
 
 Run (from the repository root, in the benchmark environment, see ``benchmarks/requirements.txt``)::
 
@@ -6,6 +6,8 @@ Run (from the repository root, in the benchmark environment, see ``benchmarks/re
     .venv-bench/bin/python benchmarks/speed_svgp.py                      # full run
     .venv-bench/bin/python benchmarks/speed_svgp.py --libraries gpytorch pyro gpjax \\
         --output benchmarks/results/speed_svgp_competitors_trial.json
+    .venv-bench/bin/python benchmarks/speed_svgp.py --libraries ppl_sparsegp_pyro \\
+        ppl_sparsegp_pyro_compiled pyro gpytorch ppl_sparsegp --output benchmarks/results/speed_svgp_pyro_backend.json
 
 Every library fits the *same* problem from the *same* starting point and is timed on its own
 fastest idiomatic path:
@@ -32,6 +34,16 @@ fastest idiomatic path:
   (PPGPR-like) and its NLPD is not a like-for-like check of the ELBO optimum.
 * ppl_sparsegp: ``SVGP(..., batch_size=256, whiten=True)`` (no ``num_data``: with ``batch_size``
   the ``"data"`` plate scales by N/B itself, and the current ``SVGP`` refuses both together).
+* ppl_sparsegp_pyro: the Pyro twin ``ppl_sparsegp.models.pyro.svgp.SVGP`` with the same arguments,
+  fitted by ``ppl_sparsegp.pyro.svi.fit_svi`` (``TraceMeanField_ELBO``: the analytic data term and the
+  closed-form KL, the same objective as ppl_sparsegp; minibatches by the ``"data"`` plate's
+  ``torch.randint``, with replacement), Adam lr 0.01 (``functools.partial(torch.optim.Adam, lr=...)``),
+  in torch's default dtype set to the cell's dtype.  Its test NLPD comes from the model's
+  ``predict_y``.  Optional variants (not in the default ``--libraries``):
+  ``ppl_sparsegp_pyro_compiled`` passes ``fit_svi`` a ``TraceMeanField_ELBO`` whose
+  ``differentiable_loss`` (guide and model traces, KL, data term; with AOTAutograd its backward too)
+  is wrapped in ``torch.compile`` (default inductor backend); the Adam step and fit_svi's per-step
+  bookkeeping stay eager.  ``ppl_sparsegp_pyro_t2`` is ``ppl_sparsegp_pyro`` with ``threads=2``.
 
 Timing: the number of optimisation steps is the same for everyone (``--steps``); steps/s is
 measured after a warm-up that is timed and reported separately:
@@ -49,6 +61,17 @@ measured after a warm-up that is timed and reported separately:
   as ``init_state_error``), or, if ``fit_svi`` has neither, a full ``steps`` call minus the
   warm-up call.  ``fit_svi`` compiles again in every call but reports ``run_seconds`` without
   compilation, which is the clock used (the call's wall time is kept as ``timed_call_wall_s``).
+* ppl_sparsegp_pyro(_compiled, _t2): ``fit_svi`` (Pyro) starts afresh in every call (it clears the param
+  store) but resumes from a checkpoint, bit for bit as an uninterrupted run.  A warm-up call of
+  ``--warmup-steps`` steps writes a checkpoint at its end (its wall time, torch.compile included for
+  the compiled variant, is ``warmup_s``); a second call with ``num_steps=steps`` reads it (params,
+  Adam state, torch's RNG) in the same process and runs the remaining ``steps - warmup`` steps.  The
+  clock is that call's ``run_seconds``: its step loop only (loss, backward, Adam step, fit_svi's
+  per-step finiteness check, param snapshot and loss ``float``), without param creation and the
+  checkpoint read and write (the call's wall time is kept as ``timed_call_wall_s``).
+  Threads: ``fit_svi``'s default, one torch intra-op thread (``--torch-threads-ours``, recorded as
+  ``torch_threads``), whereas GPyTorch and Pyro get ``--torch-threads`` (2); the
+  ``ppl_sparsegp_pyro_t2`` cell runs ours with two.  ``OMP_WAIT_POLICY`` is the same for all.
 
 Machine noise: the developer machines have 2 cores shared with other work.  With 2 torch threads
 and busy cores, OpenMP's default spin-waiting made torch 3-10x slower than one thread; the
@@ -84,8 +107,15 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_OUTPUT = os.path.join(HERE, "results", "speed_svgp.json")
-LIBRARIES = ("ppl_sparsegp", "gpytorch", "pyro", "gpjax", "ppl_sparsegp_lapack", "ppl_sparsegp_blocked")
+LIBRARIES = (
+    "ppl_sparsegp", "ppl_sparsegp_pyro", "gpytorch", "pyro", "gpjax", "ppl_sparsegp_lapack", "ppl_sparsegp_blocked",
+    "ppl_sparsegp_pyro_compiled", "ppl_sparsegp_pyro_t2",
+)  # fmt: skip
 OURS = "ppl_sparsegp"
+OURS_PYRO = "ppl_sparsegp_pyro"
+PYRO_VARIANT_THREADS = {"ppl_sparsegp_pyro_t2": 2}
+"""``ppl_sparsegp_pyro_t2``: our Pyro backend with ``fit_svi(threads=2)`` instead of ``--torch-threads-ours``."""
+OPTIONAL = ("ppl_sparsegp_lapack", "ppl_sparsegp_blocked", "ppl_sparsegp_pyro_compiled", "ppl_sparsegp_pyro_t2")
 VARIANT_ENV = {
     "ppl_sparsegp_lapack": {"PPL_SPARSEGP_BLOCKED_LINALG": "0"},
     "ppl_sparsegp_blocked": {"PPL_SPARSEGP_BLOCKED_LINALG": "1"},
@@ -93,7 +123,7 @@ VARIANT_ENV = {
 """Pseudo-libraries: ours with environment settings, for before/after ratios within one run. ``ppl_sparsegp_lapack``
 factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked``
 (off by default since 2026-11-27; the results files of 2026-11-26 ran when it was on, so there ``ppl_sparsegp`` is
-the blocked path). Not in the default ``--libraries``."""
+the blocked path). Not in the default ``--libraries`` (nor are the Pyro-backend variants, see ``OPTIONAL``)."""
 
 INIT = {"kernel_variance": 1.0, "lengthscale": 1.0, "noise_variance": 0.1}
 D = 8
@@ -495,7 +525,105 @@ def run_ppl_sparsegp(cfg, X, y, Xs, ys, Z):
     return out
 
 
+def _compiled_elbo(pyro_infer, torch):
+    """``TraceMeanField_ELBO`` whose ``differentiable_loss`` (the whole forward pass: the guide's and the model's
+    traces, the KL and the data term; AOTAutograd also compiles its backward) runs through ``torch.compile``."""
+
+    class CompiledTraceMeanFieldELBO(pyro_infer.TraceMeanField_ELBO):
+        def __init__(self):
+            super().__init__()
+            self._compiled = torch.compile(super().differentiable_loss)
+
+        def differentiable_loss(self, model, guide, *args, **kwargs):
+            return self._compiled(model, guide, *args, **kwargs)
+
+    return CompiledTraceMeanFieldELBO()
+
+
+def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
+    import functools
+
+    import pyro.infer
+    import torch
+
+    from ppl_sparsegp.core import kernels, likelihoods
+    from ppl_sparsegp.models.pyro.svgp import SVGP
+    from ppl_sparsegp.pyro.svi import fit_svi
+
+    dt = {"float32": torch.float32, "float64": torch.float64}[cfg["dtype"]]
+    torch.set_default_dtype(dt)  # the Pyro models' dtype is torch's default (ppl_sparsegp.pyro.dtype)
+    N, B, steps, W = cfg["N"], cfg["batch_size"], cfg["steps"], cfg["warmup_steps"]
+    threads = PYRO_VARIANT_THREADS.get(cfg["library"], cfg["torch_threads_ours"])
+    compiled = cfg["library"] == "ppl_sparsegp_pyro_compiled"
+    gp = SVGP(
+        kernels.RBF(variance=INIT["kernel_variance"], lengthscale=np.full(X.shape[1], INIT["lengthscale"])),
+        likelihoods.Gaussian(variance=INIT["noise_variance"]),
+        Z=Z,
+        batch_size=B,  # the "data" plate subsamples B of the N rows and scales the data term by N/B
+        whiten=True,
+    )
+    loss = _compiled_elbo(pyro.infer, torch) if compiled else pyro.infer.TraceMeanField_ELBO()
+
+    with tempfile.TemporaryDirectory(prefix="speed_svgp_pyro_") as tmp:
+        ckpt = os.path.join(tmp, "fit.npz")
+
+        def fit(num_steps):
+            return fit_svi(
+                gp.model,
+                gp.guide,
+                X,
+                y,
+                num_steps=num_steps,
+                optimizer=functools.partial(torch.optim.Adam, lr=cfg["lr"]),
+                seed=cfg["seed"],
+                loss=loss,
+                progress=False,
+                checkpoint=ckpt,
+                checkpoint_every=steps,  # written only at the end of each call, outside run_seconds
+                validate=gp.check_data,
+                threads=threads,
+            )
+
+        t0 = time.perf_counter()
+        warm = fit(W)
+        t1 = time.perf_counter()
+        res = fit(steps)  # resumes from the warm-up's checkpoint: params, Adam state and torch's RNG carried over
+        t2 = time.perf_counter()
+    if res.resumed_from != W or res.steps_run != steps - W:
+        raise RuntimeError(f"expected to resume at step {W}, got resumed_from={res.resumed_from}, ran {res.steps_run}")
+    with torch.no_grad():
+        means, variances = [], []
+        for s in range(0, Xs.shape[0], 1000):
+            mean_y, var_y = gp.predict_y(res.params, Xs[s : s + 1000])
+            means.append(mean_y.numpy())
+            variances.append(var_y.numpy())
+    out = gaussian_metrics(ys, np.concatenate(means), np.concatenate(variances))
+    losses = np.asarray(res.losses)
+    compile_note = ", torch.compile included" if compiled else ""
+    out.update(
+        warmup_s=t1 - t0,
+        timed_steps=res.steps_run,
+        timed_s=float(res.run_seconds),
+        timed_call_wall_s=t2 - t1,
+        warmup_run_seconds=float(warm.run_seconds),
+        torch_threads=threads,
+        final_loss_per_datum=_tail_mean(losses / N),  # Pyro's loss is the total -ELBO estimate
+        initial_losses=[float(v) for v in losses[:5]],
+        timing_method=(
+            f"fit_svi warm-up call of {W} steps (its wall time = warm-up{compile_note}) "
+            f"writes a checkpoint; a second call of num_steps={steps} resumes from it (params, Adam state, RNG) and "
+            f"runs the remaining {steps - W} steps; clock: that call's run_seconds (its step loop only, without "
+            "param creation, checkpoint read and write)"
+        ),
+        learned={k: _jsonable(v.detach()) for k, v in res.params.items() if v.numel() <= 16},
+    )
+    return out
+
+
 RUNNERS = {
+    "ppl_sparsegp_pyro": run_ppl_sparsegp_pyro,
+    "ppl_sparsegp_pyro_compiled": run_ppl_sparsegp_pyro,
+    "ppl_sparsegp_pyro_t2": run_ppl_sparsegp_pyro,
     "ppl_sparsegp": run_ppl_sparsegp,
     "ppl_sparsegp_lapack": run_ppl_sparsegp,
     "ppl_sparsegp_blocked": run_ppl_sparsegp,
@@ -664,14 +792,15 @@ def summarise(results) -> list:
 
 
 def compute_ratios(summary) -> list:
-    """Per (dtype, M): fastest library, ours / each library, each library / fastest (steps/s)."""
+    """Per (dtype, M): fastest library, ours (jax) / each library, ours (Pyro backend) / each library, each library
+    / fastest (steps/s)."""
     rows = []
     for key in sorted({(r["dtype"], r["M"]) for r in summary}):
         cell = {r["library"]: r["steps_per_s"] for r in summary if (r["dtype"], r["M"]) == key and r["status"] == "ok"}
         if not cell:
             continue
         fastest = max(cell, key=cell.get)
-        ours = cell.get(OURS)
+        ours, ours_pyro = cell.get(OURS), cell.get(OURS_PYRO)
         rows.append(
             {
                 "dtype": key[0],
@@ -679,6 +808,7 @@ def compute_ratios(summary) -> list:
                 "fastest": fastest,
                 "over_fastest": {lib: v / cell[fastest] for lib, v in cell.items()},
                 "ours_over": {lib: ours / v for lib, v in cell.items()} if ours else None,
+                "ours_pyro_over": {lib: ours_pyro / v for lib, v in cell.items()} if ours_pyro else None,
             }
         )
     return rows
@@ -687,23 +817,24 @@ def compute_ratios(summary) -> list:
 def markdown_table(summary, ratios) -> str:
     rix = {(r["dtype"], r["M"]): r for r in ratios}
     lines = [
-        "| dtype | M | library | steps/s | ours ÷ lib | lib ÷ fastest | warm-up s | whole fit s | "
+        "| dtype | M | library | steps/s | ours ÷ lib | ours-pyro ÷ lib | lib ÷ fastest | warm-up s | whole fit s | "
         "test NLPD | test RMSE | -ELBO/N (last 100) | load (1 min) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     order = {lib: i for i, lib in enumerate(LIBRARIES)}
     for r in sorted(summary, key=lambda r: (r["dtype"], r["M"], order.get(r["library"], 99))):
         if r["status"] != "ok":
             err = str(r.get("error", "?")).replace("|", "/").replace("\n", " ")[:90]
-            lines.append(f"| {r['dtype']} | {r['M']} | {r['library']} | error: {err} |||||||||")
+            lines.append(f"| {r['dtype']} | {r['M']} | {r['library']} | error: {err} ||||||||||")
             continue
         ra = rix.get((r["dtype"], r["M"]), {})
         ours = (ra.get("ours_over") or {}).get(r["library"])
+        ours_pyro = (ra.get("ours_pyro_over") or {}).get(r["library"])
         fast = (ra.get("over_fastest") or {}).get(r["library"])
         load = ", ".join("?" if v is None else f"{v:.1f}" for v in r["loadavg_1min"])
         lines.append(
             f"| {r['dtype']} | {r['M']} | {r['library']} | {r['steps_per_s']:.1f} | "
-            f"{'n/a' if ours is None else f'{ours:.2f}'} | "
+            f"{'n/a' if ours is None else f'{ours:.2f}'} | {'n/a' if ours_pyro is None else f'{ours_pyro:.2f}'} | "
             f"{'n/a' if fast is None else f'{fast:.2f}'} | {r['warmup_s']:.1f} | {r['whole_fit_s']:.1f} | "
             f"{r['nlpd']:.3f} | {r['rmse']:.3f} | {r['final_loss_per_datum']:.3f} | {load} |"
         )
@@ -734,7 +865,7 @@ def parse_args(argv=None):
     p.add_argument("--M", type=int, nargs="+", default=None, help="inducing points (64 256 1024)")
     p.add_argument("--dtype", nargs="+", default=["float32", "float64"],
                    choices=["float32", "float64"])  # fmt: skip
-    p.add_argument("--libraries", nargs="+", default=[lib for lib in LIBRARIES if lib not in VARIANT_ENV],
+    p.add_argument("--libraries", nargs="+", default=[lib for lib in LIBRARIES if lib not in OPTIONAL],
                    choices=LIBRARIES)  # fmt: skip
     p.add_argument("--N", type=int, default=None, help="training points (default 20000)")
     p.add_argument("--n-test", type=int, default=None, help="test points (default 5000)")
@@ -744,6 +875,12 @@ def parse_args(argv=None):
     p.add_argument("--z-init", choices=["kmeans", "random"], default="kmeans")
     p.add_argument("--steps-per-dispatch", type=int, default=100, help="ppl_sparsegp only")
     p.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads (2)")
+    p.add_argument(
+        "--torch-threads-ours",
+        type=int,
+        default=1,
+        help="ppl_sparsegp_pyro(_compiled) only: fit_svi's threads (torch intra-op threads; 1, fit_svi's default)",
+    )
     p.add_argument(
         "--blas-threads-ours",
         type=int,
@@ -823,6 +960,7 @@ def main(argv=None) -> int:
             "repeats": a.repeats,
             "steps_per_dispatch_ours": a.steps_per_dispatch,
             "blas_threads_ours": a.blas_threads_ours,
+            "torch_threads_ours": a.torch_threads_ours,
             "data": "X~N(0,I_8); f=sin(a.x)+0.5cos(2b.x)+0.3tanh(c.x); y=f+N(0,0.1^2), "
             "standardised with train mean/std; metrics on standardised scale",
         },  # fmt: skip
@@ -836,7 +974,13 @@ def main(argv=None) -> int:
         with open(a.output) as fh:
             old = json.load(fh)
         keys = ("N", "n_test", "batch_size", "lr", "steps", "warmup_steps", "seed", "z_init")
-        keys += ("torch_threads", "omp_wait_policy", "steps_per_dispatch_ours", "blas_threads_ours")
+        keys += (
+            "torch_threads",
+            "omp_wait_policy",
+            "steps_per_dispatch_ours",
+            "blas_threads_ours",
+            "torch_threads_ours",
+        )
         mismatch = [k for k in keys if old.get("config", {}).get(k) != payload["config"][k]]
         if mismatch:
             print(f"--resume: settings differ ({mismatch}); starting afresh", file=sys.stderr)
@@ -870,6 +1014,7 @@ def main(argv=None) -> int:
                 "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed, "N": a.N,
                 "steps_per_dispatch": a.steps_per_dispatch, "torch_threads": a.torch_threads,
                 "omp_wait_policy": a.omp_wait_policy, "blas_threads_ours": a.blas_threads_ours,
+                "torch_threads_ours": a.torch_threads_ours, "library": lib,
             }  # fmt: skip
             print(f"[{n}/{len(cells)}] {lib} {dt} M={M} ...", file=sys.stderr, flush=True)
             r = run_cell(lib, cfg, data_path, tmp, a.timeout)
