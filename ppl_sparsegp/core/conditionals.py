@@ -161,5 +161,5 @@ def propagate_layer(F: Array, W: Array, mean: Array, var: Array, eps: Array) -> 
 
     F [B, D] the layer's inputs, W [D, D'] its fixed linear mean, mean, var [D', B] its marginals at F and
     ε [D', B] standard normal; returns F' [B, D']."""
-    xp = ops.namespace(F)
-    return F @ W + (mean + xp.sqrt(xp.clip(var, min=0.0)) * eps).T
+    xp = ops.namespace(F, mean, var)  # F may be numpy while the marginals are traced (Predictive's vmap)
+    return xp.asarray(F) @ xp.asarray(W) + (mean + xp.sqrt(xp.clip(var, min=0.0)) * eps).T

@@ -78,6 +78,7 @@ def propagate(
             mean, var = conditionals.conditional(Kmn, layer.Lmm, Knn, layer.q_mu, layer.q_sqrt, whiten=whiten)
         else:
             mean, var = masked_conditional(Kmn, layer.Lmm, Knn, layer.mask, layer.q_mu, layer.q_sqrt)
+        xp = ops.namespace(mean, var)  # X may be numpy while the layers' values are traced (Predictive's vmap)
         if i == len(layers) - 1:
             shape = (mean.shape[0], num_samples, N)
             return xp.permute_dims(xp.reshape(mean, shape), (1, 0, 2)), xp.permute_dims(
@@ -86,7 +87,7 @@ def propagate(
         eps = noise(i, tuple(mean.shape), mean.dtype)
         F = ops.matrix_transpose(mean + xp.sqrt(xp.maximum(var, 0.0 * var)) * eps)
         W = mean_weights[i]
-        F = F if W is None else F + H @ xp.asarray(W, dtype=H.dtype)
+        F = F if W is None else F + xp.asarray(H) @ xp.asarray(W, dtype=H.dtype)
         H = F + X_rep if add_input else F
     raise ValueError("layers: a deep GP has at least one layer")
 
