@@ -5,7 +5,10 @@ BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) l
 protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept draws,
 standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and results.json
 (metrics of the mixture predictive in original units, sampler settings and speed). The chain is checkpointed to
-OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json).
+OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json). With ``--backend pyro``
+the Pyro twins and engines run the same recipe (:mod:`ppl_sparsegp.recipes.bsgp_pyro`: the scale-adapted SGHMC of
+:mod:`ppl_sparsegp.pyro.sgmcmc` or Pyro's NUTS, torch's randomness from --seed) and the draws, which carry the same
+site names, are evaluated and stored as a NumPyro run's (the same files); --devices needs --backend numpyro.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ engine is refused."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "bsgp")
-    names = ("noise_variance", "likelihood", "inducing", "init", "batch_size")
+    names = ("noise_variance", "likelihood", "inducing", "init", "batch_size", "backend")
     shared.add_options(parser, names, " of the sghmc gradients, at most N", **METHOD_DEFAULTS, batch_size=c.batch_size)
     group = parser.add_argument_group(
         "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, --step-size "
@@ -125,11 +128,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     else:
         shared.check_devices(opts, opts["chains"], "--chains")
     results.write_json(out / SETTINGS_FILE, settings)
-    fit, fit_seconds = shared.timed(
-        fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), likelihood=d.likelihood, Z=Z,
-        checkpoint=str(out / CHECKPOINT), progress=shared.progress(opts), fingerprint=settings,
-        devices=opts["devices"],
-    )  # fmt: skip
+    common = {
+        "likelihood": d.likelihood, "Z": Z, "checkpoint": str(out / CHECKPOINT), "progress": shared.progress(opts),
+        "fingerprint": settings,
+    }  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit, fit_seconds = shared.timed(pyro_backend.fit_bsgp, d.X, d.y, config, opts, **common)
+    else:
+        fit, fit_seconds = shared.timed(
+            fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), devices=opts["devices"], **common
+        )
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     key = bsgp_prediction_key(opts)

@@ -57,3 +57,14 @@ def fit_sgpmc(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], *
         fixed=fit.model.fixed, Z=fit.model.Z.numpy(), num_latent=fit.model.num_latent,
     )  # fmt: skip
     return dataclasses.replace(fit, model=evaluated)
+
+
+def fit_bsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> Any:
+    """BSGP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.bsgp_pyro.fit_bsgp`, ``config`` a
+    :class:`~ppl_sparsegp.recipes.bsgp.BSGPConfig`) at ``--dtype`` from seed ``--seed``; ``recipe``: its other
+    arguments. Returns its :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit`, whose ``model`` is the NumPyro twin of the
+    sampled model, which evaluates the draws."""
+    from ppl_sparsegp.recipes.bsgp_pyro import fit_bsgp as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        return fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)

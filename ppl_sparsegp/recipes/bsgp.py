@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import jax
@@ -33,16 +34,11 @@ from ppl_sparsegp.inducing.initialise import kmeans
 from ppl_sparsegp.infer.checkpoint import tree_sha256
 from ppl_sparsegp.infer.mcmc import MCMCResult, run_mcmc
 from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC, PointEstimates
+from ppl_sparsegp.models.numpyro import bsgp as bsgp_models
+from ppl_sparsegp.models.numpyro import deep_bsgp as deep_models
 from ppl_sparsegp.models.numpyro._base import part_fingerprint
-from ppl_sparsegp.models.numpyro.bsgp import (
-    BSGP,
-    LIKELIHOOD_TERMS,
-    bsgp_kernel,
-    bsgp_priors,
-    check_z_prior,
-    noise_prior,
-)
-from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP, deep_bsgp
+from ppl_sparsegp.models.numpyro.bsgp import BSGP, LIKELIHOOD_TERMS
+from ppl_sparsegp.models.numpyro.deep_bsgp import DeepBSGP
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.posterior.predict import PosteriorPredictive, log_predictive_density, posterior_predictive
@@ -237,65 +233,104 @@ def fit_bsgp(
             likelihood, sampler settings) and ``run_mcmc``'s; a checkpoint that differs in any of them is refused.
         devices: :func:`run_mcmc`'s: SGHMC's minibatch, or NUTS's chains, split over that many devices.
     """
-    c = configure(BSGPConfig, config, overrides)
-    X, y = np.asarray(X), np.asarray(y)
-    validation.check_inputs(X, y)
-    likelihood = Gaussian(variance=c.noise_variance) if likelihood is None else likelihood
-    has_noise = bool(likelihood.parameters())
-    if c.engine == "nuts" and has_noise and c.noise == "point":
-        raise ValueError("noise: NUTS samples every site; use noise='sampled' (or engine='sghmc' for 'point')")
-    N, D = X.shape
-    Z = kmeans(X, c.num_inducing) if Z is None else np.asarray(Z, dtype=X.dtype)
-    check_z_prior(c.z_prior, Z.shape[0], D)
-    P = 1 if y.ndim == 1 else y.shape[1]
-    batch = None if c.engine == "nuts" else min(c.batch_size, N)
-    noise_priors = {f"likelihood.{k}": noise_prior() for k in likelihood.parameters()} if c.noise == "sampled" else {}
-    common = dict(
-        z_prior=c.z_prior,
-        z_prior_options=dict(z_prior_options or {}),
-        likelihood_term=c.likelihood_term,
-        batch_size=batch,
-    )
-    if c.num_layers == 1:
-        kernel = bsgp_kernel(D)
-        priors = {**bsgp_priors(kernel), **noise_priors}
-        model: BSGP | DeepBSGP = BSGP(kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors=priors, **common)
-    else:
-        model = deep_bsgp(X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, **common)
-    initial = model.initial_values()
-    initial.update(
-        {site: jnp.asarray(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise_priors}
-    )
+    p = plan_bsgp(X, y, config, overrides, likelihood=likelihood, Z=Z, z_prior_options=z_prior_options)
+    c = p.config
+    model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray)
     init_strategy = init_to_value(values=initial)
-
     if c.engine == "nuts":
         kernel = NUTS(
             model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=c.target_accept_prob
         )
-        warmup, samples, thin = c.nuts_warmup, c.nuts_samples, c.nuts_thinning
         chain_method = "vectorized"
     else:
-        schedule = bsgp_schedule(c.num_iterations, c.num_kept)
         sites = model.point_estimate_sites()
         kernel = AdaptiveSGHMC(
             model.model,
             step_size=c.step_size,
             mdecay=c.mdecay,
-            num_data=N,
+            num_data=p.X.shape[0],
             init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )
-        warmup, samples, thin = schedule.num_warmup, schedule.num_samples, schedule.thinning
         # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
         chain_method = "sequential" if sites and c.num_chains > 1 else "vectorized"
-    warmup = warmup if c.num_warmup is None else c.num_warmup
-    samples = samples if c.num_samples is None else c.num_samples
-    thin = thin if c.thinning is None else c.thinning
+    mcmc = run_mcmc(
+        kernel,
+        jnp.asarray(p.X),
+        jnp.asarray(p.y),
+        num_warmup=p.num_warmup,
+        num_samples=p.num_samples,
+        thinning=p.thinning,
+        key=key,
+        num_chains=c.num_chains,
+        chain_method=chain_method,
+        warmup_chunk_size=c.warmup_chunk_size,
+        chunk_size=c.chunk_size,
+        checkpoint=checkpoint,
+        progress=progress,
+        callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
+        fingerprint={**p.fingerprint, **dict(fingerprint or {})},
+        validate=model.check_data,
+        devices=devices,
+    )
+    return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)
+
+
+class BSGPPlan(NamedTuple):
+    """What :func:`fit_bsgp` and its Pyro twin (:func:`ppl_sparsegp.recipes.bsgp_pyro.fit_bsgp`) derive from their
+    arguments before building a model: the settings, the checked data, the likelihood, Z, the sampler's schedule and
+    the recipe's own checkpoint fingerprint."""
+
+    config: BSGPConfig
+    X: np.ndarray  #: [N, D]
+    y: np.ndarray  #: [N] or [N, P]
+    likelihood: Likelihood
+    Z: np.ndarray  #: initial inducing inputs [M, D]
+    z_prior_options: dict[str, Any]
+    batch_size: int | None  #: SGHMC's minibatch, None for NUTS (full data)
+    num_warmup: int
+    num_samples: int
+    thinning: int
+    fingerprint: dict[str, Any]
+
+
+def plan_bsgp(
+    X: Array,
+    y: Array,
+    config: BSGPConfig | None,
+    overrides: Mapping[str, Any],
+    *,
+    likelihood: Likelihood | None,
+    Z: Array | None,
+    z_prior_options: Mapping[str, Any] | None,
+) -> BSGPPlan:
+    """The backend-neutral part of :func:`fit_bsgp` (arguments as its): the settings with ``overrides``, the inputs
+    checked, the default likelihood, Z (k-means on X unless given), the minibatch and the schedule (the released one
+    of :func:`bsgp_schedule` for SGHMC, ``nuts_*`` for NUTS, either overridden by ``num_warmup``, ``num_samples``,
+    ``thinning``).
+
+    Raises:
+        ValueError: a bad setting or input, or NUTS with a point-estimated noise.
+    """
+    c = configure(BSGPConfig, config, dict(overrides))
+    X, y = np.asarray(X), np.asarray(y)
+    validation.check_inputs(X, y)
+    likelihood = Gaussian(variance=c.noise_variance) if likelihood is None else likelihood
+    if c.engine == "nuts" and likelihood.parameters() and c.noise == "point":
+        raise ValueError("noise: NUTS samples every site; use noise='sampled' (or engine='sghmc' for 'point')")
+    Z = kmeans(X, c.num_inducing) if Z is None else np.asarray(Z, dtype=X.dtype)
+    batch = None if c.engine == "nuts" else min(c.batch_size, X.shape[0])
+    if c.engine == "nuts":
+        warmup, samples, thin = c.nuts_warmup, c.nuts_samples, c.nuts_thinning
+    else:
+        schedule = bsgp_schedule(c.num_iterations, c.num_kept)
+        warmup, samples, thin = schedule.num_warmup, schedule.num_samples, schedule.thinning
+    options = dict(z_prior_options or {})
     own = {
         "bsgp.num_layers": c.num_layers,
         "bsgp.Z_sha256": tree_sha256(Z),
         "bsgp.z_prior": c.z_prior,
-        "bsgp.z_prior_options": dict(z_prior_options or {}),
+        "bsgp.z_prior_options": options,
         "bsgp.likelihood_term": c.likelihood_term,
         "bsgp.noise": c.noise,
         "bsgp.likelihood": part_fingerprint(likelihood),
@@ -305,26 +340,48 @@ def fit_bsgp(
         "bsgp.target_accept_prob": c.target_accept_prob,
         "bsgp.batch_size": batch,
     }
-    mcmc = run_mcmc(
-        kernel,
-        jnp.asarray(X),
-        jnp.asarray(y),
-        num_warmup=warmup,
-        num_samples=samples,
-        thinning=thin,
-        key=key,
-        num_chains=c.num_chains,
-        chain_method=chain_method,
-        warmup_chunk_size=c.warmup_chunk_size,
-        chunk_size=c.chunk_size,
-        checkpoint=checkpoint,
-        progress=progress,
-        callback=None if callback is None else lambda result: callback(BSGPFit(model, kernel, result)),
-        fingerprint={**own, **dict(fingerprint or {})},
-        validate=model.check_data,
-        devices=devices,
+    return BSGPPlan(
+        config=c, X=X, y=y, likelihood=likelihood, Z=Z, z_prior_options=options, batch_size=batch,
+        num_warmup=warmup if c.num_warmup is None else c.num_warmup,
+        num_samples=samples if c.num_samples is None else c.num_samples,
+        thinning=thin if c.thinning is None else c.thinning, fingerprint=own,
+    )  # fmt: skip
+
+
+def build_model(
+    plan: BSGPPlan, shallow: ModuleType, deep: ModuleType, as_array: Callable[[Any], Array]
+) -> tuple[Any, dict[str, Array]]:
+    """The model of ``plan`` and its initial values (the released code's start: Z as planned, v = 0, θ at the
+    kernel's values, a sampled noise at the likelihood's) in one backend: ``shallow`` and ``deep`` are the model
+    modules (:mod:`models.numpyro.bsgp` and :mod:`models.numpyro.deep_bsgp`, or their Pyro twins), ``as_array``
+    that backend's array (``jnp.asarray``, ``ppl_sparsegp.pyro.dtype.as_tensor``).
+
+    Returns:
+        (``shallow.BSGP`` for one layer, else ``deep.deep_bsgp``'s DeepBSGP; site -> initial value).
+    """
+    c, likelihood, Z = plan.config, plan.likelihood, plan.Z
+    N, D = plan.X.shape
+    shallow.check_z_prior(c.z_prior, Z.shape[0], D)
+    P = 1 if plan.y.ndim == 1 else plan.y.shape[1]
+    noise = [f"likelihood.{k}" for k in likelihood.parameters()] if c.noise == "sampled" else []
+    noise_priors = {site: shallow.noise_prior() for site in noise}
+    common = dict(
+        z_prior=c.z_prior,
+        z_prior_options=dict(plan.z_prior_options),
+        likelihood_term=c.likelihood_term,
+        batch_size=plan.batch_size,
     )
-    return BSGPFit(model=model, kernel=kernel, mcmc=mcmc)
+    if c.num_layers == 1:
+        kernel = shallow.bsgp_kernel(D)
+        priors = {**shallow.bsgp_priors(kernel), **noise_priors}
+        model = shallow.BSGP(kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors=priors, **common)
+    else:
+        model = deep.deep_bsgp(
+            plan.X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, **common
+        )
+    initial = model.initial_values()
+    initial.update({site: as_array(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise})
+    return model, initial
 
 
 class BSGPSchedule(NamedTuple):
