@@ -112,6 +112,10 @@ def _all_finite(*tensors: torch.Tensor) -> bool:
     return all(bool(torch.all(torch.isfinite(t))) for t in tensors)
 
 
+def _same_position(a: Tensors, b: Tensors) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
 class SGMCMCKernel(MCMCKernel):
     """Bookkeeping shared by the stochastic-gradient kernels: model → potential, setup, NaN guard, point estimates.
 
@@ -268,9 +272,15 @@ class SGMCMCKernel(MCMCKernel):
             self._adapt_scale(self._adapt), self._adapt,
         )  # fmt: skip
 
+    @property
+    def potential_energy(self) -> torch.Tensor:
+        """The minibatch estimate of U at the chain's current position (what ``state.potential_energy`` holds)."""
+        return self._u
+
     def sample(self, params: Tensors) -> Tensors:
-        """One step from ``params`` (unconstrained; the kernel's last state unless the caller changed it)."""
-        if params is not self._z:
+        """One step from ``params`` (unconstrained; the kernel's last state unless the caller changed it: a position
+        that differs from it, in any value, gets its potential and gradient recomputed)."""
+        if params is not self._z and not _same_position(params, self._z):
             u, grad = self.potential_and_grad(params)
             self._commit(self._i, params, grad, u, self._momentum, self._adapt)
         noise = {name: torch.randn_like(value) for name, value in self._z.items()}

@@ -2,8 +2,9 @@
 with the same settings (:class:`~ppl_sparsegp.recipes.sgpmc.SGPMCConfig`) and phases: the Pyro SVGP with the same
 priors fitted by :func:`ppl_sparsegp.pyro.svi.fit_svi` (Z held at its initial value for the first steps, then free),
 Z fixed, θ started at its point estimate and v at a draw of q(v) (:func:`ppl_sparsegp.pyro.mcmc.init_from_svi`), then
-the chains of :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` on the Pyro SGPMC. Randomness is torch's, seeded by ``seed``.
-The Pyro runner keeps every draw, so ``thinning`` must be 1.
+the chains of :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` on the Pyro SGPMC (thinned and checkpointed every
+``chunk_size`` steps as the NumPyro recipe's; ``chain_method`` does not apply: the Pyro runner runs the chains one
+after another). Randomness is torch's, seeded by ``seed``.
 """
 
 from __future__ import annotations
@@ -57,11 +58,9 @@ def fit_sgpmc(
         params, and the chains as an :class:`~ppl_sparsegp.infer.mcmc.MCMCResult`).
 
     Raises:
-        ValueError: a bad setting (``thinning`` other than 1 included), before anything runs.
+        ValueError: a bad setting, before anything runs.
     """
     c = configure(SGPMCConfig, config, overrides)
-    if c.thinning != 1:
-        raise ValueError(f"thinning: the Pyro runner keeps every draw; expected 1, got {c.thinning}")
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
     common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=c.batch_size)
     svgp = SVGP(Z=Z, learn_Z=c.fixed_z_steps == 0, **common)
@@ -103,7 +102,8 @@ def fit_sgpmc(
     options = {"max_tree_depth": 8} if c.engine == "nuts" else {"num_data": len(X)} if c.engine == "sghmc" else {}
     mcmc = run_mcmc(
         kernel_from_name(c.engine, model.model, **{**options, **(engine_options or {})}), X, y,
-        num_warmup=c.num_warmup, num_samples=c.num_samples, num_chains=c.num_chains, seed=seed, initial_params=init,
+        num_warmup=c.num_warmup, num_samples=c.num_samples, num_chains=c.num_chains, seed=seed, thinning=c.thinning,
+        chunk_size=c.chunk_size, initial_params=init,
         checkpoint=checkpoint, progress=progress, fingerprint={**own, **dict(fingerprint or {})},
         validate=model.check_data,
     )  # fmt: skip
