@@ -21,6 +21,7 @@ from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.pyro import svi as pyro_svi
 from ppl_sparsegp.pyro.dtype import default_dtype
+from ppl_sparsegp.recipes.epochs import EpochFit
 from ppl_sparsegp.recipes.sgpmc import SGPMCFit
 
 
@@ -57,3 +58,34 @@ def fit_sgpmc(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], *
         fixed=fit.model.fixed, Z=fit.model.Z.numpy(), num_latent=fit.model.num_latent,
     )  # fmt: skip
     return dataclasses.replace(fit, model=evaluated)
+
+
+def numpyro_params(params: dict[str, Any], networks: dict[str, tuple[torch.nn.Module, Any]]) -> dict[str, Any]:
+    """A Pyro fit's ``params`` under the NumPyro twin's names: each network ``name`` -> (its torch module, the NumPyro
+    model's equinox module) has its ``"<name>.<parameter>"`` tensors become the weights pytree at ``"<name>$params"``
+    (:func:`ppl_sparsegp.pyro.nn.numpyro_weights`); every other param is a numpy array."""
+    import equinox as eqx
+
+    from ppl_sparsegp.pyro import nn
+
+    converted = {k: v.numpy() for k, v in params.items() if k.split(".", 1)[0] not in networks}
+    for name, (module, template) in networks.items():
+        weights = eqx.partition(template, eqx.is_inexact_array)[0]
+        converted[f"{name}$params"] = nn.numpyro_weights(module, weights, params, name)
+    return converted
+
+
+def fit_idsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> EpochFit:
+    """IDSGP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.idsgp_pyro.fit_idsgp`) from seed ``--seed`` at
+    ``--dtype``; ``recipe``: its other arguments (``likelihood``, checkpoint, progress). Returns the
+    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro IDSGP of the same settings and, as
+    params, the Pyro fit's under NumPyro's names (:func:`numpyro_params`), which it evaluates and stores."""
+    from ppl_sparsegp.models.numpyro.idsgp import NETWORK
+    from ppl_sparsegp.recipes.idsgp import build_idsgp
+    from ppl_sparsegp.recipes.idsgp_pyro import fit_idsgp as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        fit = fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
+    model = build_idsgp(config, X, recipe["likelihood"], opts["seed"])
+    params = numpyro_params(fit.params, {NETWORK: (fit.model.network, model.network)})
+    return dataclasses.replace(fit, model=model, svi=dataclasses.replace(fit.svi, params=params))
