@@ -75,17 +75,38 @@ def numpyro_params(params: dict[str, Any], networks: dict[str, tuple[torch.nn.Mo
     return converted
 
 
+def _evaluated_by_numpyro(fit: EpochFit, model: Any, network: str) -> EpochFit:
+    """A Pyro model's ``fit`` with, as ``model``, the NumPyro twin ``model`` and, as params, the fit's under NumPyro's
+    names (:func:`numpyro_params`); ``network``: the attribute of both models holding the network, and its name."""
+    networks = {network: (getattr(fit.model, network), getattr(model, network))}
+    return dataclasses.replace(
+        fit, model=model, svi=dataclasses.replace(fit.svi, params=numpyro_params(fit.params, networks))
+    )
+
+
 def fit_idsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> EpochFit:
     """IDSGP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.idsgp_pyro.fit_idsgp`) from seed ``--seed`` at
     ``--dtype``; ``recipe``: its other arguments (``likelihood``, checkpoint, progress). Returns the
-    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro IDSGP of the same settings and, as
-    params, the Pyro fit's under NumPyro's names (:func:`numpyro_params`), which it evaluates and stores."""
+    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro IDSGP of the same settings, which
+    evaluates and stores the fit (:func:`_evaluated_by_numpyro`)."""
     from ppl_sparsegp.models.numpyro.idsgp import NETWORK
     from ppl_sparsegp.recipes.idsgp import build_idsgp
     from ppl_sparsegp.recipes.idsgp_pyro import fit_idsgp as fit_by_pyro
 
     with default_dtype(opts["dtype"]):
         fit = fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
-    model = build_idsgp(config, X, recipe["likelihood"], opts["seed"])
-    params = numpyro_params(fit.params, {NETWORK: (fit.model.network, model.network)})
-    return dataclasses.replace(fit, model=model, svi=dataclasses.replace(fit.svi, params=params))
+    return _evaluated_by_numpyro(fit, build_idsgp(config, X, recipe["likelihood"], opts["seed"]), NETWORK)
+
+
+def fit_sas(Y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> EpochFit:
+    """SAS-GP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.sas_gplvm_pyro.fit_sas`) from seed ``--seed``
+    at ``--dtype``; ``recipe``: its other arguments (checkpoint, progress). Returns the
+    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro SASGPLVM of the same settings,
+    which :func:`~ppl_sparsegp.recipes.sas_gplvm.evaluate_sas` evaluates (:func:`_evaluated_by_numpyro`)."""
+    from ppl_sparsegp.models.numpyro.sas_gplvm import ENCODER
+    from ppl_sparsegp.recipes.sas_gplvm import build_sas
+    from ppl_sparsegp.recipes.sas_gplvm_pyro import fit_sas as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        fit = fit_by_pyro(Y, config, seed=opts["seed"], **recipe)
+    return _evaluated_by_numpyro(fit, build_sas(config, Y, opts["seed"]), ENCODER)
