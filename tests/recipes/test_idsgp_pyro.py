@@ -78,3 +78,10 @@ def test_a_minibatch_fit_predicts_better_than_the_mean():
     mean, var = fit.model.predict_y(fit.params, X)
     rmse = float(np.sqrt(np.mean((mean.numpy() - Y) ** 2)))
     assert rmse < 0.6 * float(np.std(Y)) and bool(torch.all(var > 0))
+
+
+def test_a_float32_fit_runs_in_float32():
+    with default_dtype("float32"):
+        fit = _fit(num_epochs=1, seed=2)
+    assert np.all(np.isfinite(fit.svi.losses)) and len(fit.svi.losses) == 5
+    assert {value.dtype for value in fit.params.values()} == {torch.float32}
