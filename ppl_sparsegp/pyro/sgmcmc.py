@@ -52,7 +52,7 @@ from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import biject_to, constraints
 
 from ppl_sparsegp.core import sgmcmc as rules
-from ppl_sparsegp.validation import check_count, check_positive_float
+from ppl_sparsegp.validation import check_count, check_point_estimates, check_positive_float
 
 Array = Any
 Tensors = dict[str, torch.Tensor]
@@ -88,10 +88,7 @@ class PointEstimates:
     window: int = 64
 
     def __post_init__(self) -> None:
-        if isinstance(self.sites, str) or not self.sites or not all(isinstance(s, str) for s in self.sites):
-            raise ValueError(f"sites: expected a non-empty sequence of param site names, got {self.sites!r}")
-        for name in ("every", "window"):
-            check_count(name, getattr(self, name), minimum=1)
+        check_point_estimates(self.sites, self.every, self.window)
 
 
 class SGMCMCState(NamedTuple):

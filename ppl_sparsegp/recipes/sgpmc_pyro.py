@@ -13,15 +13,12 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
 
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.infer.checkpoint import tree_sha256
-from ppl_sparsegp.models.numpyro._base import part_fingerprint
 from ppl_sparsegp.models.pyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.pyro.svgp import SVGP
 from ppl_sparsegp.pyro.mcmc import init_from_svi, kernel_from_name, run_mcmc
@@ -68,23 +65,12 @@ def fit_sgpmc(
     model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
     model.check_data(X, y)
     own = {
-        "sgpmc.svi_steps": int(c.svi_steps),
-        "sgpmc.fixed_z_steps": c.fixed_z_steps,
-        "sgpmc.learning_rate": c.learning_rate,
-        "sgpmc.batch_size": c.batch_size,
-        "sgpmc.num_latent": num_latent,
-        "sgpmc.engine": c.engine,
-        "sgpmc.engine_options": dict(engine_options or {}),
-        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
-        "sgpmc.kernel": part_fingerprint(kernel),
-        "sgpmc.likelihood": part_fingerprint(likelihood),
+        **c.fingerprint(num_latent, engine_options, Z, kernel, likelihood),
         "sgpmc.priors": {site: repr(prior) for site, prior in sorted(priors.items())},
     }
     params: dict[str, Array] = {}
     svi = None
-    for phase, (learn_Z, steps) in enumerate(((False, c.fixed_z_steps), (True, c.svi_steps - c.fixed_z_steps))):
-        if steps == 0:
-            continue
+    for phase, learn_Z, steps in c.svi_phases():
         svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
         svi = fit_svi(
             svgp.model, svgp.guide, X, y, optimizer=partial(torch.optim.Adam, lr=c.learning_rate), num_steps=steps,
@@ -99,9 +85,8 @@ def fit_sgpmc(
     )  # fmt: skip
     pyro.set_rng_seed(seed)
     init = init_from_svi(model.model, svgp.guide, params, X, y, num_chains=c.num_chains)
-    options = {"max_tree_depth": 8} if c.engine == "nuts" else {"num_data": len(X)} if c.engine == "sghmc" else {}
     mcmc = run_mcmc(
-        kernel_from_name(c.engine, model.model, **{**options, **(engine_options or {})}), X, y,
+        kernel_from_name(c.engine, model.model, **c.kernel_options(len(X), engine_options)), X, y,
         num_warmup=c.num_warmup, num_samples=c.num_samples, num_chains=c.num_chains, seed=seed, thinning=c.thinning,
         chunk_size=c.chunk_size, initial_params=init,
         checkpoint=checkpoint, progress=progress, fingerprint={**own, **dict(fingerprint or {})},
