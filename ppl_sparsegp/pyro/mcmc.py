@@ -12,9 +12,10 @@ Checkpoints are the ``.npz`` files of :mod:`ppl_sparsegp.infer.checkpoint` (no p
 after every ``warmup_chunk_size`` warmup steps, every ``chunk_size`` post-warmup steps and at the end of every chain:
 the draws of the finished chains and of the running one, the running kernel's state as data
 (:mod:`ppl_sparsegp.pyro.kernel_state`: step counters, cached position and gradient, step-size and mass-matrix
-adaptation, momentum, point estimates and their optimiser), its position and torch's generator state. A killed run
-restarted with the same arguments resumes inside the chain and gives the draws an uninterrupted run gives, as the
-NumPyro engine does. A Ctrl-C returns the finished chains (``interrupted``), or re-raises when none has finished.
+adaptation, momentum, point estimates and their optimiser), its position and torch's generator states
+(:mod:`ppl_sparsegp.pyro.generators`). A killed run restarted with the same arguments resumes inside the chain and gives
+the draws an uninterrupted run gives, as the NumPyro engine does. A Ctrl-C returns the finished chains
+(``interrupted``), or re-raises when none has finished.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.pyro import kernel_state
 from ppl_sparsegp.pyro.dtype import as_data, intra_op_threads, to_host
+from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -218,7 +220,7 @@ class _Run:
             step = saved.counters["steps_done"]
             kernel_state.restore(kernel, saved.metadata["kernel_state"], saved.groups["kernel"])
             params = {name: torch.as_tensor(np.array(value)) for name, value in saved.groups["params"].items()}
-            torch.set_rng_state(torch.as_tensor(saved.arrays["rng"]))
+            set_generator_state(saved.groups["rng"])
             draws = {site: list(value) for site, value in saved.groups.get("chain_samples", {}).items()}
             extras = {name: list(value) for name, value in saved.groups.get("chain_extra_fields", {}).items()}
         bar = tqdm(total=total, initial=step, desc=f"chain {c}", disable=not progress_bars.shown(progress))
@@ -270,7 +272,7 @@ class _Run:
         extras: Mapping[str, list],
     ) -> None:
         """Write the finished chains and, when ``steps_done`` > 0, the running chain's draws, kernel state,
-        position and torch's generator state."""
+        position and torch's generator states."""
         groups = {
             "samples": {site: np.stack(values) for site, values in self.samples.items()},
             "extra_fields": {name: np.stack(values) for name, values in self.extras.items()},
@@ -281,7 +283,7 @@ class _Run:
             groups["params"] = {name: value.detach().cpu().numpy() for name, value in params.items()}
             groups["chain_samples"] = {site: np.stack(values) for site, values in draws.items() if values}
             groups["chain_extra_fields"] = {name: np.stack(values) for name, values in extras.items() if values}
-            arrays["rng"] = torch.get_rng_state().numpy()
+            groups["rng"] = generator_state()
             metadata["kernel_state"] = skeleton
         checkpoints.save(
             path, {}, counters={"chains_done": self.chains_done, "steps_done": steps_done}, arrays=arrays,
