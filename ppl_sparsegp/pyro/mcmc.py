@@ -77,7 +77,7 @@ def init_from_svi(
     model_args = tuple(as_data(a) for a in model_args)
     model_kwargs = {k: as_data(v) for k, v in model_kwargs.items()}
     starts: dict[str, list[Array]] = {}
-    with torch.no_grad():
+    with torch.no_grad(), pyro.validation_enabled(False):  # each program ignores the other's params, unwarned
         for _ in range(num_chains):
             drawn = poutine.trace(poutine.substitute(guide, data=values)).get_trace(*model_args, **model_kwargs)
             latent = {n: site["value"] for n, site in drawn.nodes.items() if site["type"] == "sample"}
