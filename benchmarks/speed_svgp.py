@@ -73,6 +73,12 @@ measured after a warm-up that is timed and reported separately:
   ``torch_threads``), whereas GPyTorch and Pyro get ``--torch-threads`` (2); the
   ``ppl_sparsegp_pyro_t2`` cell runs ours with two.  ``OMP_WAIT_POLICY`` is the same for all.
 
+GPU: ``--torch-device cuda`` runs the torch libraries (GPyTorch, Pyro, ppl_sparsegp_pyro*) on the GPU: torch's
+default device in their workers is CUDA (data, model and each library's own tensors, the minibatch generators),
+and the GPyTorch and Pyro loops synchronise before every clock reading; ours reads every step's loss as a float,
+which synchronises each step. ``--torch-device cpu`` (the default) takes the same code path on the CPU.  The JAX
+libraries run on whatever device jax finds (a CUDA jaxlib in the benchmark environment puts them on the GPU).
+
 Machine noise: the developer machines have 2 cores shared with other work.  With 2 torch threads
 and busy cores, OpenMP's default spin-waiting made torch 3-10x slower than one thread; the
 workers therefore run with ``OMP_WAIT_POLICY=PASSIVE`` (``--omp-wait-policy``).  Each cell also
@@ -183,16 +189,27 @@ def _tail_mean(losses) -> float:
 CHUNK = 100  # eager loops also record steps/s per CHUNK steps (a diagnostic of machine noise)
 
 
-def _loop(step, start, stop) -> list:
-    """Run ``step(i)`` for ``i`` in ``[start, stop)``; return steps/s of each CHUNK-step chunk."""
+def _loop(step, start, stop, wait=lambda: None) -> list:
+    """Run ``step(i)`` for ``i`` in ``[start, stop)``; return steps/s of each CHUNK-step chunk. ``wait()`` (the
+    device's synchronisation) runs before every clock reading and at the end, so queued GPU work is counted."""
     rates, t = [], time.perf_counter()
     for i in range(start, stop):
         step(i)
         if (i - start + 1) % CHUNK == 0:
+            wait()
             now = time.perf_counter()
             rates.append(CHUNK / (now - t))
             t = now
+    wait()
     return rates
+
+
+def _on_torch_device(torch, cfg):
+    """Make ``--torch-device`` torch's default device in this worker (the data, the model, the library's own
+    tensors are created there) and return what waits for it: ``torch.cuda.synchronize`` on a GPU, nothing on the
+    CPU. The torch runners' minibatch generators live on the same device."""
+    torch.set_default_device(cfg["torch_device"])
+    return torch.cuda.synchronize if cfg["torch_device"] == "cuda" else (lambda: None)
 
 
 # Each runner gets ``cfg`` (dict: dtype, M, steps, warmup_steps, batch_size, lr, seed, N) and the
@@ -204,6 +221,7 @@ def run_gpytorch(cfg, X, y, Xs, ys, Z):
     import torch
 
     torch.set_num_threads(cfg["torch_threads"])
+    wait = _on_torch_device(torch, cfg)
     torch.manual_seed(cfg["seed"])
     dt = {"float32": torch.float32, "float64": torch.float64}[cfg["dtype"]]
     N, B, steps, W = cfg["N"], cfg["batch_size"], cfg["steps"], cfg["warmup_steps"]
@@ -232,7 +250,7 @@ def run_gpytorch(cfg, X, y, Xs, ys, Z):
     opt = torch.optim.Adam(params, lr=cfg["lr"])
     mll = gpytorch.mlls.VariationalELBO(likelihood, model, num_data=N)
     losses = torch.empty(steps, dtype=dt)
-    gen = torch.Generator().manual_seed(cfg["seed"])
+    gen = torch.Generator(device=cfg["torch_device"]).manual_seed(cfg["seed"])
 
     def step(i):
         idx = torch.randint(N, (B,), generator=gen)
@@ -243,9 +261,9 @@ def run_gpytorch(cfg, X, y, Xs, ys, Z):
         losses[i] = loss.detach()
 
     t0 = time.perf_counter()
-    _loop(step, 0, W)
+    _loop(step, 0, W, wait)
     t1 = time.perf_counter()
-    chunks = _loop(step, W, steps)
+    chunks = _loop(step, W, steps, wait)
     t2 = time.perf_counter()
 
     model.eval()
@@ -256,12 +274,12 @@ def run_gpytorch(cfg, X, y, Xs, ys, Z):
             pred = likelihood(model(chunk))
             means.append(pred.mean)
             variances.append(pred.variance)
-    out = gaussian_metrics(ys, torch.cat(means).numpy(), torch.cat(variances).numpy())
+    out = gaussian_metrics(ys, torch.cat(means).cpu().numpy(), torch.cat(variances).cpu().numpy())
     out.update(
         warmup_s=t1 - t0,
         timed_steps=steps - W,
         timed_s=t2 - t1,
-        final_loss_per_datum=_tail_mean(losses.numpy()),
+        final_loss_per_datum=_tail_mean(losses.cpu().numpy()),
         timing_method=f"eager loop; first {W} steps = warm-up, rest timed",
         chunk_steps_per_s=chunks,
         learned={
@@ -280,6 +298,7 @@ def run_pyro(cfg, X, y, Xs, ys, Z):
     from pyro.infer import SVI, TraceMeanField_ELBO
 
     torch.set_num_threads(cfg["torch_threads"])
+    wait = _on_torch_device(torch, cfg)
     pyro.set_rng_seed(cfg["seed"])
     pyro.clear_param_store()
     dt = {"float32": torch.float32, "float64": torch.float64}[cfg["dtype"]]
@@ -304,7 +323,7 @@ def run_pyro(cfg, X, y, Xs, ys, Z):
     )
     svi = SVI(vsgp.model, vsgp.guide, pyro.optim.Adam({"lr": cfg["lr"]}), TraceMeanField_ELBO())
     losses = np.empty(steps)
-    gen = torch.Generator().manual_seed(cfg["seed"])
+    gen = torch.Generator(device=cfg["torch_device"]).manual_seed(cfg["seed"])
 
     def step(i):
         idx = torch.randint(N, (B,), generator=gen)
@@ -312,9 +331,9 @@ def run_pyro(cfg, X, y, Xs, ys, Z):
         losses[i] = svi.step()  # -ELBO estimate, data term scaled by N/B
 
     t0 = time.perf_counter()
-    _loop(step, 0, W)
+    _loop(step, 0, W, wait)
     t1 = time.perf_counter()
-    chunks = _loop(step, W, steps)
+    chunks = _loop(step, W, steps, wait)
     t2 = time.perf_counter()
 
     with torch.no_grad():
@@ -323,7 +342,7 @@ def run_pyro(cfg, X, y, Xs, ys, Z):
             f_loc, f_var = vsgp(chunk, full_cov=False)
             means.append(f_loc)
             variances.append(f_var + likelihood.variance)
-    out = gaussian_metrics(ys, torch.cat(means).numpy(), torch.cat(variances).numpy())
+    out = gaussian_metrics(ys, torch.cat(means).cpu().numpy(), torch.cat(variances).cpu().numpy())
     out.update(
         warmup_s=t1 - t0,
         timed_steps=steps - W,
@@ -552,6 +571,7 @@ def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
 
     dt = {"float32": torch.float32, "float64": torch.float64}[cfg["dtype"]]
     torch.set_default_dtype(dt)  # the Pyro models' dtype is torch's default (ppl_sparsegp.pyro.dtype)
+    _on_torch_device(torch, cfg)  # fit_svi reads every step's loss as a float: each step ends synchronised
     N, B, steps, W = cfg["N"], cfg["batch_size"], cfg["steps"], cfg["warmup_steps"]
     threads = PYRO_VARIANT_THREADS.get(cfg["library"], cfg["torch_threads_ours"])
     compiled = cfg["library"] == "ppl_sparsegp_pyro_compiled"
@@ -595,8 +615,8 @@ def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
         means, variances = [], []
         for s in range(0, Xs.shape[0], 1000):
             mean_y, var_y = gp.predict_y(res.params, Xs[s : s + 1000])
-            means.append(mean_y.numpy())
-            variances.append(var_y.numpy())
+            means.append(mean_y.cpu().numpy())
+            variances.append(var_y.cpu().numpy())
     out = gaussian_metrics(ys, np.concatenate(means), np.concatenate(variances))
     losses = np.asarray(res.losses)
     compile_note = ", torch.compile included" if compiled else ""
@@ -615,7 +635,7 @@ def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
             f"runs the remaining {steps - W} steps; clock: that call's run_seconds (its step loop only, without "
             "param creation, checkpoint read and write)"
         ),
-        learned={k: _jsonable(v.detach()) for k, v in res.params.items() if v.numel() <= 16},
+        learned={k: _jsonable(v.detach().cpu()) for k, v in res.params.items() if v.numel() <= 16},
     )
     return out
 
@@ -876,6 +896,13 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-dispatch", type=int, default=100, help="ppl_sparsegp only")
     p.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads (2)")
     p.add_argument(
+        "--torch-device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="where the torch libraries (gpytorch, pyro, ppl_sparsegp_pyro*) run: torch's default device in their "
+        "workers, synchronised before every clock reading (cpu)",
+    )
+    p.add_argument(
         "--torch-threads-ours",
         type=int,
         default=1,
@@ -956,6 +983,7 @@ def main(argv=None) -> int:
             "mean": "zero",
             "whiten": True,
             "torch_threads": a.torch_threads,
+            "torch_device": a.torch_device,
             "omp_wait_policy": a.omp_wait_policy,
             "repeats": a.repeats,
             "steps_per_dispatch_ours": a.steps_per_dispatch,
@@ -976,6 +1004,7 @@ def main(argv=None) -> int:
         keys = ("N", "n_test", "batch_size", "lr", "steps", "warmup_steps", "seed", "z_init")
         keys += (
             "torch_threads",
+            "torch_device",
             "omp_wait_policy",
             "steps_per_dispatch_ours",
             "blas_threads_ours",
@@ -1014,7 +1043,7 @@ def main(argv=None) -> int:
                 "batch_size": a.batch_size, "lr": a.lr, "seed": a.seed, "N": a.N,
                 "steps_per_dispatch": a.steps_per_dispatch, "torch_threads": a.torch_threads,
                 "omp_wait_policy": a.omp_wait_policy, "blas_threads_ours": a.blas_threads_ours,
-                "torch_threads_ours": a.torch_threads_ours, "library": lib,
+                "torch_threads_ours": a.torch_threads_ours, "torch_device": a.torch_device, "library": lib,
             }  # fmt: skip
             print(f"[{n}/{len(cells)}] {lib} {dt} M={M} ...", file=sys.stderr, flush=True)
             r = run_cell(lib, cfg, data_path, tmp, a.timeout)

@@ -238,6 +238,19 @@ def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
     return int(M)
 
 
+def check_point_estimates(sites: Any, every: Any, window: Any) -> None:
+    """The settings of an SG-MCMC chain's point estimates (``PointEstimates`` of both engines): ``sites`` a
+    non-empty sequence of param site names, ``every`` and ``window`` counts >= 1.
+
+    Raises:
+        ValueError: naming the setting and what was expected.
+    """
+    if isinstance(sites, str) or not sites or not all(isinstance(s, str) for s in sites):
+        raise ValueError(f"sites: expected a non-empty sequence of param site names, got {sites!r}")
+    check_count("every", every, minimum=1)
+    check_count("window", window, minimum=1)
+
+
 def check_count(name: str, value: Any, minimum: int = 0, optional: bool = False) -> int | None:
     """Check a count (steps, draws, points, dimensions): an integer >= ``minimum`` (or None when ``optional``).
     Returns it as a Python ``int`` (or None)."""

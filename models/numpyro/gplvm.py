@@ -259,8 +259,20 @@ class BayesianGPLVM(GPModel):
 
     def elbo(self, params: Mapping[str, Array], Y: Array, key: Array, num_samples: int = 1) -> Array:
         """Full-batch Monte Carlo estimate of the bound (module docstring) with ``num_samples`` draws of X: the
-        SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL. Unbiased; scalar."""
-        return self.latents.expected_bound(self.svgp.elbo, params, Y, key, num_samples)
+        SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL; with an ``encoder``, q(x_n | y_n) at
+        the encoder's outputs for the rows of Y. Unbiased; scalar."""
+        return self.latents.expected_bound(
+            self.svgp.elbo, {**params, **self.latent_posterior(params, Y)}, Y, key, num_samples
+        )
+
+    def latent_posterior(self, params: Mapping[str, Array], Y: Array) -> dict[str, Array]:
+        """q(X)'s parameters for the rows of Y [N, D]: ``{"X_loc": μ, "X_scale": s}``, each [N, Q]; the encoder's
+        μ(y_n), s(y_n) = √s²(y_n) (weights ``params["encoder$params"]``) when the model has one,
+        else the free params."""
+        if self.encoder is None:
+            return {LATENT_LOC: params[LATENT_LOC], LATENT_SCALE: params[LATENT_SCALE]}
+        mean, var = jax.vmap(nn.fitted(self.encoder, params, ENCODER_PARAMS))(jnp.asarray(Y))
+        return {LATENT_LOC: mean, LATENT_SCALE: jnp.sqrt(var)}
 
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None

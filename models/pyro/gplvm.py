@@ -231,8 +231,20 @@ class BayesianGPLVM(GPModel):
 
     def elbo(self, params: Mapping[str, Array], Y: Array, num_samples: int = 1) -> Array:
         """Full-batch Monte Carlo estimate of the bound with ``num_samples`` draws of X (torch's generator): the
-        SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL. Unbiased; scalar."""
-        return self.latents.expected_bound(self.svgp.elbo, params, Y, num_samples)
+        SVGP ELBO at each draw (:meth:`SVGP.elbo`), minus the exact latent KL; with an ``encoder``, q(x_n | y_n) at
+        the encoder's outputs for the rows of Y. Unbiased; scalar."""
+        return self.latents.expected_bound(
+            self.svgp.elbo, {**params, **self.latent_posterior(params, Y)}, Y, num_samples
+        )
+
+    def latent_posterior(self, params: Mapping[str, Array], Y: Array) -> dict[str, Array]:
+        """q(X)'s parameters for the rows of Y [N, D]: ``{"X_loc": μ, "X_scale": s}``, each [N, Q]; the encoder's
+        μ(y_n), s(y_n) = √s²(y_n) (weights ``params["encoder.<parameter>"]``) when the model has one,
+        else the free params."""
+        if self.encoder is None:
+            return {"X_loc": params["X_loc"], "X_scale": params["X_scale"]}
+        mean, var = nn.fitted(self.encoder, params, ENCODER)(as_tensor(Y))
+        return {"X_loc": mean, "X_scale": torch.sqrt(var)}
 
     def _posterior_f(
         self, params: Mapping[str, Array], X_new: Array, full_cov: bool, X: Array | None, y: Array | None

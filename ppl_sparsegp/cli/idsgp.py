@@ -5,7 +5,9 @@ term, M = 50 per input, one hidden layer of 50 sigmoid units, batch 100, Adam 0.
 (the network's weights and the hyperparameters, standardised units, and the standardisation), fit.png and
 results.json (metrics in original units, seconds per epoch of training, and the seconds of one prediction pass
 over the evaluation set, compiling included); the SVI state is checkpointed to OUT/checkpoint.npz, from which the
-same command (``--epochs`` may be raised) resumes.
+same command (``--epochs`` may be raised) resumes. With ``--backend pyro`` the Pyro twin runs the same recipe
+(:mod:`ppl_sparsegp.recipes.idsgp_pyro`, from the same initial weights, torch drawing the batches) and the NumPyro
+model evaluates and stores the fit (:mod:`ppl_sparsegp.cli.pyro_backend`), so the outputs have the same form.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_indu
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     c = CONFIG
     shared.add_common_arguments(parser, "idsgp")
-    shared.add_options(parser, ("noise_variance", "likelihood", "lr", "checkpoint_every"), lr=c.learning_rate)
+    shared.add_options(
+        parser, ("noise_variance", "likelihood", "lr", "checkpoint_every", "backend"), lr=c.learning_rate
+    )
     shared.add_options(parser, ("inducing",), " per input", inducing=c.num_inducing)
     shared.add_options(parser, ("batch_size",), batch_size=c.batch_size)
     group = parser.add_argument_group("IDSGP (idsgp only)")
@@ -52,10 +56,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     opts, d = shared.start(args, _check, NOISE_VARIANCE)
     checkpoint = opts["out"] / CHECKPOINT
     settings, counters = shared.checkpoints(opts, (d.X, d.y), [checkpoint], resumable=("epochs",))
-    fit, train_seconds = shared.timed(
-        fit_idsgp, d.X, d.y, idsgp_config(opts), likelihood=d.likelihood, seed=opts["seed"], checkpoint=str(checkpoint),
-        checkpoint_every=opts["checkpoint_every"], progress=shared.progress(opts), fingerprint=settings,
-    )  # fmt: skip
+    recipe = {"likelihood": d.likelihood, "checkpoint": str(checkpoint), "checkpoint_every": opts["checkpoint_every"],
+              "progress": shared.progress(opts), "fingerprint": settings}  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit, train_seconds = shared.timed(pyro_backend.fit_idsgp, d.X, d.y, idsgp_config(opts), opts, **recipe)
+    else:
+        fit, train_seconds = shared.timed(fit_idsgp, d.X, d.y, idsgp_config(opts), seed=opts["seed"], **recipe)
     per_epoch = {"epochs": opts["epochs"], "steps_per_epoch": fit.steps_per_epoch,
                  "train_seconds_per_epoch": fit.seconds_per_epoch}  # fmt: skip
     return finish_svi(opts, d, argv, fit.model, fit.svi, train_seconds, counters.get("step", 0), **per_epoch)

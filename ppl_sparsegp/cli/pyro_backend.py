@@ -21,6 +21,7 @@ from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.pyro import svi as pyro_svi
 from ppl_sparsegp.pyro.dtype import default_dtype
+from ppl_sparsegp.recipes.epochs import EpochFit
 from ppl_sparsegp.recipes.sgpmc import SGPMCFit
 
 
@@ -57,6 +58,58 @@ def fit_sgpmc(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], *
         fixed=fit.model.fixed, Z=fit.model.Z.numpy(), num_latent=fit.model.num_latent,
     )  # fmt: skip
     return dataclasses.replace(fit, model=evaluated)
+
+
+def numpyro_params(params: dict[str, Any], networks: dict[str, tuple[torch.nn.Module, Any]]) -> dict[str, Any]:
+    """A Pyro fit's ``params`` under the NumPyro twin's names: each network ``name`` -> (its torch module, the NumPyro
+    model's equinox module) has its ``"<name>.<parameter>"`` tensors become the weights pytree at ``"<name>$params"``
+    (:func:`ppl_sparsegp.pyro.nn.numpyro_weights`); every other param is a numpy array."""
+    import equinox as eqx
+
+    from ppl_sparsegp.pyro import nn
+
+    converted = {k: v.numpy() for k, v in params.items() if k.split(".", 1)[0] not in networks}
+    for name, (module, template) in networks.items():
+        weights = eqx.partition(template, eqx.is_inexact_array)[0]
+        converted[f"{name}$params"] = nn.numpyro_weights(module, weights, params, name)
+    return converted
+
+
+def _evaluated_by_numpyro(fit: EpochFit, model: Any, network: str) -> EpochFit:
+    """A Pyro model's ``fit`` with, as ``model``, the NumPyro twin ``model`` and, as params, the fit's under NumPyro's
+    names (:func:`numpyro_params`); ``network``: the attribute of both models holding the network, and its name."""
+    networks = {network: (getattr(fit.model, network), getattr(model, network))}
+    return dataclasses.replace(
+        fit, model=model, svi=dataclasses.replace(fit.svi, params=numpyro_params(fit.params, networks))
+    )
+
+
+def fit_idsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> EpochFit:
+    """IDSGP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.idsgp_pyro.fit_idsgp`) from seed ``--seed`` at
+    ``--dtype``; ``recipe``: its other arguments (``likelihood``, checkpoint, progress). Returns the
+    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro IDSGP of the same settings, which
+    evaluates and stores the fit (:func:`_evaluated_by_numpyro`)."""
+    from ppl_sparsegp.models.numpyro.idsgp import NETWORK
+    from ppl_sparsegp.recipes.idsgp import build_idsgp
+    from ppl_sparsegp.recipes.idsgp_pyro import fit_idsgp as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        fit = fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
+    return _evaluated_by_numpyro(fit, build_idsgp(config, X, recipe["likelihood"], opts["seed"]), NETWORK)
+
+
+def fit_sas(Y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> EpochFit:
+    """SAS-GP's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.sas_gplvm_pyro.fit_sas`) from seed ``--seed``
+    at ``--dtype``; ``recipe``: its other arguments (checkpoint, progress). Returns the
+    :class:`~ppl_sparsegp.recipes.epochs.EpochFit` with, as ``model``, the NumPyro SASGPLVM of the same settings,
+    which :func:`~ppl_sparsegp.recipes.sas_gplvm.evaluate_sas` evaluates (:func:`_evaluated_by_numpyro`)."""
+    from ppl_sparsegp.models.numpyro.sas_gplvm import ENCODER
+    from ppl_sparsegp.recipes.sas_gplvm import build_sas
+    from ppl_sparsegp.recipes.sas_gplvm_pyro import fit_sas as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        fit = fit_by_pyro(Y, config, seed=opts["seed"], **recipe)
+    return _evaluated_by_numpyro(fit, build_sas(config, Y, opts["seed"]), ENCODER)
 
 
 def fit_bsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> Any:

@@ -7,7 +7,10 @@ params.npz (the encoder's weights, one array per leaf, and the hyperparameters),
 coloured by label, the loss against training time) and results.json (reconstruction RMSE, MAE and NLPD per entry of
 the test rows, conditioned on --conditioning encoded training rows; the 1-NN accuracy of the latents; seconds per
 epoch). The SVI state is checkpointed to OUT/checkpoint.npz, from which the same command (--epochs may be raised)
-resumes.
+resumes. With ``--backend pyro`` the Pyro twin runs the same recipe (:mod:`ppl_sparsegp.recipes.sas_gplvm_pyro`,
+from the same initial weights, torch drawing the batches and splits) and the NumPyro model evaluates and stores the
+fit (:mod:`ppl_sparsegp.cli.pyro_backend`), so the outputs have the same form; its figure plots the loss against the
+steps (the Pyro loop reports no timed chunks).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ OPTIONS = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared.add_common_arguments(parser, "sas", data="mnist")
+    shared.add_options(parser, ("backend",))
     group = parser.add_argument_group("SAS-GP (sas only)")
     for option, (name, kind, metavar, help_) in OPTIONS.items():
         default = getattr(CONFIG, name)
@@ -89,10 +93,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     def tick(step: int, *_: Any) -> None:
         clock.append((step, time.perf_counter()))
 
-    fit = fit_sas(
-        Y, config, seed=opts["seed"], checkpoint=str(checkpoint), checkpoint_every=opts["checkpoint_every"],
-        progress=shared.progress(opts), fingerprint=settings, callback=tick,
-    )  # fmt: skip
+    recipe = {"checkpoint": str(checkpoint), "checkpoint_every": opts["checkpoint_every"],
+              "progress": shared.progress(opts), "fingerprint": settings}  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit = pyro_backend.fit_sas(Y, config, opts, **recipe)
+    else:
+        fit = fit_sas(Y, config, seed=opts["seed"], callback=tick, **recipe)
     labels = ds.y_train if ds.task != "regression" else None
     m, evaluate_seconds = shared.timed(
         evaluate_sas, fit.model, fit.params, Y, Y_eval, labels, labels_eval if labels is not None else None,

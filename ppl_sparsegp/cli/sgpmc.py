@@ -5,8 +5,9 @@ standardised units), fit.png (every chain's potential energy and the predictive 
 results.json (test metrics of the mixture predictive in original units, sampler statistics, R-hat and ESS of the
 hyperparameters). The chains are checkpointed to OUT/mcmc.ckpt after the warmup and every --chunk draws;
 re-running the same command repeats the (deterministic) SVI fit and resumes the chains. With ``--backend pyro`` the
-Pyro twins and engines run the same recipe (:mod:`ppl_sparsegp.recipes.sgpmc_pyro`; checkpointed chain by chain,
-every draw kept) and the draws are evaluated as a NumPyro run's (:mod:`ppl_sparsegp.cli.pyro_backend`).
+Pyro twins and engines run the same recipe (:mod:`ppl_sparsegp.recipes.sgpmc_pyro`; the chains one after another,
+checkpointed and resumed as the NumPyro ones) and the draws are evaluated as a NumPyro run's
+(:mod:`ppl_sparsegp.cli.pyro_backend`).
 """
 
 from __future__ import annotations
@@ -74,8 +75,6 @@ def _check(opts: dict[str, Any]) -> None:
         raise ValueError(f"--step-size must be positive, got {opts['step_size']}")
     if opts["batch_size"] is not None and not sg:
         raise ValueError(f"--batch-size applies to the SVI fit and the sghmc/sgld engines, not {opts['engine']}")
-    if opts["backend"] == "pyro" and opts["thinning"] != 1:
-        raise ValueError(f"--thinning: --backend pyro keeps every draw; expected 1, got {opts['thinning']}")
     if opts["chunk"] is not None and opts["chunk"] % opts["thinning"]:
         raise ValueError(f"--chunk ({opts['chunk']}) must be a multiple of --thinning ({opts['thinning']})")
 

@@ -52,7 +52,7 @@ from numpyro.infer.util import initialize_model, potential_energy
 from numpyro.util import identity, is_prng_key
 
 from ppl_sparsegp.core import sgmcmc as rules
-from ppl_sparsegp.validation import check_count, check_positive_float
+from ppl_sparsegp.validation import check_count, check_point_estimates, check_positive_float
 
 Array = Any
 PyTree = Any
@@ -94,10 +94,7 @@ class PointEstimates:
     window: int = 64
 
     def __post_init__(self) -> None:
-        if isinstance(self.sites, str) or not self.sites or not all(isinstance(s, str) for s in self.sites):
-            raise ValueError(f"sites: expected a non-empty sequence of param site names, got {self.sites!r}")
-        for name in ("every", "window"):
-            check_count(name, getattr(self, name), minimum=1)
+        check_point_estimates(self.sites, self.every, self.window)
 
 
 class PointEstimateState(NamedTuple):

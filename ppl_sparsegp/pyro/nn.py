@@ -12,7 +12,7 @@
 The modules take batches (rows [..., D]) where the equinox ones take one row and are ``vmap``-ed; the outputs agree.
 Weights start as equinox's do, uniform in ±1/sqrt(fan-in), drawn from a ``torch.Generator`` seeded by ``seed`` (or
 from the generator passed as ``seed``); the draws differ from JAX's: :func:`load_numpyro_weights` copies a NumPyro
-network's weights for parity.
+network's weights for parity, and :func:`numpyro_weights` hands a torch module's (a Pyro fit's) back to NumPyro.
 
 :func:`encoder_twin` builds the torch twin of a NumPyro encoder (an :func:`encoder_network` or a
 :class:`GaussianEncoder` of :mod:`ppl_sparsegp.numpyro.nn`) from the equinox module itself: its widths, activation
@@ -55,6 +55,7 @@ __all__ = [
     "inducing_output_size",
     "load_numpyro_weights",
     "module",
+    "numpyro_weights",
     "param_name",
     "param_values",
     "split_inducing_outputs",
@@ -239,6 +240,36 @@ def load_numpyro_weights(network: torch.nn.Module, weights: Any) -> torch.nn.Mod
         for target, array in zip(targets, arrays, strict=True):
             target.copy_(torch.tensor(array, dtype=target.dtype))
     return network
+
+
+def numpyro_weights(network: torch.nn.Module, template: Any, params: Mapping[str, Array] | None = None,
+                    name: str = "") -> Any:  # fmt: skip
+    """The reverse of :func:`load_numpyro_weights`: ``network``'s weights as a NumPyro network's, for the NumPyro twin
+    to evaluate a Pyro fit. ``template`` is the equinox module of :mod:`ppl_sparsegp.numpyro.nn` or its weights as
+    NumPyro stores them at ``params["<name>$params"]``; the result is ``template`` with its floating arrays, in
+    pytree order, replaced by the torch module's parameters in registration order (the order
+    :func:`load_numpyro_weights` pairs them in), each as a JAX array of the template array's dtype. A parameter's
+    value is ``params["<name>.<parameter>"]`` (a Pyro fit's, :func:`param_name`) where ``params`` has it, else the
+    module's own.
+
+    Raises:
+        ValueError: the two networks' parameters differ in number or in shape (another architecture).
+    """
+    import jax  # the NumPyro side's pytree; imported only when weights are handed over
+    import jax.numpy as jnp
+
+    params = params or {}
+    values = [params.get(param_name(name, key), value) for key, value in network.named_parameters()]
+    leaves, treedef = jax.tree_util.tree_flatten(template)
+    slots = [i for i, leaf in enumerate(leaves) if ops.is_array(leaf) and np.issubdtype(leaf.dtype, np.inexact)]
+    shapes = [tuple(np.shape(leaves[i])) for i in slots], [tuple(v.shape) for v in values]
+    if shapes[0] != shapes[1]:
+        raise ValueError(
+            f"template: the NumPyro network's arrays {shapes[0]} do not match the torch module's {shapes[1]}"
+        )
+    for i, value in zip(slots, values, strict=True):
+        leaves[i] = jnp.asarray(torch.as_tensor(value).detach().cpu().numpy(), dtype=leaves[i].dtype)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def encoder_twin(network: Any) -> torch.nn.Module:

@@ -52,7 +52,7 @@ from pyro.poutine.subsample_messenger import _Subsample
 from torch.distributions import biject_to, constraints
 
 from ppl_sparsegp.core import sgmcmc as rules
-from ppl_sparsegp.validation import check_count, check_positive_float
+from ppl_sparsegp.validation import check_count, check_point_estimates, check_positive_float
 
 Array = Any
 Tensors = dict[str, torch.Tensor]
@@ -88,10 +88,7 @@ class PointEstimates:
     window: int = 64
 
     def __post_init__(self) -> None:
-        if isinstance(self.sites, str) or not self.sites or not all(isinstance(s, str) for s in self.sites):
-            raise ValueError(f"sites: expected a non-empty sequence of param site names, got {self.sites!r}")
-        for name in ("every", "window"):
-            check_count(name, getattr(self, name), minimum=1)
+        check_point_estimates(self.sites, self.every, self.window)
 
 
 class SGMCMCState(NamedTuple):
@@ -110,6 +107,10 @@ class SGMCMCState(NamedTuple):
 
 def _all_finite(*tensors: torch.Tensor) -> bool:
     return all(bool(torch.all(torch.isfinite(t))) for t in tensors)
+
+
+def _same_position(a: Tensors, b: Tensors) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
 
 
 class SGMCMCKernel(MCMCKernel):
@@ -268,9 +269,15 @@ class SGMCMCKernel(MCMCKernel):
             self._adapt_scale(self._adapt), self._adapt,
         )  # fmt: skip
 
+    @property
+    def potential_energy(self) -> torch.Tensor:
+        """The minibatch estimate of U at the chain's current position (what ``state.potential_energy`` holds)."""
+        return self._u
+
     def sample(self, params: Tensors) -> Tensors:
-        """One step from ``params`` (unconstrained; the kernel's last state unless the caller changed it)."""
-        if params is not self._z:
+        """One step from ``params`` (unconstrained; the kernel's last state unless the caller changed it: a position
+        that differs from it, in any value, gets its potential and gradient recomputed)."""
+        if params is not self._z and not _same_position(params, self._z):
             u, grad = self.potential_and_grad(params)
             self._commit(self._i, params, grad, u, self._momentum, self._adapt)
         noise = {name: torch.randn_like(value) for name, value in self._z.items()}

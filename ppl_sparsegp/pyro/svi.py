@@ -7,14 +7,14 @@ score-function gradients with their baselines included (the selection models). T
 store: it is cleared first, and the model and guide create their params in one evaluation of the loss before the
 first step (a fixed order, by name: the optimiser's).
 
-Checkpoints are the ``.npz`` files of :mod:`ppl_sparsegp.infer.checkpoint` (no pickle, written atomically) with
-four groups: ``params`` (each optimised param's unconstrained value), ``later`` (params the ELBO itself creates and
-updates during the steps, such as ``TraceGraph_ELBO``'s decaying-average baselines), ``optimizer`` (the
-optimiser's per-param state, e.g. Adam's moments, as ``"<index>/<name>"``) and ``rng`` (torch's generator state,
-which draws the minibatches and the samples), the counter ``step`` and the array ``losses``. A resumed run takes
-the same steps as one that was never interrupted, bit for bit. The fingerprint holds the caller's settings, a hash
-of the data, the seed, the loss, the optimiser's hyperparameters and a hash of the initial param values; a
-checkpoint with another is refused.
+Checkpoints are the ``.npz`` files of :mod:`ppl_sparsegp.infer.checkpoint` (no pickle, written atomically) with four
+groups: ``params`` (each optimised param's unconstrained value), ``later`` (params the ELBO itself creates and updates
+during the steps, such as ``TraceGraph_ELBO``'s decaying-average baselines), ``optimizer`` (the optimiser's per-param
+state, e.g. Adam's moments, as ``"<index>/<name>"``) and ``rng`` (torch's generator states, which draw the minibatches
+and the samples: :mod:`ppl_sparsegp.pyro.generators`), the counter ``step`` and the array ``losses``. A resumed run
+takes the same steps as one that was never interrupted, bit for bit. The fingerprint holds the caller's settings, a hash
+of the data, the seed, the loss, the optimiser's hyperparameters and a hash of the initial param values; a checkpoint
+with another is refused.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
 from ppl_sparsegp.pyro.dtype import as_data, as_tensor, intra_op_threads, to_host
+from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.validation import check_count
 
@@ -185,7 +186,7 @@ def _fit(
                 "params": {name: p.detach().cpu().numpy() for name, p in zip(names, params, strict=True)},
                 "later": {name: v.cpu().numpy() for name, v in param_store_values().items() if name not in names},
                 "optimizer": _optimizer_state(optim),
-                "rng": {"torch": torch.get_rng_state().numpy()},
+                "rng": generator_state(),
             },
             fingerprint=expected,
         )
@@ -289,4 +290,4 @@ def _restore(saved: checkpoints.Checkpoint, names: list[str], params: list[torch
     optim.load_state_dict({"state": state, "param_groups": optim.state_dict()["param_groups"]})
     for name, value in saved.groups.get("later", {}).items():
         pyro.get_param_store()[name] = torch.as_tensor(value)
-    torch.set_rng_state(torch.as_tensor(saved.groups["rng"]["torch"], dtype=torch.uint8))
+    set_generator_state(saved.groups["rng"])

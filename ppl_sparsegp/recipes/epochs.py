@@ -1,6 +1,7 @@
 """Adam by epochs, the loop the amortised recipes share (IDSGP, SAS-GP): ``num_epochs`` epochs of
 ``ceil(N / batch_size)`` SVI steps, checkpointed, with the config in the checkpoint's fingerprint so that a run with
-other settings is refused and one with more epochs resumes.
+other settings is refused and one with more epochs resumes. :func:`fit_by_epochs` is NumPyro's loop;
+:mod:`ppl_sparsegp.recipes.epochs_pyro` is its Pyro twin, and both take :func:`epoch_plan`.
 """
 
 from __future__ import annotations
@@ -58,12 +59,18 @@ def fit_by_epochs(
     points) by Adam at ``config.learning_rate`` for ``config.num_epochs`` epochs of ``config.steps_per_epoch(N)``
     steps; the checkpoint's fingerprint holds every field of ``config`` but ``num_epochs`` as ``"<name>.<field>"``
     and ``fingerprint``; the other arguments are :func:`ppl_sparsegp.infer.svi.fit_svi`'s."""
-    steps_per_epoch = config.steps_per_epoch(data[0].shape[0])
-    own = {f"{name}.{k}": v for k, v in vars(config).items() if k != "num_epochs"}  # more epochs may resume a run
+    steps_per_epoch, settings = epoch_plan(config, name, data[0].shape[0], fingerprint)
     svi = fit_svi(
         model.model, model.guide, *data, optimizer=optax.adam(config.learning_rate),
         num_steps=config.num_epochs * steps_per_epoch, key=seed, progress=progress, label=label, callback=callback,
-        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint={**own, **dict(fingerprint or {})},
-        validate=model.check_data,
+        checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=settings, validate=model.check_data,
     )  # fmt: skip
     return EpochFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
+
+
+def epoch_plan(config: Any, name: str, num_data: int, fingerprint: Mapping[str, Any] | None) -> tuple[int, dict]:
+    """What every backend's epoch loop shares: the steps of an epoch over ``num_data`` points,
+    ``config.steps_per_epoch(N)``, and the checkpoint's fingerprint, every field of ``config`` but ``num_epochs``
+    (more epochs may resume a run) as ``"<name>.<field>"``, then ``fingerprint``."""
+    own = {f"{name}.{k}": v for k, v in vars(config).items() if k != "num_epochs"}
+    return config.steps_per_epoch(num_data), {**own, **dict(fingerprint or {})}

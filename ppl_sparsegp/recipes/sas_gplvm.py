@@ -73,6 +73,16 @@ class SASConfig:
         return math.ceil(num_data / self.batch_size)
 
 
+def check_observations(config: SASConfig, Y: Array) -> None:
+    """Y [N, D] with more rows than the active set (N > ``num_active``), checked before anything is built.
+
+    Raises:
+        ValueError: naming Y and the shape expected.
+    """
+    if Y.ndim != 2 or Y.shape[0] <= config.num_active:
+        raise ValueError(f"Y: expected [N, D] with N > num_active = {config.num_active}, got {tuple(Y.shape)}")
+
+
 def build_sas(config: SASConfig, Y: Array, seed: int = 0) -> SASGPLVM:
     """The model :func:`fit_sas` fits to Y [N, D] (N > A; its batch capped at N), weights and kernel in Y's dtype."""
     N, D = Y.shape
@@ -110,8 +120,7 @@ def fit_sas(
     """
     c = configure(SASConfig, config, overrides)
     Y = jnp.asarray(Y)
-    if Y.ndim != 2 or Y.shape[0] <= c.num_active:
-        raise ValueError(f"Y: expected [N, D] with N > num_active = {c.num_active}, got {tuple(Y.shape)}")
+    check_observations(c, Y)
     model = build_sas(c, Y, seed)
     return fit_by_epochs(
         model, (Y,), c, "sas", seed=seed, label="Bayesian SAS" if c.bayesian else "SAS", checkpoint=checkpoint,

@@ -70,6 +70,32 @@ class SGPMCConfig:
             check_count(name, getattr(self, name), 1)
         check_count("chunk_size", self.chunk_size, 1, optional=True)
 
+    def svi_phases(self) -> list[tuple[int, bool, int]]:
+        """The SVI phases that take steps, as (phase, learn_Z, steps): Z fixed for ``fixed_z_steps``, then free."""
+        phases = ((0, False, self.fixed_z_steps), (1, True, self.svi_steps - self.fixed_z_steps))
+        return [phase for phase in phases if phase[2] > 0]
+
+    def kernel_options(self, num_data: int, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The MCMC kernel's options: the recipe's own (NUTS's tree depth 8, adaptive SGHMC's N) under ``given``."""
+        own = {"nuts": {"max_tree_depth": 8}, "sghmc": {"num_data": int(num_data)}}.get(self.engine, {})
+        return {**own, **dict(given or {})}
+
+    def fingerprint(self, num_latent: int, engine_options: Mapping[str, Any] | None, Z: Array, kernel: Kernel,
+                    likelihood: Likelihood) -> dict[str, Any]:  # fmt: skip
+        """The recipe's settings a checkpoint records (both engines; each adds its priors and randomness)."""
+        return {
+            "sgpmc.svi_steps": int(self.svi_steps),
+            "sgpmc.fixed_z_steps": self.fixed_z_steps,
+            "sgpmc.learning_rate": self.learning_rate,
+            "sgpmc.batch_size": self.batch_size,
+            "sgpmc.num_latent": num_latent,
+            "sgpmc.engine": self.engine,
+            "sgpmc.engine_options": dict(engine_options or {}),
+            "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
+            "sgpmc.kernel": part_fingerprint(kernel),
+            "sgpmc.likelihood": part_fingerprint(likelihood),
+        }
+
 
 def _prior_fingerprint(prior: dist.Distribution) -> str:
     """A prior for a checkpoint's fingerprint: its class chain, shapes and parameter values (a sha256), e.g.
@@ -149,24 +175,13 @@ def fit_sgpmc(
     model.check_data(X, y)
     svi_key, init_key, mcmc_key = jax.random.split(key, 3)
     own = {
-        "sgpmc.svi_steps": int(c.svi_steps),
-        "sgpmc.fixed_z_steps": c.fixed_z_steps,
-        "sgpmc.learning_rate": c.learning_rate,
-        "sgpmc.batch_size": c.batch_size,
-        "sgpmc.num_latent": num_latent,
-        "sgpmc.engine": c.engine,
-        "sgpmc.engine_options": dict(engine_options or {}),
-        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
-        "sgpmc.kernel": part_fingerprint(kernel),
-        "sgpmc.likelihood": part_fingerprint(likelihood),
+        **c.fingerprint(num_latent, engine_options, Z, kernel, likelihood),
         "sgpmc.priors": {site: _prior_fingerprint(prior) for site, prior in sorted(priors.items())},
         "sgpmc.key": key_data(key),
     }
     params: dict[str, Array] = {}
     svi = None
-    for phase, (learn_Z, steps) in enumerate(((False, c.fixed_z_steps), (True, c.svi_steps - c.fixed_z_steps))):
-        if steps == 0:
-            continue
+    for phase, learn_Z, steps in c.svi_phases():
         svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
         svi = fit_svi(
             svgp.model,
@@ -193,10 +208,7 @@ def fit_sgpmc(
         batch_size=c.batch_size if c.engine in ("sghmc", "sgld") else None,
     )
     init = init_from_svi(model.model, svgp.guide, params, X, y, key=init_key, num_chains=c.num_chains)
-    options = (
-        {"max_tree_depth": 8} if c.engine == "nuts" else {"num_data": int(X.shape[0])} if c.engine == "sghmc" else {}
-    )
-    mcmc_kernel = kernel_from_name(c.engine, model.model, **{**options, **(engine_options or {})})
+    mcmc_kernel = kernel_from_name(c.engine, model.model, **c.kernel_options(X.shape[0], engine_options))
     mcmc = run_mcmc(
         mcmc_kernel,
         X,

@@ -2,8 +2,9 @@
 with the same settings (:class:`~ppl_sparsegp.recipes.sgpmc.SGPMCConfig`) and phases: the Pyro SVGP with the same
 priors fitted by :func:`ppl_sparsegp.pyro.svi.fit_svi` (Z held at its initial value for the first steps, then free),
 Z fixed, θ started at its point estimate and v at a draw of q(v) (:func:`ppl_sparsegp.pyro.mcmc.init_from_svi`), then
-the chains of :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` on the Pyro SGPMC. Randomness is torch's, seeded by ``seed``.
-The Pyro runner keeps every draw, so ``thinning`` must be 1.
+the chains of :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` on the Pyro SGPMC (thinned and checkpointed every
+``chunk_size`` steps as the NumPyro recipe's; ``chain_method`` does not apply: the Pyro runner runs the chains one
+after another). Randomness is torch's, seeded by ``seed``.
 """
 
 from __future__ import annotations
@@ -12,15 +13,12 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
 
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
-from ppl_sparsegp.infer.checkpoint import tree_sha256
-from ppl_sparsegp.models.numpyro._base import part_fingerprint
 from ppl_sparsegp.models.pyro.sgpmc import SGPMC, default_priors
 from ppl_sparsegp.models.pyro.svgp import SVGP
 from ppl_sparsegp.pyro.mcmc import init_from_svi, kernel_from_name, run_mcmc
@@ -57,11 +55,9 @@ def fit_sgpmc(
         params, and the chains as an :class:`~ppl_sparsegp.infer.mcmc.MCMCResult`).
 
     Raises:
-        ValueError: a bad setting (``thinning`` other than 1 included), before anything runs.
+        ValueError: a bad setting, before anything runs.
     """
     c = configure(SGPMCConfig, config, overrides)
-    if c.thinning != 1:
-        raise ValueError(f"thinning: the Pyro runner keeps every draw; expected 1, got {c.thinning}")
     priors = default_priors(kernel, likelihood) if priors is None else dict(priors)
     common = dict(kernel=kernel, likelihood=likelihood, priors=priors, num_latent=num_latent, batch_size=c.batch_size)
     svgp = SVGP(Z=Z, learn_Z=c.fixed_z_steps == 0, **common)
@@ -69,23 +65,12 @@ def fit_sgpmc(
     model = SGPMC(Z=Z, fixed=fixed, **{**common, "batch_size": None})  # checks priors and Z before any fit
     model.check_data(X, y)
     own = {
-        "sgpmc.svi_steps": int(c.svi_steps),
-        "sgpmc.fixed_z_steps": c.fixed_z_steps,
-        "sgpmc.learning_rate": c.learning_rate,
-        "sgpmc.batch_size": c.batch_size,
-        "sgpmc.num_latent": num_latent,
-        "sgpmc.engine": c.engine,
-        "sgpmc.engine_options": dict(engine_options or {}),
-        "sgpmc.Z_sha256": tree_sha256(np.asarray(Z)),
-        "sgpmc.kernel": part_fingerprint(kernel),
-        "sgpmc.likelihood": part_fingerprint(likelihood),
+        **c.fingerprint(num_latent, engine_options, Z, kernel, likelihood),
         "sgpmc.priors": {site: repr(prior) for site, prior in sorted(priors.items())},
     }
     params: dict[str, Array] = {}
     svi = None
-    for phase, (learn_Z, steps) in enumerate(((False, c.fixed_z_steps), (True, c.svi_steps - c.fixed_z_steps))):
-        if steps == 0:
-            continue
+    for phase, learn_Z, steps in c.svi_phases():
         svgp = SVGP(Z=params.get("Z", Z), learn_Z=learn_Z, **common)
         svi = fit_svi(
             svgp.model, svgp.guide, X, y, optimizer=partial(torch.optim.Adam, lr=c.learning_rate), num_steps=steps,
@@ -100,10 +85,10 @@ def fit_sgpmc(
     )  # fmt: skip
     pyro.set_rng_seed(seed)
     init = init_from_svi(model.model, svgp.guide, params, X, y, num_chains=c.num_chains)
-    options = {"max_tree_depth": 8} if c.engine == "nuts" else {"num_data": len(X)} if c.engine == "sghmc" else {}
     mcmc = run_mcmc(
-        kernel_from_name(c.engine, model.model, **{**options, **(engine_options or {})}), X, y,
-        num_warmup=c.num_warmup, num_samples=c.num_samples, num_chains=c.num_chains, seed=seed, initial_params=init,
+        kernel_from_name(c.engine, model.model, **c.kernel_options(len(X), engine_options)), X, y,
+        num_warmup=c.num_warmup, num_samples=c.num_samples, num_chains=c.num_chains, seed=seed, thinning=c.thinning,
+        chunk_size=c.chunk_size, initial_params=init,
         checkpoint=checkpoint, progress=progress, fingerprint={**own, **dict(fingerprint or {})},
         validate=model.check_data,
     )  # fmt: skip

@@ -1,18 +1,20 @@
 """``ppl-sparsegp fit gpr|sgpr|svgp|sgpmc --backend pyro``: the Pyro twin fitted by Pyro's engines writes the
 outputs a NumPyro run writes and scores as well on diabetes; its checkpoint resumes to the steps of an uninterrupted
-run (sgpmc: to its finished chains); a checkpoint of the other backend is refused naming ``--backend``;
-``--devices`` and ``--thinning`` are refused with the Pyro backend; a loaded Pyro run predicts as the run did."""
+run (sgpmc: to its finished chains, and a thinned run inside a chain); a checkpoint of the other backend is refused
+naming ``--backend``; ``--devices`` is refused with the Pyro backend; a loaded Pyro run predicts as the run did."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pyro
 import pytest
 from test_cli_outputs import QUIET
 
 from ppl_sparsegp import data, metrics
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.infer import checkpoint
 from ppl_sparsegp.runs import load_run
 
 SMALL = ("--inducing", "8", "--steps", "40", "--lr", "0.05", "--batch-size", "64", "--checkpoint-every", "20")
@@ -90,7 +92,25 @@ def test_a_pyro_sgpmc_run_writes_the_numpyro_runs_outputs_and_resumes_from_its_c
     assert again["metrics"] == record["metrics"]
 
 
-def test_thinning_is_refused_with_the_pyro_backend(tmp_path, capsys):
-    argv = ["fit", "sgpmc", *SGPMC, "--thinning", "2", "--backend", "pyro", "--out", str(tmp_path / "run"), *QUIET]
-    assert main(argv) == 2
-    assert "--thinning: --backend pyro keeps every draw" in capsys.readouterr().err
+def test_a_thinned_chunked_pyro_sgpmc_run_resumes_inside_a_chain_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    """--thinning 2 --chunk 4: five draws per chain; a run killed in the second chain's sampling resumes from its
+    last chunk (not from the chain's start) and writes the metrics of the uninterrupted run."""
+    options = (*SGPMC, "--thinning", "2", "--chunk", "4", "--backend", "pyro")
+    straight = _fit(tmp_path / "straight", "sgpmc", *options)
+    assert straight["draws_per_chain"] == 5
+    calls = []
+    nuts_sample = pyro.infer.NUTS.sample
+
+    def killed(kernel, params):
+        calls.append(1)
+        if len(calls) == 20 + 10 + 6:  # chain 1's 20 steps, chain 2's 10 warmup steps and 6 post-warmup steps
+            raise KeyboardInterrupt
+        return nuts_sample(kernel, params)
+
+    monkeypatch.setattr(pyro.infer.NUTS, "sample", killed)
+    assert main(["fit", "sgpmc", *options, "--out", str(tmp_path / "killed"), *QUIET]) != 0
+    monkeypatch.setattr(pyro.infer.NUTS, "sample", nuts_sample)
+    saved = checkpoint.read(tmp_path / "killed" / "mcmc.ckpt")
+    assert saved.counters == {"chains_done": 1, "steps_done": 10 + 4}
+    resumed = _fit(tmp_path / "killed", "sgpmc", *options)
+    assert resumed["metrics"] == straight["metrics"]

@@ -263,6 +263,24 @@ def test_amortised_bayesian_gplvm_log_densities_kls_loss_and_encodings_agree(cas
     moved = {**params, "encoder.variance.0.weight": params["encoder.variance.0.weight"] * 1.01}
     apart(np_loss, _pyro_loss(pym.model, pym.guide, moved, latents, Y))
 
+    # the Monte Carlo elbo with q(x_n | y_n) from the encoder, at the same draws of X (torch's generator)
+    hyper = {k: v for k, v in params.items() if not k.startswith("encoder.") and not k.endswith("_map")}
+    np_params = {**hyper, site: weights}
+    q_x = npm.latent_posterior(np_params, Y)
+    close(q_x["X_loc"], pym.latent_posterior(params, Y)["X_loc"].detach())
+    close(q_x["X_scale"], pym.latent_posterior(params, Y)["X_scale"].detach())
+    pyro.set_rng_seed(0)
+    got = pym.elbo({k: v for k, v in params.items() if not k.endswith("_map")}, Y, num_samples=2)
+    pyro.set_rng_seed(0)
+    draws = pym.latents.q(pym.latent_posterior(params, Y)).sample((2,)).numpy()
+    expected = np.mean([npm.svgp.elbo(hyper, X, Y) for X in draws]) - npm.latents.kl(q_x)
+    close(expected, got.detach())
+    pyro.set_rng_seed(0)
+    moved = {k: v for k, v in params.items() if not k.endswith("_map")}
+    moved["encoder.mean.0.bias"] = params["encoder.mean.0.bias"] + 0.1
+    apart(expected, pym.elbo(moved, Y, num_samples=2).detach())
+    assert np.isfinite(npm.elbo(np_params, Y, jax.random.PRNGKey(0), num_samples=2))
+
     Y_new = rng.standard_normal((6, D))
     expected = npm.encode({site: weights}, Y_new)
     close(expected, pym.encode(params, Y_new))
