@@ -39,6 +39,10 @@ CONFIG = BSGPConfig()
 NOISE_VARIANCE = CONFIG.noise_variance
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing, "init": DEFAULTS.init}
 CHECKPOINT_ITERATIONS = 100
+RESUME_COUNTERS = {"numpyro": ("warmup_done", "draws_done"), "pyro": ("chains_done", "steps_done")}
+"""The checkpoint's counters recorded as results.json's ``resumed_from``, per ``--backend``: the NumPyro engine runs
+the chains side by side (warmup updates and post-warmup updates done), the Pyro one chain after another (chains
+finished, updates of the next done)."""
 ENGINE_OPTIONS = {
     "sghmc": {"iterations": ("num_iterations", f"warmup iterations of {UPDATES_PER_ITERATION} updates"),
               "kept": ("num_kept", "draws kept, 32 updates apart"), "step_size": ("step_size", "step size"),
@@ -113,7 +117,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     if d.ds.task == "regression":
         opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
     settings, counters = shared.checkpoints(opts, (d.X, d.y), [out / CHECKPOINT], also=[out / SETTINGS_FILE])
-    resumed = {k: counters[k] for k in ("warmup_done", "draws_done")} if counters else None
+    resumed = {k: counters[k] for k in RESUME_COUNTERS[opts["backend"]]} if counters else None
     Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
     plan = schedule(opts["iterations"], opts["kept"]) if sghmc else None
     num_warmup, num_samples = (plan.num_warmup, plan.num_samples) if sghmc else (opts["warmup"], opts["samples"])
@@ -176,7 +180,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     figure.tight_layout()
     layers = f"{opts['layers']} layer{'s' if opts['layers'] > 1 else ''}"
     speed = "" if speed is None else f", {speed:.0f} updates/s"
-    resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
+    if resumed and opts["backend"] == "pyro":
+        resumed = f", resumed after {resumed['chains_done']} chain(s) and {resumed['steps_done']} updates of the next"
+    else:
+        resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
     summary = [
         f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} (split {opts['split']}; "
         f"{shared.size(opts, d)})",

@@ -42,14 +42,15 @@ def test_a_pyro_bsgp_run_writes_the_numpyro_runs_outputs_scores_alike_and_resume
         assert pyro_idata.posterior[site].dims == values.dims and pyro_idata.posterior[site].shape == values.shape
     assert pyro_idata.sample_stats["lp"].shape == (1, 2)
     noise = pyro_idata.posterior["likelihood.variance"].values
-    assert np.all(noise == noise.flat[0]) and 0.5 < noise.flat[0] < 1.0  # optimised in warmup from 1.0, then fixed
+    # optimised in the warmup from 1.0 (5 Adam steps of lr 0.01 on its log), then fixed
+    assert np.all(noise == noise.flat[0]) and noise.flat[0] != 1.0 and abs(np.log(noise.flat[0])) < 0.06
     # different random streams from the same start and schedule: both beat the training mean, by about as much
     m, n = record["metrics"], numpyro_run["metrics"]
     assert m["rmse"] < m["rmse_of_training_mean"] and n["rmse"] < n["rmse_of_training_mean"]
     assert m["mnll"] == pytest.approx(n["mnll"], abs=0.05) and m["rmse"] == pytest.approx(n["rmse"], rel=0.03)
 
     again = _fit(tmp_path / "pyro", *SMALL, "--backend", "pyro")  # every draw is in the checkpoint
-    assert again["metrics"] == record["metrics"] and again["resumed_from"] is not None
+    assert again["metrics"] == record["metrics"] and again["resumed_from"] == {"chains_done": 1, "steps_done": 0}
 
     capsys.readouterr()
     argv = ["fit", "bsgp", *SMALL, "--backend", "pyro", "--out", str(tmp_path / "numpyro"), *QUIET]

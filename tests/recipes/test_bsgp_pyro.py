@@ -14,6 +14,7 @@ from numpyro import handlers
 from numpyro.infer.util import potential_energy
 
 from ppl_sparsegp.core.likelihoods import Bernoulli
+from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.pyro.dtype import default_dtype
 from ppl_sparsegp.pyro.sgmcmc import AdaptiveSGHMC
 from ppl_sparsegp.pyro.z_priors import z_prior
@@ -126,8 +127,9 @@ def test_a_run_resumed_after_a_warmup_chunk_draws_what_an_uninterrupted_run_draw
     with pytest.raises(KeyboardInterrupt):
         bsgp_pyro.fit_bsgp(X, Y, config, seed=4, progress=False, checkpoint=checkpoint)
     monkeypatch.setattr(AdaptiveSGHMC, "sample", sample)
+    assert checkpoints.read(checkpoint).counters == {"chains_done": 0, "steps_done": 21}  # inside the chain
     resumed = bsgp_pyro.fit_bsgp(X, Y, config, seed=4, progress=False, checkpoint=checkpoint)
-    assert resumed.mcmc.num_draws == 2 and resumed.mcmc.warmup_seconds < straight.mcmc.warmup_seconds
+    assert len(steps) == 31 and resumed.mcmc.num_draws == 2 and not resumed.mcmc.interrupted
     for site, draws in straight.mcmc.samples.items():
         np.testing.assert_array_equal(resumed.mcmc.samples[site], draws, err_msg=site)
     with pytest.raises(ValueError, match="bsgp.step_size"):  # another recipe setting: the checkpoint is refused
