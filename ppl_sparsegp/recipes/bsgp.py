@@ -12,6 +12,10 @@ then runs
 
 Predictions (:meth:`BSGPFit.log_predictive_density`, :meth:`BSGPFit.predict`) are mixtures over the kept draws
 with K_zz recomputed for every draw (spec §2.5).
+
+What does not depend on the engine, :func:`plan_bsgp` (settings, Z, schedule, checkpoint fingerprint) and
+:func:`build_model` (the model and its start, from either backend's model modules), is shared with the Pyro twin of
+this recipe, :func:`ppl_sparsegp.recipes.bsgp_pyro.fit_bsgp`.
 """
 
 from __future__ import annotations
