@@ -139,7 +139,7 @@ def test_a_run_resumed_after_a_warmup_chunk_draws_what_an_uninterrupted_run_draw
 def test_the_chain_starts_where_the_numpyro_recipes_starts():
     """The same plan builds the same model at the same start on both sides: the Pyro kernel's potential at its
     initial state (full batch) equals the NumPyro twin's there."""
-    config = BSGPConfig(num_inducing=M, z_prior="strauss", num_iterations=1, num_kept=1)
+    config = BSGPConfig(num_inducing=M, z_prior="strauss", num_iterations=0, num_samples=1, thinning=1)
     fit = bsgp_pyro.fit_bsgp(X, Y, config, seed=0, progress=False)
     kernel = fit.kernel
     with pyro.get_param_store().scope():
@@ -149,3 +149,12 @@ def test_the_chain_starts_where_the_numpyro_recipes_starts():
     np.testing.assert_array_equal(z["Z"], fit.model.Z)  # the k-means start of the plan, unconstrained = constrained
     expected = potential_energy(handlers.seed(fit.model.model, 0), (X, Y), {}, z)
     assert float(kernel.state.potential_energy) == pytest.approx(float(expected), rel=1e-10)
+
+
+def test_a_float32_run_samples_in_float32():
+    with default_dtype("float32"):
+        fit = bsgp_pyro.fit_bsgp(X.astype(np.float32), Y.astype(np.float32), SMALL, num_iterations=2, num_kept=2,
+                                 seed=0, progress=False)  # fmt: skip
+    draws = fit.mcmc.flat_samples()
+    assert all(v.dtype == np.float32 for v in draws.values()) and draws["Z"].shape == (2, M, D)
+    assert np.isfinite(fit.log_predictive_density(X, Y)).all()
