@@ -22,6 +22,7 @@ from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.pyro import svi as pyro_svi
 from ppl_sparsegp.pyro.dtype import default_dtype
 from ppl_sparsegp.recipes.epochs import EpochFit
+from ppl_sparsegp.recipes.selective import SelectiveFit
 from ppl_sparsegp.recipes.sgpmc import SGPMCFit
 
 
@@ -121,3 +122,26 @@ def fit_bsgp(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **
 
     with default_dtype(opts["dtype"]):
         return fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
+
+
+def fit_selective(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any], **recipe: Any) -> SelectiveFit:
+    """Selective's recipe on the Pyro side (:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective`) on X [N, D],
+    y [N] from seed ``--seed`` at ``--dtype``; ``recipe``: its other arguments (``likelihood``, ``kernel``,
+    checkpoints, progress, overrides of ``config``). Returns the
+    :class:`~ppl_sparsegp.recipes.selective.SelectiveFit` with every param a numpy array and, as ``selective`` and
+    ``model``, the NumPyro selective model over the same candidates
+    (:func:`~ppl_sparsegp.recipes.selective.build_selective`) and its pruning to the drawn subset, which evaluate and
+    store the fit; the selection's params leave out the running average of Pyro's score-function baseline, which the
+    NumPyro model does not have."""
+    from ppl_sparsegp.models.pyro.selective import BASELINE_PARAM
+    from ppl_sparsegp.recipes.selective import build_selective
+    from ppl_sparsegp.recipes.selective_pyro import fit_selective as fit_by_pyro
+
+    with default_dtype(opts["dtype"]):
+        fit = fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
+    selective_params = {k: v.numpy() for k, v in fit.selective_params.items() if k != BASELINE_PARAM}
+    parts = {"likelihood": recipe["likelihood"], "kernel": recipe["kernel"]}
+    _, selective = build_selective(X, y, config, **parts, key=opts["seed"])
+    pruned, _ = selective.prune(selective_params, fit.mask)
+    params = {name: value.numpy() for name, value in fit.params.items()}
+    return dataclasses.replace(fit, model=pruned, params=params, selective=selective, selective_params=selective_params)

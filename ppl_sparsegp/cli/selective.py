@@ -4,7 +4,10 @@
 inputs, learn their inclusion probabilities under p(S) ∝ exp(-alpha |S|^2), draw one subset, prune, post-train.
 Writes params.npz (the pruned model), selection.npz (inclusion probabilities, mask, candidates, selected indices),
 fit.png (the phases' losses, the inclusion probabilities, the predictive picture) and results.json; each phase
-checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes.
+checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes. With
+``--backend pyro`` the Pyro twins and engine run the same phases (:mod:`ppl_sparsegp.recipes.selective_pyro`: λ by
+Pyro's TraceGraph_ELBO, torch's randomness seeded by --seed, the candidates those of the NumPyro run) and the pruned
+model is evaluated and stored as a NumPyro run's (:mod:`ppl_sparsegp.cli.pyro_backend`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     init = "{" + ",".join(INITIALISATIONS) + "}"
     shared.add(parser, "init", c.init, "how the candidates are drawn from the training inputs", metavar=init)
     shared.add_options(
-        parser, ("lr", "checkpoint_every", "batch_size"), " (--bound uncollapsed)",
+        parser, ("lr", "checkpoint_every", "batch_size", "backend"), " (--bound uncollapsed)",
         lr=c.learning_rate, checkpoint_every=c.checkpoint_every, batch_size=c.batch_size,
     )  # fmt: skip
     group = parser.add_argument_group(
@@ -92,12 +95,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         **{name: opts[option] for option, (name, *_) in OPTIONS.items()}, init=opts["init"],
         learning_rate=opts["lr"], batch_size=shared.batch(opts, d.X.shape[0]),
     )  # fmt: skip
-    kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
-    fit, fit_seconds = shared.timed(
-        fit_selective, d.X, d.y, config, likelihood=d.likelihood, kernel=kernel, key=opts["seed"],
-        progress=shared.progress(opts), checkpoint_dir=out, fingerprint=settings,
-        checkpoint_every=opts["checkpoint_every"],
-    )  # fmt: skip
+    recipe = {
+        "likelihood": d.likelihood, "kernel": shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"]),
+        "progress": shared.progress(opts), "checkpoint_dir": out, "fingerprint": settings,
+        "checkpoint_every": opts["checkpoint_every"],
+    }  # fmt: skip
+    if opts["backend"] == "pyro":
+        from ppl_sparsegp.cli import pyro_backend
+
+        fit, fit_seconds = shared.timed(pyro_backend.fit_selective, d.X, d.y, config, opts, **recipe)
+    else:
+        fit, fit_seconds = shared.timed(fit_selective, d.X, d.y, config, key=opts["seed"], **recipe)
     (m, mean, var, curve), predict_seconds = shared.timed(shared.predict_gp, fit.model, fit.params, d)
     candidates = np.asarray(fit.selective_params.get("Z", fit.selective.ordinary.Z))
     selection = {"inclusion_probs": fit.inclusion_probs, "mask": fit.mask.astype(np.int8), "candidates": candidates}

@@ -1,11 +1,12 @@
 """The phases that the selection recipes share, written once: pre-train, select, sample a subset, prune, post-train.
 
-:func:`run_phases` is that sequence (Uhrenholt et al. 2021, App. C.2): an ordinary model on all candidates is
-pre-trained, the selective model learns the inclusion probabilities λ from there by the score-function estimator
-(the GP frozen or trained jointly), one subset is drawn from q_λ, the selective model prunes the unselected
-candidates and the pruned model is post-trained. ``fit_selective`` and ``fit_selective_deep``
-(:mod:`ppl_sparsegp.recipes.selective`) share it; the GP-LVM recipe, which trains jointly without phases, uses
-its pieces.
+:func:`sequence_phases` is that sequence (Uhrenholt et al. 2021, App. C.2), whatever engine fits a phase: an
+ordinary model on all candidates is pre-trained, the selective model learns the inclusion probabilities λ from there
+by the score-function estimator (the GP frozen or trained jointly), one subset is drawn from q_λ, the selective model
+prunes the unselected candidates and the pruned model is post-trained. :func:`run_phases` runs it by NumPyro's SVI;
+``fit_selective`` and ``fit_selective_deep`` (:mod:`ppl_sparsegp.recipes.selective`) share it, the Pyro recipe
+(:mod:`ppl_sparsegp.recipes.selective_pyro`) runs the sequence by Pyro's; the GP-LVM recipe, which trains jointly
+without phases, uses its pieces.
 
 Checkpoints: with a folder each phase keeps its SVI state in ``<folder>/selective_<phase>.npz``
 (:func:`ppl_sparsegp.infer.svi.fit_svi` checkpoints). Calling again with the same arguments resumes: finished
@@ -79,9 +80,14 @@ def sample_subset(probs: Array, key: Array) -> np.ndarray:
         mask = np.asarray(q.sample(k))
         if mask.any():
             return mask
-    raise ValueError(
+    raise empty_subsets(probs)
+
+
+def empty_subsets(probs: Array) -> ValueError:
+    """The error when each of :data:`MAX_EMPTY_REDRAWS` subsets drawn from q_λ (λ: ``probs`` [K]) was empty."""
+    return ValueError(
         f"every one of {MAX_EMPTY_REDRAWS} subsets drawn from q selected no candidate (E|S| = "
-        f"{float(np.sum(probs)):.3g}); lower alpha or give the model more signal"
+        f"{float(np.sum(np.asarray(probs))):.3g}); lower alpha or give the model more signal"
     )
 
 
@@ -161,31 +167,6 @@ def fit_phase(model: Any, X: Array, y: Array, optimizer: Any, steps: int, key: A
     )  # fmt: skip
 
 
-def post_train(
-    model: Any,
-    params: dict[str, Array],
-    X: Array,
-    y: Array,
-    *,
-    steps: int,
-    key: Array,
-    learning_rate: float,
-    progress: bool | None = None,
-    **checkpointing: Any,
-) -> tuple[dict[str, Array], np.ndarray]:
-    """Train a pruned model from ``params`` for ``steps`` Adam steps -> (fitted params, loss trace).
-
-    ``checkpointing``: ``checkpoint`` and ``checkpoint_every`` of :func:`ppl_sparsegp.infer.svi.fit_svi`.
-    """
-    if steps == 0:
-        return dict(params), np.zeros(0)
-    optimizer = optax.adam(learning_rate)
-    result = fit_phase(
-        model, X, y, optimizer, steps, key, init_params=params, progress=progress, label="post-train", **checkpointing
-    )
-    return result.params, result.losses
-
-
 @dataclass
 class Phases:
     """What :func:`run_phases` returns: each phase's values, losses and seconds (phase -> ...)."""
@@ -197,6 +178,15 @@ class Phases:
     params: dict[str, Array]
     losses: dict[str, np.ndarray]
     seconds: dict[str, float]
+
+
+PhaseFit = Callable[[str, Any, dict[str, Array] | None, Any], SVIResult]
+"""``fit(phase, model, init_params, key)``: one phase's fit of ``model`` (its model and guide) from ``init_params``
+(None: the model's own start) with ``key`` (a JAX key, or the Pyro engine's integer seed), checkpointed as
+``phase``; :func:`run_phases` builds NumPyro's, :func:`ppl_sparsegp.recipes.selective_pyro.fit_selective` Pyro's."""
+
+LABELS = {"pre": "pre-train", "selection": "selection", "post": "post-train"}
+"""The progress bar's label of each phase."""
 
 
 def run_phases(
@@ -218,41 +208,68 @@ def run_phases(
     init_params: Mapping[str, Array] | None = None,
     progress: bool | None = None,
 ) -> Phases:
-    """Pre-train ``base``, select with ``selective`` (GP frozen unless ``joint``), prune and post-train.
+    """Pre-train ``base``, select with ``selective`` (GP frozen unless ``joint``), prune and post-train by NumPyro's
+    :func:`~ppl_sparsegp.infer.svi.fit_svi` on X [N, D], y [N] or [N, P] (:func:`sequence_phases`).
 
     ``key`` is split into the pre-training, selection, subset and post-training keys; ``prune(params, key)`` draws
     the subset from the selected ``params`` and returns (masks, pruned model, its parameters); ``loss`` is the
-    selection phase's score-function ELBO. The arguments are checked by the caller.
+    selection phase's score-function ELBO; Adam at ``learning_rate`` for the GP, at ``selection_learning_rate`` for
+    λ. The arguments are checked by the caller.
+    """
+    steps = dict(zip(PHASES, (pre_steps, selection_steps, post_steps), strict=True))
+
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, k: Array) -> SVIResult:
+        optimizer, options = optax.adam(learning_rate), {}
+        if phase == "selection":
+            gp_update = optimizer if joint else optax.set_to_zero()
+            optimizer, options = selection_optimizer(gp_update, selection_learning_rate), {"loss": loss}
+        return fit_phase(
+            model, X, y, optimizer, steps[phase], k, init_params=params, progress=progress, label=LABELS[phase],
+            **options, **checkpoints.options(phase),
+        )  # fmt: skip
+
+    return sequence_phases(fit, base, selective, steps, key=key, prune=prune, checkpoints=checkpoints,
+                           init_params=init_params)  # fmt: skip
+
+
+def sequence_phases(
+    fit: PhaseFit,
+    base: Any,
+    selective: Any,
+    steps: Mapping[str, int],
+    *,
+    key: Sequence[Any],
+    prune: Callable[[dict[str, Array], Any], tuple[Any, Any, dict[str, Array]]],
+    checkpoints: PhaseCheckpoints,
+    init_params: Mapping[str, Array] | None = None,
+) -> Phases:
+    """The phases in order, whatever engine ``fit`` runs (:data:`PhaseFit`): pre-train ``base`` from
+    ``init_params`` (skipped for ``steps["pre"] == 0``), select with ``selective`` from there, ``prune(params, key)``
+    the selected params to (masks, pruned model, its params), post-train the pruned model (skipped for
+    ``steps["post"] == 0``). ``key``: the pre-training, selection, subset and post-training keys (or seeds); a phase
+    that ran any step deletes the later phases' checkpoints (:meth:`PhaseCheckpoints.finished`).
     """
     pre_key, selection_key, prune_key, post_key = key
     losses, seconds = {}, {}
     params = dict(init_params or {})
     t0 = time.perf_counter()
-    if pre_steps:
-        pre = fit_phase(
-            base, X, y, optax.adam(learning_rate), pre_steps, pre_key, init_params=params or None, progress=progress,
-            label="pre-train", **checkpoints.options("pre"),
-        )  # fmt: skip
+    if steps["pre"]:
+        pre = fit("pre", base, params or None, pre_key)
         params, losses["pre"] = pre.params, pre.losses
         checkpoints.finished("pre", pre)
     seconds["pre"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    gp_update = optax.adam(learning_rate) if joint else optax.set_to_zero()
-    chosen = fit_phase(
-        selective, X, y, selection_optimizer(gp_update, selection_learning_rate), selection_steps, selection_key,
-        loss=loss, init_params=params or None, progress=progress, label="selection",
-        **checkpoints.options("selection"),
-    )  # fmt: skip
+    chosen = fit("selection", selective, params or None, selection_key)
     losses["selection"] = chosen.losses
     checkpoints.finished("selection", chosen)
     seconds["selection"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     masks, pruned, pruned_params = prune(chosen.params, prune_key)
-    fitted, losses["post"] = post_train(
-        pruned, pruned_params, X, y, steps=post_steps, key=post_key, learning_rate=learning_rate, progress=progress,
-        **checkpoints.options("post"),
-    )  # fmt: skip
+    fitted, losses["post"] = dict(pruned_params), np.zeros(0)
+    if steps["post"]:
+        post = fit("post", pruned, pruned_params, post_key)
+        fitted, losses["post"] = post.params, post.losses
     seconds["post"] = time.perf_counter() - t0
     return Phases(params, chosen.params, masks, pruned, fitted, losses, seconds)

@@ -199,6 +199,64 @@ def _as_key(key: int | Array) -> Array:
     return jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
 
 
+def selective_settings(
+    config: SelectiveConfig,
+    likelihood: Likelihood | None,
+    kernel: Kernel | None,
+    key: int | Array,
+    fingerprint: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What every phase's checkpoint of :func:`fit_selective` (and of its Pyro twin) records: each setting but the
+    three step counts, which a resumed call may raise, the likelihood, kernel and key (or seed), and the caller's
+    ``fingerprint``."""
+    c = config
+    return {
+        "selective.candidates": tree_sha256(c.candidates),
+        "selective.alpha": c.alpha,
+        "selective.bound": c.bound,
+        "selective.likelihood": None if likelihood is None else part_fingerprint(likelihood),
+        "selective.kernel": None if kernel is None else part_fingerprint(kernel),
+        "selective.init": c.init,
+        "selective.learn_candidates": bool(c.learn_candidates),
+        "selective.initial_inclusion": c.initial_inclusion,
+        "selective.num_particles": c.num_particles,
+        "selective.selection": c.selection,
+        "selective.learning_rate": c.learning_rate,
+        "selective.selection_learning_rate": c.selection_learning_rate,
+        "selective.batch_size": c.batch_size,
+        "selective.key": key_data(key),
+        **dict(fingerprint or {}),
+    }
+
+
+def build_selective(
+    X: np.ndarray,
+    y: np.ndarray,
+    config: SelectiveConfig,
+    *,
+    likelihood: Likelihood | None,
+    kernel: Kernel | None,
+    key: int | Array,
+) -> tuple[list[Array], SelectiveSGPR | SelectiveSVGP]:
+    """The phases' four keys (pre-training, selection, subset, post-training) and the selective model of
+    :func:`fit_selective` over the candidates [K, D] drawn from X [N, D] (:func:`candidate_inputs`, seeded from
+    ``key``), checked against X and y [N] or [N, P]: SGPR for the collapsed bound, unwhitened SVGP otherwise, with
+    the defaults of :func:`fit_selective` for a kernel or likelihood of None."""
+    c = config
+    *keys, init_key = jax.random.split(_as_key(key), 5)
+    Z = candidate_inputs(X, c.candidates, c.init, seed=int(jax.random.randint(init_key, (), 0, 2**31 - 1)))
+    kernel = kernel or RBF(variance=1.0, lengthscale=np.ones(X.shape[1], dtype=X.dtype))
+    likelihood = likelihood or Gaussian(variance=c.noise_variance)
+    common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(c.learn_candidates)}
+    if c.bound == "collapsed":
+        base, selective_class = SGPR(**common), SelectiveSGPR
+    else:
+        svgp = {"num_latent": 1 if y.ndim == 1 else y.shape[1], "whiten": False, "batch_size": c.batch_size}
+        base, selective_class = SVGP(**common, **svgp), SelectiveSVGP
+    base.check_data(X, y)
+    return keys, selective_class(base, alpha=c.alpha, initial_inclusion=c.initial_inclusion)
+
+
 def fit_selective(
     X: Array,
     y: Array,
@@ -231,40 +289,11 @@ def fit_selective(
     X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     c = config
-    settings = None
-    if checkpoint_dir is not None:
-        settings = {
-            "selective.candidates": tree_sha256(c.candidates),
-            "selective.alpha": c.alpha,
-            "selective.bound": c.bound,
-            "selective.likelihood": None if likelihood is None else part_fingerprint(likelihood),
-            "selective.kernel": None if kernel is None else part_fingerprint(kernel),
-            "selective.init": c.init,
-            "selective.learn_candidates": bool(c.learn_candidates),
-            "selective.initial_inclusion": c.initial_inclusion,
-            "selective.num_particles": c.num_particles,
-            "selective.selection": c.selection,
-            "selective.learning_rate": c.learning_rate,
-            "selective.selection_learning_rate": c.selection_learning_rate,
-            "selective.batch_size": c.batch_size,
-            "selective.key": key_data(key),
-            **dict(fingerprint or {}),
-        }
+    settings = None if checkpoint_dir is None else selective_settings(c, likelihood, kernel, key, fingerprint)
     checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every, settings)
     X, y = np.asarray(X), np.asarray(y)
-    *keys, init_key = jax.random.split(_as_key(key), 5)
-    Z = candidate_inputs(X, c.candidates, c.init, seed=int(jax.random.randint(init_key, (), 0, 2**31 - 1)))
-    kernel = kernel or RBF(variance=1.0, lengthscale=np.ones(X.shape[1], dtype=X.dtype))
-    likelihood = likelihood or Gaussian(variance=c.noise_variance)
-    common = {"kernel": kernel, "likelihood": likelihood, "Z": Z, "learn_Z": bool(c.learn_candidates)}
-    selection = {"alpha": c.alpha, "initial_inclusion": c.initial_inclusion}
-    if c.bound == "collapsed":
-        base, selective_class = SGPR(**common), SelectiveSGPR
-    else:
-        svgp = {"num_latent": 1 if y.ndim == 1 else y.shape[1], "whiten": False, "batch_size": c.batch_size}
-        base, selective_class = SVGP(**common, **svgp), SelectiveSVGP
-    selective = selective_class(base, **selection)
-    base.check_data(X, y)
+    keys, selective = build_selective(X, y, c, likelihood=likelihood, kernel=kernel, key=key)
+    base = selective.ordinary
     checkpoints.create()
 
     def prune(params: dict[str, Array], k: Array) -> tuple[np.ndarray, Any, dict[str, Array]]:
