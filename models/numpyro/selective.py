@@ -54,6 +54,7 @@ import numpy as np
 import numpyro
 from numpyro.distributions.kl import kl_divergence
 
+from ppl_sparsegp import validation
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q, masked_sgpr_elbo, subset_q
@@ -127,6 +128,19 @@ class SubsetSelection:
         """Fitted λ [K] (the initial value when ``params`` has none)."""
         default = np.full(self.num_candidates, self.initial_inclusion)
         return np.asarray(params.get(f"{self.prefix}{INCLUSION_PARAM}", default))
+
+    def check_initial(self, init_params: Mapping[str, Array]) -> None:
+        """Refuse an initial λ (``"<prefix>inclusion_probs"``) that is not K probabilities in (0, 1)."""
+        name = f"{self.prefix}{INCLUSION_PARAM}"
+        if name not in init_params:
+            return
+        probs = np.asarray(init_params[name], dtype=float)
+        if probs.shape != (self.num_candidates,) or not np.all((probs > 0) & (probs < 1)):
+            span = f", from {probs.min()} to {probs.max()}" if probs.size else ""
+            raise ValueError(
+                f"init_params[{name!r}]: expected {self.num_candidates} probabilities in (0, 1), one per "
+                f"candidate, got shape {probs.shape}{span}"
+            )
 
     def kl(self, params: Mapping[str, Array]) -> Array:
         """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""
@@ -233,8 +247,13 @@ class SelectiveModel:
         return self.ordinary.parameter_names() | self.selection.parameter_names()
 
     def check_data(self, *data: Array, init_params: Mapping[str, Array] | None = None) -> None:
-        """The ordinary model's checks of the data and of initial values."""
-        self.ordinary.check_data(*data, init_params=init_params)
+        """The ordinary model's checks of the data and of its initial values, and :meth:`SubsetSelection.check_initial`
+        of an initial λ; a key that names neither model's site is refused."""
+        given = dict(init_params or {})
+        validation.check_keys("init_params", given, self.parameter_names())
+        self.selection.check_initial(given)
+        own = self.selection.parameter_names()
+        self.ordinary.check_data(*data, init_params={k: v for k, v in given.items() if k not in own})
 
     def fitted(self, params: Mapping[str, Array]) -> Any:
         """The ordinary model's kernel and likelihood at fitted values."""
