@@ -1,6 +1,7 @@
 """``--backend pyro``: the method's model as its Pyro twin (:mod:`ppl_sparsegp.models.pyro`, the same sites and
-params), fitted by Pyro's engines in torch at ``--dtype``: gpr, sgpr and svgp by :func:`fit_svi`, sgpmc by
-:func:`fit_sgpmc`.
+params), fitted by Pyro's engines in torch at ``--dtype``: gpr, sgpr and svgp by :func:`fit_svi`, and the recipes'
+Pyro twins for the others (:func:`fit_sgpmc`, :func:`fit_bsgp`, :func:`fit_selective`, :func:`fit_idsgp`,
+:func:`fit_sas`).
 
 The fit is Pyro's; what follows it is shared with ``--backend numpyro``: the fitted params carry the NumPyro model's
 names and the twins agree to 1e-10 (``tests/parity``), so the run is evaluated, stored and loaded back through the
