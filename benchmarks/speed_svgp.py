@@ -69,8 +69,9 @@ measured after a warm-up that is timed and reported separately:
   clock is that call's ``run_seconds``: its step loop only (loss, backward, Adam step, fit_svi's
   per-step finiteness check, param snapshot and loss ``float``), without param creation and the
   checkpoint read and write (the call's wall time is kept as ``timed_call_wall_s``).
-  Threads: ``fit_svi``'s default, one torch intra-op thread (``--torch-threads-ours``, recorded as
-  ``torch_threads``), whereas GPyTorch and Pyro get ``--torch-threads`` (2); the
+  Threads: ``fit_svi``'s default ``threads="auto"`` (``--torch-threads-ours``, recorded as ``torch_threads``;
+  the count it chose as ``torch_threads_used``): one torch intra-op thread, or torch's own count (2 here) once a
+  param has 512 x 512 entries (M >= 512), whereas GPyTorch and Pyro get ``--torch-threads`` (2); the
   ``ppl_sparsegp_pyro_t2`` cell runs ours with two.  ``OMP_WAIT_POLICY`` is the same for all.
 
 GPU: ``--torch-device cuda`` runs the torch libraries (GPyTorch, Pyro, ppl_sparsegp_pyro*) on the GPU: torch's
@@ -567,6 +568,7 @@ def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
 
     from ppl_sparsegp.core import kernels, likelihoods
     from ppl_sparsegp.models.pyro.svgp import SVGP
+    from ppl_sparsegp.pyro.dtype import auto_threads
     from ppl_sparsegp.pyro.svi import fit_svi
 
     dt = {"float32": torch.float32, "float64": torch.float64}[cfg["dtype"]]
@@ -627,6 +629,7 @@ def run_ppl_sparsegp_pyro(cfg, X, y, Xs, ys, Z):
         timed_call_wall_s=t2 - t1,
         warmup_run_seconds=float(warm.run_seconds),
         torch_threads=threads,
+        torch_threads_used=auto_threads(res.params.values(), torch.get_num_threads()) if threads == "auto" else threads,
         final_loss_per_datum=_tail_mean(losses / N),  # Pyro's loss is the total -ELBO estimate
         initial_losses=[float(v) for v in losses[:5]],
         timing_method=(
@@ -904,9 +907,10 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--torch-threads-ours",
-        type=int,
-        default=1,
-        help="ppl_sparsegp_pyro(_compiled) only: fit_svi's threads (torch intra-op threads; 1, fit_svi's default)",
+        type=lambda v: v if v == "auto" else int(v),
+        default="auto",
+        help="ppl_sparsegp_pyro(_compiled) only: fit_svi's threads, a count or auto (fit_svi's default: one thread "
+        "unless a param has 512 x 512 entries, then torch's own)",
     )
     p.add_argument(
         "--blas-threads-ours",

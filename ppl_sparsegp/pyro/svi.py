@@ -35,11 +35,10 @@ import torch
 from pyro import poutine
 from tqdm.auto import tqdm
 
-from ppl_sparsegp.core import ops
 from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
-from ppl_sparsegp.pyro.dtype import as_data, as_tensor, intra_op_threads, to_host
+from ppl_sparsegp.pyro.dtype import as_data, as_tensor, auto_threads, intra_op_threads, to_host
 from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
 from ppl_sparsegp.pyro.sites import param_store_values
 from ppl_sparsegp.validation import check_count
@@ -64,7 +63,7 @@ def fit_svi(
     checkpoint_every: int = 1000,
     fingerprint: Mapping[str, Any] | None = None,
     validate: Callable[..., None] | None = None,
-    threads: int | None = ops.BLAS_THREADS,
+    threads: int | str | None = "auto",
     init_params: Mapping[str, Array] | None = None,
     **kwargs: Any,
 ) -> SVIResult:
@@ -90,7 +89,9 @@ def fit_svi(
             the others start where the model and guide start them. Part of the checkpoint's fingerprint (as the
             hash of every initial value).
         threads: torch's intra-op threads while fitting (:func:`ppl_sparsegp.pyro.dtype.intra_op_threads`; None:
-            torch's own); one by default, as the NumPyro engine's BLAS threads.
+            torch's own); ``"auto"`` (the default): one, as the NumPyro engine's BLAS threads, unless a param is large
+            enough for the step to be dominated by large factorisations (:func:`ppl_sparsegp.pyro.dtype.auto_threads`:
+            from M = 512 inducing points), then torch's own.
 
     Returns:
         An :class:`ppl_sparsegp.infer.svi.SVIResult` with ``params`` the constrained values as detached tensors,
@@ -106,16 +107,18 @@ def fit_svi(
     """
     num_steps = check_count("num_steps", num_steps, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
-    threads = check_count("threads", threads, minimum=1, optional=True)
+    if threads != "auto":
+        threads = check_count("threads", threads, minimum=1, optional=True)
     if optimizer is None:
         optimizer = partial(torch.optim.Adam, lr=LEARNING_RATE)
     if not callable(optimizer):
         raise ValueError(f"optimizer: expected a callable params -> torch.optim.Optimizer, got {optimizer!r}")
     if validate is not None:
         validate(*args, **kwargs)
-    with intra_op_threads(threads):
+    auto_from = torch.get_num_threads() if threads == "auto" else None
+    with intra_op_threads(1 if threads == "auto" else threads):
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
-                    checkpoint_every, fingerprint, dict(init_params or {}))  # fmt: skip
+                    checkpoint_every, fingerprint, dict(init_params or {}), auto_from)  # fmt: skip
 
 
 def _fit(
@@ -133,8 +136,10 @@ def _fit(
     checkpoint_every: int,
     fingerprint: Mapping[str, Any] | None,
     init_params: dict[str, Array],
+    auto_from: int | None,
 ) -> SVIResult:
-    """:func:`fit_svi` once its arguments are checked."""
+    """:func:`fit_svi` once its arguments are checked; ``auto_from``: torch's own thread count when ``threads`` is
+    ``"auto"`` (chosen here, once the params exist), else None."""
     args = tuple(as_data(a) for a in args)
     kwargs = {k: as_data(v) for k, v in kwargs.items()}
     elbo = loss or pyro.infer.TraceMeanField_ELBO()
@@ -152,6 +157,8 @@ def _fit(
         store[name] = as_tensor(value).detach().clone()  # through the param's constraint
     unconstrained = dict(store.named_parameters())
     params = [unconstrained[name] for name in names]
+    if auto_from is not None:
+        torch.set_num_threads(auto_threads(params, auto_from))  # fit_svi's intra_op_threads restores the count
     optim = optimizer(params)
     if not isinstance(optim, torch.optim.Optimizer):
         raise ValueError(f"optimizer: expected it to return a torch.optim.Optimizer, got {optim!r}")

@@ -117,6 +117,27 @@ def test_the_fit_runs_on_its_threads_and_restores_the_callers(threads):
     assert set(seen) == {threads} and torch.get_num_threads() == before
 
 
+@pytest.mark.parametrize("size, expected", [(4, 1), (512, 3)])
+def test_auto_threads_are_one_for_small_params_and_torchs_own_for_a_large_one(size, expected):
+    """threads="auto": a step with a 512 x 512 param (M = 512's q(u) factor) runs on torch's own count (3 here), a
+    small one on one thread; the caller's count is restored."""
+    seen = []
+
+    def model():
+        seen.append(torch.get_num_threads())
+        x = pyro.param("x", torch.ones(size, size))
+        pyro.factor("quadratic", -((x - 2.0) ** 2).sum())
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        fit_svi(model, lambda: None, num_steps=3, loss=pyro.infer.Trace_ELBO())
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(previous)
+    assert seen[0] == 1 and set(seen[1:]) == {expected}  # the params are created on one thread, then chosen
+
+
 def test_init_params_start_the_fit_and_unknown_names_are_refused():
     X, y = _data()
     gp = _svgp(X[:5])
