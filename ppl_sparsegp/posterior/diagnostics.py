@@ -330,6 +330,8 @@ def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array,
 
 RHAT_THRESHOLD = 1.1
 """The usual bound on R-hat below which chains are taken to agree (BSGP reports R-hat < 1.1 on AIRLINE)."""
+RHAT_MIN_CHAINS, RHAT_MIN_DRAWS = 2, 4
+"""Chains and draws per chain that :func:`predictive_rhat` needs (ArviZ's R-hat is NaN with fewer)."""
 
 
 @dataclass(frozen=True)
@@ -400,23 +402,34 @@ def predictive_means(
 
 def predictive_rhat(means: Array, threshold: float = RHAT_THRESHOLD) -> PredictiveRhat:
     """ArviZ's R-hat (rank-normalised, split) of per-draw predictive means [C, S, N] or [C, S, N, P] (e.g. from
-    :func:`predictive_means`), point by point: C >= 2 chains compare chains (one chain: its two halves).
+    :func:`predictive_means`), point by point: the chains' halves compared (split R-hat; :func:`rhat_defined`).
 
     Raises:
-        ValueError: ``means`` is not [C, S, N(, P)] with S >= 4 finite draws, or ``threshold`` is not > 1.
+        ValueError: ``means`` is not [C, S, N(, P)] with C >= :data:`RHAT_MIN_CHAINS`, S >=
+            :data:`RHAT_MIN_DRAWS` and finite values, or ``threshold`` is not > 1.
     """
     import arviz as az
     import xarray as xr
 
     means = np.asarray(means, dtype=float)
-    if means.ndim not in (3, 4) or means.shape[1] < 4 or 0 in means.shape:
-        raise ValueError(f"means: expected [chains, draws >= 4, points(, outputs)], got shape {means.shape}")
+    if means.ndim not in (3, 4) or not rhat_defined(means) or 0 in means.shape:
+        raise ValueError(
+            f"means: expected [chains >= {RHAT_MIN_CHAINS}, draws >= {RHAT_MIN_DRAWS}, points(, outputs)], got "
+            f"shape {means.shape}"
+        )
     if not np.all(np.isfinite(means)):
         raise ValueError("means: expected finite predictive means")
     if not (isinstance(threshold, int | float) and threshold > 1):
         raise ValueError(f"threshold: expected a number > 1, got {threshold!r}")
     data = xr.Dataset({"y_mean": (["chain", "draw", *prediction_dims(means)], means)})
     return PredictiveRhat(means, np.asarray(az.rhat(data)["y_mean"]), float(threshold))
+
+
+def rhat_defined(means: Array) -> bool:
+    """Whether per-draw values [C, S, ...] have the chains and draws R-hat needs (:data:`RHAT_MIN_CHAINS`,
+    :data:`RHAT_MIN_DRAWS`)."""
+    shape = np.shape(means)
+    return len(shape) >= 2 and shape[0] >= RHAT_MIN_CHAINS and shape[1] >= RHAT_MIN_DRAWS
 
 
 def with_predictions(idata: Any, means: Array, X_new: Array) -> Any:

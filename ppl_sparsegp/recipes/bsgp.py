@@ -110,16 +110,18 @@ class BSGPFit:
         key = self._key(key)
         return posterior_predictive(self.model, self.mcmc.flat_samples(), X_new, standardizer=standardizer, key=key)
 
+    def predictive_means(self, X_new: Array, *, key: Array | None = None) -> np.ndarray:
+        """E[y | draw] at X_new [S_new, D] for every kept draw of every chain, standardised units: [C, S, S_new] or
+        [C, S, S_new, P] (a deep model propagates one draw of its inner layers per posterior draw, from ``key``)."""
+        return diagnostics.predictive_means(self.model, self.mcmc, X_new, key=self._key(key))
+
     def predictive_rhat(
         self, X_new: Array, *, key: Array | None = None, threshold: float = diagnostics.RHAT_THRESHOLD
     ) -> diagnostics.PredictiveRhat:
-        """R-hat across chains of the kept draws' predictive means E[y | draw] at X_new [S_new, D], point by point
-        (the paper's convergence check, §4.2): ``.max``, ``.fraction_below`` (R-hat < ``threshold``), ``.summary()``
-        and the means [C, S, S_new(, P)] in standardised units (:func:`ppl_sparsegp.posterior.diagnostics.
-        predictive_rhat`; for an ArviZ ``predictions`` group, :func:`~ppl_sparsegp.posterior.diagnostics.
-        with_predictions`). A deep model propagates one draw of its inner layers per posterior draw (``key``)."""
-        means = diagnostics.predictive_means(self.model, self.mcmc, X_new, key=self._key(key))
-        return diagnostics.predictive_rhat(means, threshold)
+        """R-hat across chains of :meth:`predictive_means` at X_new, point by point (the paper's convergence check,
+        §4.2): ``.max``, ``.fraction_below`` (R-hat < ``threshold``), ``.summary()`` and the means (see
+        :func:`ppl_sparsegp.posterior.diagnostics.predictive_rhat`; at least 2 chains of 4 draws)."""
+        return diagnostics.predictive_rhat(self.predictive_means(X_new, key=key), threshold)
 
     def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000,
                        log_likelihood_of: str = "potential") -> tuple[Any, list[str]]:  # fmt: skip

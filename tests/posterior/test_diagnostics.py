@@ -251,6 +251,7 @@ def test_predictive_rhat_is_arviz_rhat_per_point_and_flags_the_points_where_chai
     [
         (np.zeros((200, 10)), 1.1, "means: expected"),
         (np.zeros((4, 3, 10)), 1.1, "draws >= 4"),
+        (np.zeros((1, 20, 10)), 1.1, "chains >= 2"),
         (np.full((4, 20, 10), np.nan), 1.1, "means: expected finite"),
         (np.zeros((4, 20, 10)), 1.0, "threshold: expected a number > 1"),
     ],
