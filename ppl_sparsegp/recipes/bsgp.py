@@ -176,7 +176,8 @@ class BSGPConfig:
     gradient evaluations. batch_size: minibatch of the SGHMC gradients (min(batch_size, N) are used). num_chains,
     warmup_chunk_size, chunk_size: see :func:`run_mcmc`. chain_method: ``"vectorized"`` (one program steps every
     chain, each with its own point estimates, window and optimiser state) or ``"sequential"`` (chain after chain in
-    one program); both give the same draws up to floating-point rounding. The Pyro twin
+    one program); both take the same steps up to floating-point rounding, which the chain amplifies over long runs
+    (see :mod:`ppl_sparsegp.infer.sghmc`, "Multiple chains"). The Pyro twin
     (:func:`ppl_sparsegp.recipes.bsgp_pyro.fit_bsgp`) runs its chains one after another whatever this says.
     """
 
