@@ -154,8 +154,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     m = {"mnll": m["nlpd"], **m} if d.ds.task == "regression" else m
     idata, groups = fit.inference_data(d.X, d.y, log_likelihood_of="predictive")
     diagnostics.with_constant_data(idata, store.standardizer_arrays(d.scaler))
-    groups.append("constant_data")
-    mcmc = fit.mcmc
+    mcmc, means = fit.mcmc, fit.predictive_means(d.X_eval, key=key)  # [C, S, N_eval(, P)], standardised
+    diagnostics.with_predictions(idata, means, d.X_eval)
+    groups += ["constant_data", "predictions", "predictions_constant_data"]
+    rhat = diagnostics.predictive_rhat(means) if diagnostics.rhat_defined(means) else None  # 2+ chains, 4+ draws
     speed = num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None
     record = {
         "engine": opts["engine"], "layers": opts["layers"], "z_prior": opts["z_prior"], "data_term": opts["data_term"],
@@ -169,6 +171,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "likelihood_parameters_standardised": {
             k: np.mean(v, axis=0) for k, v in mcmc.flat_samples().items() if k.startswith("likelihood.")
         },
+        "predictive_rhat": None if rhat is None else rhat.summary(),
         "divergences": mcmc.divergences, "resumed_from": resumed, "warmup_seconds": mcmc.warmup_seconds,
         "sample_seconds": mcmc.sample_seconds, "updates_per_second": speed,
         "fit_seconds": fit_seconds, "predict_seconds": predict_seconds,
@@ -191,5 +194,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{shared.divergences(mcmc)}",
         f"  {shared.scores(m, d, ('mnll', 'rmse'), ('accuracy', 'nll'))}",
     ]
+    if rhat is not None:
+        summary.append(f"  R-hat of the {d.evaluated_on} predictive means: max {rhat.max:.3f}, "
+                       f"{rhat.fraction_below:.0%} of points < {rhat.threshold}")  # fmt: skip
     files = {"posterior.nc": diagnostics.netcdf_file(idata)}
     return shared.finish(opts, d, argv, record, files, figure, summary)

@@ -25,7 +25,12 @@ the gradient of ``U`` at a state drawn uniformly from the window. After warmup t
 phase targets one fixed density.
 
 **Multiple chains.** ``init`` accepts a batch of keys (one per chain), as :class:`numpyro.infer.HMC` does for
-``chain_method="vectorized"``; ``sample`` then maps the one-chain step over the leading axis.
+``chain_method="vectorized"``; ``sample`` then maps the one-chain step over the leading axis with the step count
+unbatched (the chains step together), so the point-estimate update stays a branch taken every ``every`` steps,
+not a select computed at every step; the vectorized chains take the same steps as the same chains run one after
+another (``chain_method="sequential"``) up to floating-point rounding (the batched and unbatched programs order some
+sums differently), which the dynamics can amplify: on BSGP (boston, M = 100) the states differ by 1e-16 after 100
+updates and by O(1) after about 1000 (``benchmarks/bsgp_chains.py``), as any change of rounding would make them.
 
 References: Welling & Teh (2011), *Bayesian learning via stochastic gradient Langevin dynamics*, ICML;
 Chen, Fox & Guestrin (2014), *Stochastic gradient Hamiltonian Monte Carlo*, ICML; Springenberg, Klein, Falkner &
@@ -346,22 +351,31 @@ class SGMCMCKernel(MCMCKernel):
         return self._postprocess_fn(*model_args, **model_kwargs)
 
     def sample(self, state: SGMCMCState, model_args: tuple, model_kwargs: dict) -> SGMCMCState:
-        """One step (pure JAX); a batched state (vectorized chains) is mapped over its leading axis."""
-        if jnp.ndim(state.i) > 0:
-            return jax.vmap(self._sample_one, in_axes=(0, None, None))(state, model_args, model_kwargs)
-        return self._sample_one(state, model_args, model_kwargs)
+        """One step (pure JAX); a batched state (vectorized chains) is mapped over its leading axis.
 
-    def _sample_one(self, state: SGMCMCState, model_args: tuple, model_kwargs: dict) -> SGMCMCState:
+        Vectorized chains start together and take every step together, so they share the step count: it goes into
+        the mapped step unbatched (chain 0's ``i``), and the point-estimate update due every ``every`` steps stays
+        one ``lax.cond`` taken by all chains at once, each on its own window and optimiser state (a batched count
+        would turn the cond into a select that computes the update at every step).
+        """
+        if jnp.ndim(state.i) > 0:
+            return jax.vmap(self._sample_one, in_axes=(0, None, None, None))(
+                state, state.i[0], model_args, model_kwargs
+            )
+        return self._sample_one(state, state.i, model_args, model_kwargs)
+
+    def _sample_one(self, state: SGMCMCState, i: Array, model_args: tuple, model_kwargs: dict) -> SGMCMCState:
+        """Step ``i`` -> ``i + 1`` of one chain (``i``: the steps taken, the chains' shared ``state.i``)."""
         rng_key, key_noise, key_u, key_point = random.split(state.rng_key, 4)
         noise = _normal_like(key_noise, state.z)
-        adapting = state.i < self._num_warmup
+        adapting = i < self._num_warmup
         z, momentum, adapt = self._update(state.z, state.momentum, state.z_grad, noise, state.adapt_state, adapting)
         point = state.point_state
         if point is not None:
             z = {**z, **{name: state.z[name] for name in self._param_transforms}}  # the dynamics leave them alone
             if momentum is not None:
                 momentum = {k: jnp.zeros_like(m) if k in self._param_transforms else m for k, m in momentum.items()}
-            z, point = self._point_step(state.i + 1, z, point, key_point, model_args, model_kwargs)
+            z, point = self._point_step(i + 1, z, point, key_point, model_args, model_kwargs)
         u, grad = jax.value_and_grad(self._potential)(z, key_u, model_args, model_kwargs)
 
         ok = _all_finite((z, u, grad))
@@ -371,7 +385,7 @@ class SGMCMCKernel(MCMCKernel):
             (state.z, state.z_grad, state.potential_energy, state.adapt_state, state.point_state),
         )
         momentum = jax.tree.map(lambda m: jnp.where(ok, m, jnp.zeros_like(m)), momentum)
-        return self._state(state.i + 1, z, grad, momentum, u, state.nonfinite | ~ok, adapt, point, rng_key)
+        return self._state(i + 1, z, grad, momentum, u, state.nonfinite | ~ok, adapt, point, rng_key)
 
     def get_diagnostics_str(self, state: SGMCMCState) -> str:
         text = f"U {float(state.potential_energy):.4g}, step {float(state.step_size):.2e}"

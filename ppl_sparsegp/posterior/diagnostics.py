@@ -13,6 +13,8 @@ Groups written (ArviZ conventions, so ``az.summary``, ``az.rhat``, ``az.ess``, `
 * ``posterior_predictive``: ``"y"`` drawn once per posterior draw at the training inputs, from the draw's
   marginal p(f(x_n) | draw) and the likelihood.
 * ``observed_data``: ``"y"``.
+* ``predictions`` (:func:`with_predictions`): ``"y_mean"`` [chain, draw, point(, output)], each draw's predictive
+  mean at new inputs (BSGP's test points), whose R-hat across chains :func:`predictive_rhat` computes.
 * ``constant_data`` (:func:`with_constant_data`): fixed inputs of the model, e.g. a fixed Z.
 
 ArviZ 0.x builds an ``az.InferenceData``; ArviZ >= 1.0 (Python >= 3.12) an ``xarray.DataTree`` with the same
@@ -25,6 +27,7 @@ import importlib.metadata
 import os
 import tempfile
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +40,7 @@ from ppl_sparsegp import results, validation
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.numpyro.distributions import observation_distribution
-from ppl_sparsegp.posterior.predict import guide_draws
+from ppl_sparsegp.posterior.predict import draw_moments, guide_draws
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -323,6 +326,129 @@ def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array,
     if isinstance(fit, MCMCResult | MCMC):
         return from_mcmc(fit, model, X, y, **options)
     raise ValueError(f"fit: expected an SVIResult, an MCMCResult or a numpyro.infer.MCMC, got {type(fit).__name__}")
+
+
+RHAT_THRESHOLD = 1.1
+"""The usual bound on R-hat below which chains are taken to agree (BSGP reports R-hat < 1.1 on AIRLINE)."""
+RHAT_MIN_CHAINS, RHAT_MIN_DRAWS = 2, 4
+"""Chains and draws per chain that :func:`predictive_rhat` needs (ArviZ's R-hat is NaN with fewer)."""
+
+
+@dataclass(frozen=True)
+class PredictiveRhat:
+    """R-hat across chains of the per-draw predictive means at test points (BSGP paper §4.2, AIRLINE: 4 chains,
+    R-hat 1.02 ± 0.045 over the test points).
+
+    Attributes:
+        means: E[y | draw] per chain, draw and point, [C, S, N] or [C, S, N, P], in the units they were given in
+            (R-hat is rank-based: an increasing affine map of them changes it only by rounding).
+        rhat: ArviZ's rank-normalised split R-hat per point, [N] or [N, P].
+        threshold: the bound :attr:`fraction_below` counts against.
+    """
+
+    means: np.ndarray
+    rhat: np.ndarray
+    threshold: float = RHAT_THRESHOLD
+
+    @property
+    def max(self) -> float:
+        """The largest R-hat over the points (NaN if a point's means are constant over every draw)."""
+        return float(np.max(self.rhat))
+
+    @property
+    def fraction_below(self) -> float:
+        """The fraction of points with R-hat < :attr:`threshold`."""
+        return float(np.mean(self.rhat < self.threshold))
+
+    def summary(self) -> dict[str, float | int]:
+        """max, mean and SD over the points (the paper reports mean ± SD), the fraction below the threshold, and
+        the numbers of chains, draws per chain and points (outputs counted as points)."""
+        C, S = self.means.shape[:2]
+        return {
+            "max": self.max, "mean": float(np.mean(self.rhat)), "sd": float(np.std(self.rhat)),
+            "fraction_below": self.fraction_below, "threshold": self.threshold, "chains": C, "draws_per_chain": S,
+            "points": int(self.rhat.size),
+        }  # fmt: skip
+
+
+def prediction_dims(means: np.ndarray) -> list[str]:
+    """Dimension names beyond (chain, draw) of per-draw predictions [C, S, N] or [C, S, N, P]."""
+    return ["point"] if np.ndim(means) == 3 else ["point", "output"]
+
+
+def predictive_means(
+    model: Any,
+    result: MCMCResult | MCMC,
+    X_new: Array,
+    *,
+    params: Mapping[str, Array] | None = None,
+    key: Array | None = None,
+) -> np.ndarray:
+    """E[y | draw] at ``X_new`` [N, D] for every kept draw of every chain: [C, S, N] or [C, S, N, P].
+
+    Args:
+        model: a NumPyro model object of :mod:`ppl_sparsegp.models` (its ``predict_f`` and likelihood).
+        result: an :class:`MCMCResult`, from either engine (the Pyro runner :func:`ppl_sparsegp.pyro.mcmc.run_mcmc`
+            returns the same class, and the Pyro twins' sites have the NumPyro models' names), or a
+            ``numpyro.infer.MCMC`` that has run.
+        params, key: as :func:`ppl_sparsegp.posterior.predict.draw_moments` (a deep GP needs ``key``).
+    """
+    samples = _mcmc_parts(result)[0]
+    C, S = next(iter(samples.values())).shape[:2]
+    flat = {k: np.reshape(v, (C * S, *np.shape(v)[2:])) for k, v in samples.items()}
+    y_mean = np.asarray(draw_moments(model, flat, X_new, params=params, key=key)[2])
+    return y_mean.reshape((C, S, *y_mean.shape[1:]))
+
+
+def predictive_rhat(means: Array, threshold: float = RHAT_THRESHOLD) -> PredictiveRhat:
+    """ArviZ's R-hat (rank-normalised, split) of per-draw predictive means [C, S, N] or [C, S, N, P] (e.g. from
+    :func:`predictive_means`), point by point: the chains' halves compared (split R-hat; :func:`rhat_defined`).
+
+    Raises:
+        ValueError: ``means`` is not [C, S, N(, P)] with C >= :data:`RHAT_MIN_CHAINS`, S >=
+            :data:`RHAT_MIN_DRAWS` and finite values, or ``threshold`` is not > 1.
+    """
+    import arviz as az
+    import xarray as xr
+
+    means = np.asarray(means, dtype=float)
+    if means.ndim not in (3, 4) or not rhat_defined(means) or 0 in means.shape:
+        raise ValueError(
+            f"means: expected [chains >= {RHAT_MIN_CHAINS}, draws >= {RHAT_MIN_DRAWS}, points(, outputs)], got "
+            f"shape {means.shape}"
+        )
+    if not np.all(np.isfinite(means)):
+        raise ValueError("means: expected finite predictive means")
+    if not (isinstance(threshold, int | float) and threshold > 1):
+        raise ValueError(f"threshold: expected a number > 1, got {threshold!r}")
+    data = xr.Dataset({"y_mean": (["chain", "draw", *prediction_dims(means)], means)})
+    return PredictiveRhat(means, np.asarray(az.rhat(data)["y_mean"]), float(threshold))
+
+
+def rhat_defined(means: Array) -> bool:
+    """Whether per-draw values [C, S, ...] have the chains and draws R-hat needs (:data:`RHAT_MIN_CHAINS`,
+    :data:`RHAT_MIN_DRAWS`)."""
+    shape = np.shape(means)
+    return len(shape) >= 2 and shape[0] >= RHAT_MIN_CHAINS and shape[1] >= RHAT_MIN_DRAWS
+
+
+def with_predictions(idata: Any, means: Array, X_new: Array) -> Any:
+    """``idata`` with a ``predictions`` group holding ``"y_mean"``, per-draw predictive means [C, S, N(, P)] at
+    new inputs, and a ``predictions_constant_data`` group holding those inputs ``"X"`` [N, D] (ArviZ's groups for
+    out-of-sample predictions; ``posterior_predictive`` is for replicates of the observed data)."""
+    means, X_new = np.asarray(means), np.asarray(X_new)
+    groups = {
+        "predictions": _dataset({"y_mean": means}, {"y_mean": prediction_dims(means)}, ["chain", "draw"]),
+        "predictions_constant_data": _dataset({"X": X_new}, {"X": ["point", "input_dim"]}, []),
+    }
+    if ARVIZ_MAJOR >= 1:
+        import xarray as xr
+
+        for name, group in groups.items():
+            idata[name] = xr.DataTree(group)
+    else:
+        idata.add_groups(groups)
+    return idata
 
 
 def with_constant_data(idata: Any, arrays: Mapping[str, Array]) -> Any:

@@ -11,7 +11,9 @@ then runs
 * ``engine="nuts"``: NUTS on the same shallow model with full-data gradients (small data), every site sampled.
 
 Predictions (:meth:`BSGPFit.log_predictive_density`, :meth:`BSGPFit.predict`) are mixtures over the kept draws
-with K_zz recomputed for every draw (spec §2.5).
+with K_zz recomputed for every draw (spec §2.5); :meth:`BSGPFit.predictive_rhat` compares the chains' predictive
+means at test points (R-hat, the paper's §4.2). Several chains run vectorized by default, each with its own noise
+estimate (:class:`ppl_sparsegp.infer.sghmc.SGMCMCKernel` keeps the point update a branch for them).
 
 What does not depend on the engine, :func:`plan_bsgp` (settings, Z, schedule, checkpoint fingerprint) and
 :func:`build_model` (the model and its start, from either backend's model modules), is shared with the Pyro twin of
@@ -56,6 +58,7 @@ BSGP_ENGINES = ("sghmc", "nuts")
 UPDATES_PER_ITERATION = 21
 """SGHMC updates per iteration of the released sampler's warmup (see :func:`bsgp_schedule`)."""
 NOISE_MODES = ("point", "sampled")
+CHAIN_METHODS = ("vectorized", "sequential")
 
 
 @dataclass
@@ -106,6 +109,19 @@ class BSGPFit:
         """Mean and variance of the mixture predictive of f and y at X_new [S, D]."""
         key = self._key(key)
         return posterior_predictive(self.model, self.mcmc.flat_samples(), X_new, standardizer=standardizer, key=key)
+
+    def predictive_means(self, X_new: Array, *, key: Array | None = None) -> np.ndarray:
+        """E[y | draw] at X_new [S_new, D] for every kept draw of every chain, standardised units: [C, S, S_new] or
+        [C, S, S_new, P] (a deep model propagates one draw of its inner layers per posterior draw, from ``key``)."""
+        return diagnostics.predictive_means(self.model, self.mcmc, X_new, key=self._key(key))
+
+    def predictive_rhat(
+        self, X_new: Array, *, key: Array | None = None, threshold: float = diagnostics.RHAT_THRESHOLD
+    ) -> diagnostics.PredictiveRhat:
+        """R-hat across chains of :meth:`predictive_means` at X_new, point by point (the paper's convergence check,
+        §4.2): ``.max``, ``.fraction_below`` (R-hat < ``threshold``), ``.summary()`` and the means (see
+        :func:`ppl_sparsegp.posterior.diagnostics.predictive_rhat`; at least 2 chains of 4 draws)."""
+        return diagnostics.predictive_rhat(self.predictive_means(X_new, key=key), threshold)
 
     def inference_data(self, X: Array, y: Array, max_log_likelihood: int = 4_000_000,
                        log_likelihood_of: str = "potential") -> tuple[Any, list[str]]:  # fmt: skip
@@ -158,7 +174,11 @@ class BSGPConfig:
     because sampled inducing inputs make the curvature uneven: on a 40-point, M = 4 problem (150 + 150 steps, 8
     seeds) 0.8 gave 6.2% divergent transitions on average (up to 11%) and 0.9 gave 2.9% (up to 6%), for 1.3x the
     gradient evaluations. batch_size: minibatch of the SGHMC gradients (min(batch_size, N) are used). num_chains,
-    warmup_chunk_size, chunk_size: see :func:`run_mcmc`.
+    warmup_chunk_size, chunk_size: see :func:`run_mcmc`. chain_method: ``"vectorized"`` (one program steps every
+    chain, each with its own point estimates, window and optimiser state) or ``"sequential"`` (chain after chain in
+    one program); both take the same steps up to floating-point rounding, which the chain amplifies over long runs
+    (see :mod:`ppl_sparsegp.infer.sghmc`, "Multiple chains"). The Pyro twin
+    (:func:`ppl_sparsegp.recipes.bsgp_pyro.fit_bsgp`) runs its chains one after another whatever this says.
     """
 
     num_layers: int = 1
@@ -183,9 +203,11 @@ class BSGPConfig:
     num_chains: int = 1
     warmup_chunk_size: int | None = None
     chunk_size: int | None = None
+    chain_method: str = "vectorized"
 
     def __post_init__(self) -> None:
         check_choice("engine", self.engine, BSGP_ENGINES)
+        check_choice("chain_method", self.chain_method, CHAIN_METHODS)
         check_choice("noise", self.noise, NOISE_MODES)
         if isinstance(self.z_prior, str):  # or a numpyro distribution over Z
             check_choice("z_prior", self.z_prior, Z_PRIORS)
@@ -245,7 +267,6 @@ def fit_bsgp(
         kernel = NUTS(
             model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=c.target_accept_prob
         )
-        chain_method = "vectorized"
     else:
         sites = model.point_estimate_sites()
         kernel = AdaptiveSGHMC(
@@ -256,8 +277,6 @@ def fit_bsgp(
             init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )
-        # a point-estimate update is a lax.cond, which vmapped chains would evaluate at every step
-        chain_method = "sequential" if sites and c.num_chains > 1 else "vectorized"
     mcmc = run_mcmc(
         kernel,
         jnp.asarray(p.X),
@@ -267,7 +286,7 @@ def fit_bsgp(
         thinning=p.thinning,
         key=key,
         num_chains=c.num_chains,
-        chain_method=chain_method,
+        chain_method=c.chain_method,
         warmup_chunk_size=c.warmup_chunk_size,
         chunk_size=c.chunk_size,
         checkpoint=checkpoint,

@@ -50,7 +50,7 @@ def fit(folder, *args: str) -> dict:
 @needs_yacht
 def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "out"
-    record = fit(folder, "--data", "yacht", "--split", "0", *TINY)
+    record = fit(folder, "--data", "yacht", "--split", "0", "--chains", "2", *TINY)
     m, s, o = record["metrics"], record["sampler"], record["options"]
     assert record["method"] == "bsgp" and record["data"] == "bsgp/yacht" and record["split"] == 0
     assert (record["n_train"], record["n_eval"], record["input_dim"]) == (246, 62, 6)
@@ -64,7 +64,7 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert o["noise_variance"] == 1.0 and o["steps"] is None and o["warmup"] is None
     assert s == {
         "kernel": "AdaptiveSGHMC",
-        "chains": 1,
+        "chains": 2,
         "draws_per_chain": 4,
         "warmup_updates": 420,
         "sample_updates": 128,
@@ -87,7 +87,7 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     assert (folder / "fit.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     idata = diagnostics.load(folder / "posterior.nc")
     Z = idata.posterior["Z"]
-    assert Z.dims == ("chain", "draw", "inducing_point", "input_dim") and Z.shape == (1, 4, 10, 6)
+    assert Z.dims == ("chain", "draw", "inducing_point", "input_dim") and Z.shape == (2, 4, 10, 6)
     assert idata.posterior["u"].dims == ("chain", "draw", "latent", "inducing_point")
     assert idata.posterior["kernel.lengthscale"].dims == ("chain", "draw", "input_dim")
     assert {"likelihood.variance", "kernel.variance"} <= set(idata.posterior.data_vars)
@@ -95,23 +95,35 @@ def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     # differ; the noise is a point estimate, moved by the warmup from --noise-variance 1.0, then fixed while sampling
     assert np.ptp(Z.values, axis=1).max() > 0
     noise = idata.posterior["likelihood.variance"].values
-    assert np.all(noise == noise.flat[0]) and noise.flat[0] < 1.0
-    assert idata.log_likelihood["y"].shape == (1, 4, 246)
+    assert np.all(noise == noise[:, :1]) and np.all(noise < 1.0) and noise[0, 0] != noise[1, 0]  # one per chain
+    assert idata.log_likelihood["y"].shape == (2, 4, 246)
     assert np.all(np.isfinite(idata.log_likelihood["y"].values)) and "lp" in idata.sample_stats
-    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data"]
+    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data", "predictions",
+              "predictions_constant_data"]  # fmt: skip
     assert record["files"]["posterior_groups"] == groups
+    means = idata.predictions["y_mean"]  # each draw's predictive mean at the 62 test points
+    assert means.dims == ("chain", "draw", "point") and means.shape == (2, 4, 62)
+    assert idata.predictions_constant_data["X"].shape == (62, 6)
+    rhat = record["predictive_rhat"]  # R-hat of every test point's predictive mean across the two chains
+    assert (rhat["chains"], rhat["draws_per_chain"], rhat["points"], rhat["threshold"]) == (2, 4, 62, 1.1)
+    expected = diagnostics.predictive_rhat(means.values)
+    assert rhat["max"] == pytest.approx(expected.max) and rhat["fraction_below"] == expected.fraction_below
+    assert f"R-hat of the test predictive means: max {rhat['max']:.3f}" in printed
 
     # the checkpoint was written for these settings: another Z prior in the same folder is refused, uncompiled
     before = (folder / "results.json").read_text()
     monkeypatch.setattr(jax, "jit", lambda *a, **k: pytest.fail("compiled before refusing the checkpoint"))
-    args = ["fit", "bsgp", "--data", "yacht", *TINY, "--z-prior", "uniform", "--out", str(folder)]
+    args = ["fit", "bsgp", "--data", "yacht", "--chains", "2", *TINY, "--z-prior", "uniform", "--out", str(folder)]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err == (
         f"error: checkpoint: {folder / 'mcmc.ckpt'} was written for a different model, data or other settings "
         "(--z-prior 'normal' -> 'uniform'); start afresh with --restart or choose another --out\n"
     )
-    assert main(["fit", "bsgp", "--data", "yacht", *TINY, "--iterations", "40", "--out", str(folder)]) == 2
+    assert (
+        main(["fit", "bsgp", "--data", "yacht", "--chains", "2", *TINY, "--iterations", "40", "--out", str(folder)])
+        == 2
+    )
     assert "other settings (--iterations 20 -> 40)" in capsys.readouterr().err
     assert (folder / "results.json").read_text() == before
 
@@ -224,7 +236,8 @@ def test_two_layer_bsgp_on_diabetes(tmp_path):
     record = fit(folder, "--layers", "2", "--z-prior", "uniform", *TINY, "--quiet")
     assert record["layers"] == 2 and record["data"] == "embedded/diabetes"
     assert math.isfinite(record["metrics"]["mnll"]) and record["updates_per_second"] > 0
-    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data"]
+    groups = ["posterior", "sample_stats", "observed_data", "log_likelihood", "constant_data", "predictions",
+              "predictions_constant_data"]  # fmt: skip
     assert record["files"]["posterior_groups"] == groups
     idata = diagnostics.load(folder / "posterior.nc")
     assert (

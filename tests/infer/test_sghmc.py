@@ -11,6 +11,7 @@ import pytest
 from jax import random
 from numpyro.infer import MCMC
 
+from ppl_sparsegp.infer.mcmc import run_mcmc
 from ppl_sparsegp.infer.sghmc import SGHMC, SGLD, AdaptiveSGHMC, PointEstimates, _normal_like
 from ppl_sparsegp.recipes.bsgp import bsgp_schedule
 
@@ -334,3 +335,58 @@ def test_point_estimates_must_name_param_sites():
         PointEstimates("noise")
     with pytest.raises(ValueError, match="point_estimates: optimising param sites needs a `model`"):
         SGLD(potential_fn=lambda z: z, step_size=0.1, point_estimates=PointEstimates(("noise",)))
+
+
+def _point_chains(y, chain_method, **kw):
+    """Three AdaptiveSGHMC chains of ``_unknown_noise``, each with its own noise estimate (updated every 5 steps)."""
+    point = PointEstimates(("noise",), optimizer=optax.adam(0.05), every=5, window=4)
+    kernel = AdaptiveSGHMC(_unknown_noise, num_data=y.shape[0], point_estimates=point)
+    settings = dict(num_warmup=62, num_samples=40, thinning=2, num_chains=3, key=random.PRNGKey(3))
+    return run_mcmc(kernel, y, chain_method=chain_method, **{**settings, **kw})
+
+
+@pytest.fixture(scope="module")
+def noisy_data():
+    return jnp.asarray(1.0 + 1.5 * np.random.default_rng(4).normal(size=50))
+
+
+@pytest.fixture(scope="module")
+def vectorized_point_chains(noisy_data):
+    return _point_chains(noisy_data, "vectorized")
+
+
+def test_vectorized_chains_with_point_estimates_take_the_sequential_chains_steps(noisy_data, vectorized_point_chains):
+    vectorized, sequential = vectorized_point_chains, _point_chains(noisy_data, "sequential")
+    for site in ("mu", "noise"):
+        assert vectorized.samples[site].shape == (3, 20)
+        np.testing.assert_allclose(vectorized.samples[site], sequential.samples[site], rtol=1e-5, atol=1e-6)
+    noise = vectorized.samples["noise"]
+    assert np.all(noise == noise[:, :1])  # fixed after warmup, chain by chain
+    assert len(np.unique(noise[:, 0])) == 3 and np.all(noise[:, 0] != 1.0)  # each chain its own estimate, moved
+    assert np.all(vectorized.last_state.point_state.filled == 62 // 5)  # every chain updated at steps 5, 10, .., 60
+
+
+def test_vectorized_point_estimate_update_stays_a_branch(noisy_data):
+    """The update due every ``every`` steps is a ``cond`` in the vectorized step, not a select computed every step."""
+    kernel = AdaptiveSGHMC(_unknown_noise, num_data=50, point_estimates=PointEstimates(("noise",), every=5, window=4))
+    state = kernel.init(random.split(random.PRNGKey(0), 3), 10, None, (noisy_data,), {})
+    assert state.i.shape == (3,)
+    step = str(jax.make_jaxpr(lambda s: kernel.sample(s, (noisy_data,), {}))(state))
+    assert "cond[" in step
+
+
+def test_vectorized_point_chains_killed_in_warmup_resume_to_the_uninterrupted_draws(
+    noisy_data, vectorized_point_chains, tmp_path
+):
+    path, pieces = tmp_path / "chains.ckpt", []
+
+    def die_in_warmup(result):
+        pieces.append(result.warmup_done)
+        if len(pieces) == 2:
+            raise KeyboardInterrupt  # returns what was drawn; the checkpoint holds the second piece
+
+    interrupted = _point_chains(noisy_data, "vectorized", warmup_chunk_size=23, checkpoint=path, callback=die_in_warmup)
+    assert interrupted.interrupted and pieces == [23, 46]  # pieces end between point updates (every 5 steps)
+    resumed = _point_chains(noisy_data, "vectorized", warmup_chunk_size=23, checkpoint=path)
+    for site in ("mu", "noise"):
+        np.testing.assert_array_equal(resumed.samples[site], vectorized_point_chains.samples[site])

@@ -219,6 +219,28 @@ def test_fit_bsgp_samples_z_noise_and_hyperparameters_and_predicts(problem):
 
 
 @pytest.mark.slow
+def test_vectorized_chains_with_point_noise_equal_sequential_chains_and_give_a_predictive_rhat(problem):
+    X, y, _ = problem
+    runs = {
+        method: fit_bsgp(X, y, key=jax.random.PRNGKey(2), num_inducing=M, num_iterations=30, num_kept=8, num_chains=3,
+                         chain_method=method)
+        for method in ("vectorized", "sequential")
+    }  # fmt: skip
+    vectorized, sequential = (runs[m].mcmc.samples for m in ("vectorized", "sequential"))
+    for site in ("Z", "u", "kernel.lengthscale", "likelihood.variance"):
+        assert vectorized[site].shape[:2] == (3, 8)
+        np.testing.assert_allclose(vectorized[site], sequential[site], rtol=1e-4, atol=1e-5)
+    noise = vectorized["likelihood.variance"][:, 0]
+    assert len(np.unique(noise)) == 3  # each chain optimised its own noise
+    rhat = runs["vectorized"].predictive_rhat(X[:10])
+    assert rhat.means.shape == (3, 8, 10) and rhat.rhat.shape == (10,)
+    assert 0.0 <= rhat.fraction_below <= 1.0 and rhat.max >= float(np.min(rhat.rhat)) > 0.9
+    idata, _ = runs["vectorized"].inference_data(X, y)
+    diagnostics.with_predictions(idata, rhat.means, X[:10])
+    assert idata.predictions["y_mean"].dims == ("chain", "draw", "point")
+
+
+@pytest.mark.slow
 def test_fit_deep_bsgp_two_layers(problem):
     X, y, _ = problem
     fit = fit_bsgp(X, y, key=jax.random.PRNGKey(1), num_layers=2, num_inducing=M, num_iterations=60, num_kept=8)
@@ -269,6 +291,7 @@ def test_nuts_runs_on_the_same_model_with_sampled_noise(problem):
         ({"engine": "nuts"}, "noise: NUTS samples every site"),
         ({"engine": "hmc"}, "engine: expected one of"),
         ({"noise": "fixed"}, "noise: expected one of"),
+        ({"chain_method": "parallel"}, "chain_method: expected one of"),
         ({"z_prior": "poisson"}, "z_prior: expected one of"),
         ({"likelihood_term": "elbo"}, "likelihood_term: expected one of"),
         ({"num_layers": 0}, "num_layers: expected a positive integer"),

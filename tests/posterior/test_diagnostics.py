@@ -225,3 +225,49 @@ def test_to_inference_data_takes_the_result_of_either_engine(problem, svi_fit):
     assert psg.to_inference_data(mcmc, model, X, y).posterior["u"].shape[:2] == (1, 4)
     with pytest.raises(ValueError, match="fit: expected an SVIResult, an MCMCResult or a numpyro.infer.MCMC"):
         psg.to_inference_data({"u": 1}, model, X, y)
+
+
+def test_predictive_rhat_is_arviz_rhat_per_point_and_flags_the_points_where_chains_disagree():
+    means = np.random.default_rng(7).normal(size=(4, 200, 10))
+    agree = diagnostics.predictive_rhat(means)
+    assert agree.rhat.shape == (10,) and agree.max < 1.05 and agree.fraction_below == 1.0
+    np.testing.assert_allclose(agree.rhat[3], float(az.rhat(means[:, :, 3])))
+    rescaled = diagnostics.predictive_rhat(3.0 * means - 1.0).rhat  # rank-based: units do not matter (up to rounding)
+    np.testing.assert_allclose(rescaled, agree.rhat, rtol=1e-3)
+    shifted = means.copy()
+    shifted[0, :, :3] += 2.0  # one chain sits elsewhere at three points
+    flagged = diagnostics.predictive_rhat(shifted)
+    assert np.all(flagged.rhat[:3] > 1.25) and np.all(flagged.rhat[3:] < 1.05)
+    assert flagged.fraction_below == 0.7 and flagged.max == float(flagged.rhat.max())
+    summary = flagged.summary()
+    assert (summary["chains"], summary["draws_per_chain"], summary["points"]) == (4, 200, 10)
+    assert summary["fraction_below"] == 0.7 and summary["threshold"] == 1.1
+    np.testing.assert_allclose([summary["mean"], summary["sd"]], [flagged.rhat.mean(), flagged.rhat.std()])
+    assert diagnostics.predictive_rhat(means.reshape(4, 200, 5, 2)).rhat.shape == (5, 2)  # two outputs
+
+
+@pytest.mark.parametrize(
+    ("means", "threshold", "message"),
+    [
+        (np.zeros((200, 10)), 1.1, "means: expected"),
+        (np.zeros((4, 3, 10)), 1.1, "draws >= 4"),
+        (np.zeros((1, 20, 10)), 1.1, "chains >= 2"),
+        (np.full((4, 20, 10), np.nan), 1.1, "means: expected finite"),
+        (np.zeros((4, 20, 10)), 1.0, "threshold: expected a number > 1"),
+    ],
+)
+def test_predictive_rhat_rejects_bad_input(means, threshold, message):
+    with pytest.raises(ValueError, match=message):
+        diagnostics.predictive_rhat(means, threshold)
+
+
+def test_predictions_group_holds_the_means_by_chain_draw_and_point_and_round_trips(tmp_path):
+    means, X_new = np.random.default_rng(8).normal(size=(3, 6, 4)), np.arange(8.0).reshape(4, 2)
+    idata = diagnostics.to_inference_data({"a": np.zeros((3, 6))})
+    diagnostics.with_predictions(idata, means, X_new)
+    back = diagnostics.load(diagnostics.save(idata, tmp_path / "run.nc"))
+    assert {"posterior", "predictions", "predictions_constant_data"} <= set(diagnostics.group_names(back))
+    assert back["predictions"]["y_mean"].dims == ("chain", "draw", "point")
+    np.testing.assert_array_equal(back["predictions"]["y_mean"].values, means)
+    assert back["predictions_constant_data"]["X"].dims == ("point", "input_dim")
+    np.testing.assert_allclose(float(az.rhat(back["predictions"])["y_mean"][2]), float(az.rhat(means[:, :, 2])))

@@ -69,3 +69,35 @@ def test_adaptive_sghmc_runs_on_deep_bsgp():
         assert torch.all(draws[site][1:] != draws[site][:-1])
     mean, var = model.predict_y({k: v[-1] for k, v in draws.items()}, X[:4])
     assert mean.shape == (4,) and torch.all(torch.isfinite(mean)) and torch.all(var > 0)
+
+
+def test_predictive_rhat_reads_a_pyro_run_of_two_chains():
+    """The Pyro runner (chains one after another) returns the NumPyro engine's MCMCResult with the twins' site names,
+    so the NumPyro BSGP computes each draw's predictive mean from it: the same as the Pyro model's, draw by draw."""
+    from ppl_sparsegp.models.numpyro import bsgp as numpyro_bsgp
+    from ppl_sparsegp.posterior import diagnostics
+    from ppl_sparsegp.pyro.mcmc import run_mcmc
+
+    pyro.clear_param_store()
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (30, 2))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.standard_normal(30)
+    model = BSGP(bsgp_kernel(2), likelihoods.Gaussian(variance=1.0), Z=X[:5], batch_size=10)
+    kernel = AdaptiveSGHMC(
+        model.model,
+        step_size=0.05,
+        num_data=30,
+        init_strategy=init_to_value(values=model.initial_values()),
+        point_estimates=PointEstimates(model.point_estimate_sites(), every=4, window=4),
+    )
+    result = run_mcmc(kernel, X, y, num_warmup=8, num_samples=8, num_chains=2, seed=1, progress=False)
+    twin = numpyro_bsgp.BSGP(
+        kernel=numpyro_bsgp.bsgp_kernel(2), likelihood=likelihoods.Gaussian(variance=1.0), Z=X[:5], batch_size=10
+    )
+    means = diagnostics.predictive_means(twin, result, X[:4])
+    assert means.shape == (2, 8, 4)
+    for c, s in ((0, 0), (1, 7)):
+        mean, _ = model.predict_y({k: v[c, s] for k, v in result.samples.items()}, X[:4])
+        np.testing.assert_allclose(means[c, s], mean.numpy(), rtol=1e-4, atol=1e-5)
+    rhat = diagnostics.predictive_rhat(means)
+    assert rhat.rhat.shape == (4,) and np.all(np.isfinite(rhat.rhat)) and rhat.summary()["chains"] == 2
