@@ -86,7 +86,8 @@ def auto_threads(params: Iterable[torch.Tensor], own: int) -> int:
 
     A param that large (the M x M factor of q(u) from M = 512 inducing points) means a step of a few large
     factorisations and products, which threads share; below, a step of many small operations, between which the
-    pool's threads wait. Measured here (SVGP, N = 20000, B = 256, 2 cores, OMP_WAIT_POLICY unset; one : two threads,
-    steps/s): M = 256 53 : 34 (float32), 40 : 30 (float64); M = 512 20 : 28, 12 : 16; M = 1024 5.3 : 8.0, 2.5 : 4.7.
+    pool's threads wait. Measured here (SVGP, N = 20000, B = 256, 2 cores; one : two threads, steps/s, float32 and
+    float64): M = 256 53 : 34 and 40 : 30 (OMP_WAIT_POLICY=PASSIVE); M = 512 20 : 28 and 12 : 16, M = 1024 5.3 : 8.0
+    and 2.5 : 4.7 (OMP_WAIT_POLICY unset).
     """
     return own if any(p.numel() >= AUTO_THREADS_ENTRIES for p in params) else 1
