@@ -1,14 +1,16 @@
 """bsgp: BSGP (Rossi et al. 2021): v, Z and θ of every layer sampled by SGHMC or, for one layer, by NUTS.
 
-:func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with the released code's scale-adapted SGHMC schedule by default. A bare
-BSGP UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the paper's
-protocol with --split as the fold; other data load as for the other methods. Writes posterior.nc (the kept draws,
-standardised units), fit.png (the potential energy of the kept draws and the predictive picture) and results.json
-(metrics of the mixture predictive in original units, sampler settings and speed). The chain is checkpointed to
-OUT/mcmc.ckpt every 100 warmup iterations (its settings, for reading, in OUT/mcmc.ckpt.json). With ``--backend pyro``
-the Pyro twins and engines run the same recipe (:mod:`ppl_sparsegp.recipes.bsgp_pyro`: the scale-adapted SGHMC of
-:mod:`ppl_sparsegp.pyro.sgmcmc` or Pyro's NUTS, torch's randomness from --seed) and the draws, which carry the same
-site names, are evaluated and stored as a NumPyro run's (the same files); --devices needs --backend numpyro.
+:func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with the released code's scale-adapted SGHMC schedule by default. A bare BSGP
+UCI name (boston, concrete, energy, kin8nm, naval, power, protein, yacht) loads bsgp/<name>, the paper's protocol with
+--split as the fold; other data load as for the other methods. Writes posterior.nc (the kept draws, standardised units,
+and a ``predictions`` group of every draw's predictive mean at the evaluation inputs, dims chain, draw, point), fit.png
+(the potential energy of the kept draws and the predictive picture) and results.json (metrics of the mixture predictive
+in original units, sampler settings and speed, and ``predictive_rhat``: R-hat of the test predictive means across
+chains, None with fewer than 2 chains or 4 draws). The chain is checkpointed to OUT/mcmc.ckpt every 100 warmup
+iterations (its settings, for reading, in OUT/mcmc.ckpt.json). With ``--backend pyro`` the Pyro twins and engines run
+the same recipe (:mod:`ppl_sparsegp.recipes.bsgp_pyro`: the scale-adapted SGHMC of :mod:`ppl_sparsegp.pyro.sgmcmc` or
+Pyro's NUTS, torch's randomness from --seed) and the draws, which carry the same site names, are evaluated and stored as
+a NumPyro run's (the same files); --devices needs --backend numpyro.
 """
 
 from __future__ import annotations
