@@ -438,6 +438,21 @@ def check_initial_inclusion(value: Any) -> float:
     return float(value)
 
 
+def check_initial_probabilities(init_params: Mapping[str, Any], name: str, num_candidates: int) -> None:
+    """Refuse an initial λ ``init_params[name]`` (numpy, jax or torch) that is not K = ``num_candidates``
+    probabilities in (0, 1); nothing to check when ``name`` is absent."""
+    if name not in init_params:
+        return
+    value = init_params[name]
+    probs = np.asarray(value.detach().cpu() if hasattr(value, "detach") else value, dtype=float)
+    if probs.shape != (num_candidates,) or not np.all((probs > 0) & (probs < 1)):
+        span = f", from {probs.min()} to {probs.max()}" if probs.size else ""
+        raise ValueError(
+            f"init_params[{name!r}]: expected {num_candidates} probabilities in (0, 1), one per candidate, got shape "
+            f"{probs.shape}{span}"
+        )
+
+
 def selected_indices(mask: Array, num_candidates: int, name: str = "mask") -> np.ndarray:
     """Indices of the candidates in a concrete inclusion mask [K] (numpy, jax or torch).
 

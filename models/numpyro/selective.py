@@ -65,6 +65,7 @@ from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointP
 from .._shared import (
     check_alpha,
     check_initial_inclusion,
+    check_initial_probabilities,
     check_output_columns,
     scoped_methods,
     selected_indices,
@@ -131,16 +132,7 @@ class SubsetSelection:
 
     def check_initial(self, init_params: Mapping[str, Array]) -> None:
         """Refuse an initial λ (``"<prefix>inclusion_probs"``) that is not K probabilities in (0, 1)."""
-        name = f"{self.prefix}{INCLUSION_PARAM}"
-        if name not in init_params:
-            return
-        probs = np.asarray(init_params[name], dtype=float)
-        if probs.shape != (self.num_candidates,) or not np.all((probs > 0) & (probs < 1)):
-            span = f", from {probs.min()} to {probs.max()}" if probs.size else ""
-            raise ValueError(
-                f"init_params[{name!r}]: expected {self.num_candidates} probabilities in (0, 1), one per "
-                f"candidate, got shape {probs.shape}{span}"
-            )
+        check_initial_probabilities(init_params, f"{self.prefix}{INCLUSION_PARAM}", self.num_candidates)
 
     def kl(self, params: Mapping[str, Array]) -> Array:
         """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""

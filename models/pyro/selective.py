@@ -45,6 +45,7 @@ from ppl_sparsegp.pyro.subset_prior import IndependentInclusion, SubsetPointProc
 from .._shared import (
     check_alpha,
     check_initial_inclusion,
+    check_initial_probabilities,
     check_output_columns,
     scoped_methods,
     selected_indices,
@@ -106,6 +107,10 @@ class SubsetSelection:
         """Fitted λ [K] (the initial value when ``params`` has none)."""
         default = torch.full((self.num_candidates,), self.initial_inclusion, dtype=float_dtype())
         return as_tensor(params.get(f"{self.prefix}{INCLUSION_PARAM}", default))
+
+    def check_initial(self, init_params: Mapping[str, Array]) -> None:
+        """Refuse an initial λ (``"<prefix>inclusion_probs"``) that is not K probabilities in (0, 1)."""
+        check_initial_probabilities(init_params, f"{self.prefix}{INCLUSION_PARAM}", self.num_candidates)
 
     def kl(self, params: Mapping[str, Array]) -> Array:
         """KL[q_λ ‖ p_α] at fitted λ (scalar, including −log C)."""

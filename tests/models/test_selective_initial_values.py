@@ -51,3 +51,19 @@ def test_bad_initial_values_are_refused_naming_them(problem, init_params, messag
     X, y, model = problem
     with pytest.raises(ValueError, match=message):
         model.check_data(X, y, init_params=init_params)
+
+
+@pytest.mark.parametrize("probs", [np.full(5, 1.0), np.full(4, 0.5), np.array([0.2, 0.2, -0.1, 0.5, 0.5])])
+def test_the_pyro_twins_check_of_an_initial_inclusion_refuses_as_numpyros(probs):
+    """SubsetSelection.check_initial on both sides: the same refusal, for a torch tensor too."""
+    import torch
+
+    from ppl_sparsegp.models.pyro._base import twin_of
+
+    gp = SGPR(kernel=RBF(1.0, np.ones(1)), likelihood=Gaussian(0.1), Z=np.linspace(0, 5, 5)[:, None])
+    numpyro_side = SelectiveSGPR(gp, alpha=0.1)
+    pyro_side = twin_of(numpyro_side)
+    for selection, value in ((numpyro_side.selection, probs), (pyro_side.selection, torch.as_tensor(probs))):
+        with pytest.raises(ValueError, match=r"init_params\['inclusion_probs'\]: expected 5 probabilities in \(0, 1\)"):
+            selection.check_initial({INCLUSION_PARAM: value})
+    pyro_side.selection.check_initial({INCLUSION_PARAM: torch.full((5,), 0.5, requires_grad=True)})
