@@ -25,7 +25,9 @@ def _fit(folder, *options: str) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
-@pytest.mark.parametrize("method", ["gpr", "sgpr", "svgp"])
+@pytest.mark.parametrize(
+    "method", [pytest.param("gpr", marks=pytest.mark.slow), pytest.param("sgpr", marks=pytest.mark.slow), "svgp"]
+)
 def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(method, tmp_path):
     options = ("--steps", "30", "--lr", "0.05") + (("--inducing", "8") if method != "gpr" else ())
     pyro_run = _fit(tmp_path / "pyro", method, *options, "--backend", "pyro")
@@ -42,6 +44,7 @@ def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(method, tmp
     assert pyro_run["metrics"]["nlpd"] == pytest.approx(numpyro_run["metrics"]["nlpd"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     straight = _fit(tmp_path / "straight", "svgp", *SMALL, "--backend", "pyro")
     first = _fit(tmp_path / "resumed", "svgp", *SMALL[:3], "20", *SMALL[4:], "--backend", "pyro")
@@ -52,6 +55,7 @@ def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     assert resumed["metrics"] == straight["metrics"]
 
 
+@pytest.mark.slow
 def test_the_other_backends_checkpoint_is_refused_naming_backend(tmp_path, capsys):
     _fit(tmp_path, "svgp", *SMALL)
     capsys.readouterr()
@@ -92,6 +96,7 @@ def test_a_pyro_sgpmc_run_writes_the_numpyro_runs_outputs_and_resumes_from_its_c
     assert again["metrics"] == record["metrics"]
 
 
+@pytest.mark.slow
 def test_a_thinned_chunked_pyro_sgpmc_run_resumes_inside_a_chain_to_the_uninterrupted_run(tmp_path, monkeypatch):
     """--thinning 2 --chunk 4: five draws per chain; a run killed in the second chain's sampling resumes from its
     last chunk (not from the chain's start) and writes the metrics of the uninterrupted run."""

@@ -45,6 +45,7 @@ def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(tmp_path):
     assert pyro_run["metrics"]["rmse"] < pyro_run["metrics"]["rmse_of_training_mean"]
 
 
+@pytest.mark.slow
 def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     straight = _fit(tmp_path / "straight", *MINIBATCH, "--epochs", "2", *PYRO)
     first = _fit(tmp_path / "resumed", *MINIBATCH, "--epochs", "1", *PYRO)
@@ -55,6 +56,7 @@ def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     assert resumed["metrics"] == straight["metrics"]
 
 
+@pytest.mark.slow
 def test_the_other_backends_checkpoint_is_refused_naming_backend(tmp_path, capsys):
     _fit(tmp_path, *MINIBATCH, "--epochs", "1")
     capsys.readouterr()

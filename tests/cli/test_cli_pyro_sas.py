@@ -43,6 +43,7 @@ def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(tmp_path):
         load_run(tmp_path / "pyro")
 
 
+@pytest.mark.slow
 def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     straight = _fit(tmp_path / "straight", *SMALL, "--epochs", "2", "--bayesian", *PYRO)
     first = _fit(tmp_path / "resumed", *SMALL, "--epochs", "1", "--bayesian", *PYRO)
@@ -53,6 +54,7 @@ def test_a_resumed_pyro_run_takes_the_steps_of_an_uninterrupted_one(tmp_path):
     assert resumed["metrics"] == straight["metrics"]
 
 
+@pytest.mark.slow
 def test_the_other_backends_checkpoint_is_refused_naming_backend(tmp_path, capsys):
     _fit(tmp_path, *SMALL, "--epochs", "1")
     capsys.readouterr()

@@ -65,6 +65,7 @@ def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(runs):
     assert m["rmse"] == pytest.approx(by_numpyro["metrics"]["rmse"], rel=0.1)
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_in_the_selection_resumes_to_the_uninterrupted_run(runs, tmp_path, monkeypatch):
     steps = []
     step = pyro.infer.TraceGraph_ELBO.loss_and_grads
