@@ -16,6 +16,7 @@ from test_cli_outputs import QUIET
 from ppl_sparsegp.cli import main
 from ppl_sparsegp.cli import svgp as cli_svgp
 from ppl_sparsegp.infer import checkpoint
+from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
 INITIAL = {"kernel.variance": 1.5, "kernel.lengthscale": 0.8, "likelihood.variance": 0.3}
@@ -59,59 +60,68 @@ def _losses(folder) -> np.ndarray:
     return checkpoint.read(folder / cli_svgp.CHECKPOINT).arrays["losses"]
 
 
+@pytest.fixture
+def engine_calls(monkeypatch) -> list[dict]:
+    """What the command passes to :func:`ppl_sparsegp.infer.svi.fit_svi`, one dict per fit (``gp``, ``X``, ``y`` and
+    the engine's keyword arguments); the fit itself runs unchanged."""
+    calls, real = [], cli_svgp.fit_svi
+
+    def fit_svi(model, guide, X, y, **engine):
+        calls.append({"gp": model.__self__, "X": X, "y": y, **engine})
+        return real(model, guide, X, y, **engine)
+
+    monkeypatch.setattr(cli_svgp, "fit_svi", fit_svi)
+    return calls
+
+
 @pytest.mark.parametrize("optimizer", cli_svgp.OPTIMIZERS)
-def test_each_optimiser_freezes_the_hyperparameters_lowers_the_loss_and_resumes(optimizer, tiny, tmp_path, capsys):
-    frozen = _fit(tmp_path / "run", tiny, "--optimizer", optimizer, "--freeze-steps", "3", "--steps", "3")
-    held = _params(tmp_path / "run")
+def test_each_optimiser_freezes_the_hyperparameters_lowers_the_loss_and_resumes(optimizer, tiny, tmp_path, capsys,
+                                                                                engine_calls):  # fmt: skip
+    run, out = ("--optimizer", optimizer, "--freeze-steps", "3"), tmp_path / "run"
+    frozen = _fit(out, tiny, *run, "--steps", "3")
+    held = _params(out)
     for name, value in INITIAL.items():  # held for the first 3 steps: every step so far
         np.testing.assert_allclose(held[name], value, rtol=1e-12, err_msg=name)
     assert frozen["optimizer"]["name"] == optimizer and frozen["optimizer"]["freeze_steps"] == 3
     assert frozen["optimizer"]["frozen"] == sorted(INITIAL) and frozen["options"]["optimizer"] == optimizer
 
-    resumed = _fit(tmp_path / "run", tiny, "--optimizer", optimizer, "--freeze-steps", "3", "--steps", "12")
-    whole = _fit(tmp_path / "whole", tiny, "--optimizer", optimizer, "--freeze-steps", "3", "--steps", "12")
-    assert resumed["resumed_from_step"] == 3 and resumed["steps"] == whole["steps"] == 12
-    np.testing.assert_allclose(_losses(tmp_path / "run"), _losses(tmp_path / "whole"), rtol=1e-9)
-    moved = _params(tmp_path / "run")
-    for name, value in _params(tmp_path / "whole").items():
-        np.testing.assert_allclose(moved[name], value, rtol=1e-8, atol=1e-10, err_msg=name)
+    resumed = _fit(out, tiny, *run, "--steps", "6")
+    assert resumed["resumed_from_step"] == 3 and resumed["steps"] == 6
+    moved = _params(out)
     for name, value in INITIAL.items():  # thawed after step 3
         assert not np.allclose(moved[name], value, rtol=1e-6), name
-    losses = _losses(tmp_path / "whole")
+    losses = _losses(out)
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 1.0, losses
+
+    # the same six steps without a checkpoint, in one dispatch: the resumed run took them
+    call = {k: v for k, v in engine_calls[0].items() if k not in ("checkpoint", "num_steps")}
+    gp, X, y = call.pop("gp"), call.pop("X"), call.pop("y")
+    uninterrupted = fit_svi(gp.model, gp.guide, X, y, num_steps=6, **call)
+    np.testing.assert_allclose(losses, uninterrupted.losses, rtol=1e-9)
 
     other = next(o for o in cli_svgp.OPTIMIZERS if o != optimizer)
     capsys.readouterr()
-    argv = ["fit", "svgp", "--data", tiny, *SMALL, "--optimizer", other, "--freeze-steps", "3", "--steps", "12"]
-    assert main([*argv, "--out", str(tmp_path / "run"), *QUIET]) == 2
+    argv = ["fit", "svgp", "--data", tiny, *SMALL, "--optimizer", other, "--freeze-steps", "3", "--steps", "6"]
+    assert main([*argv, "--out", str(out), *QUIET]) == 2
     assert f"--optimizer {optimizer!r} -> {other!r}" in capsys.readouterr().err
 
 
-def test_one_natural_step_of_size_one_reaches_the_collapsed_sgpr_bound(tiny, tmp_path, monkeypatch):
-    """The loss after the first step is the negative ELBO once q(u) has taken its natural step (Adam moves Z and the
-    hyperparameters after it): with the Gaussian likelihood and the full batch, Titsias' bound at the initial
+def test_one_natural_step_of_size_one_reaches_the_collapsed_sgpr_bound(tiny, tmp_path, engine_calls):
+    """The loss of the first step is the negative ELBO once q(u) has taken its natural step (Adam moves Z and the
+    hyperparameters after it): with the Gaussian likelihood and the full batch, minus Titsias' bound at the initial
     hyperparameters and Z, and q(u) is SGPR's optimal q*(u) there."""
-    seen = {}
-
-    def fit_svi(model, guide, X, y, **engine):
-        seen.update(gp=model.__self__, X=X, y=y)
-        return real(model, guide, X, y, **engine)
-
-    real = cli_svgp.fit_svi
-    monkeypatch.setattr(cli_svgp, "fit_svi", fit_svi)
     record = _fit(tmp_path / "run", tiny, "--optimizer", "natgrad", "--natgrad-step", "1", "--steps", "1",
                   "--freeze-steps", "1")  # fmt: skip
-    gp, X, y = seen["gp"], seen["X"], seen["y"]
+    gp, X, y = (engine_calls[0][k] for k in ("gp", "X", "y"))
     sgpr = SGPR(gp.kernel, gp.likelihood, Z=gp.Z)
-    bound = float(sgpr.elbo({}, X, y))
-    assert record["optimizer"]["natgrad_step"] == 1.0
-    np.testing.assert_allclose(record["final_loss"], -bound, rtol=1e-9)
+    assert record["optimizer"]["natgrad_step"] == 1.0 and engine_calls[0]["natural_gradient"].step_size == 1.0
+    np.testing.assert_allclose(record["final_loss"], -float(sgpr.elbo({}, X, y)), rtol=1e-9)
     q_mu, q_sqrt = sgpr.optimal_qu({}, X, y, whiten=True)
     fitted = _params(tmp_path / "run")
     np.testing.assert_allclose(fitted["u_loc"], q_mu, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(fitted["u_scale_tril"], q_sqrt, rtol=1e-7, atol=1e-9)
-    initial = float(-gp.elbo({"u_loc": np.zeros((1, 6)), "u_scale_tril": np.eye(6)[None]}, X, y))
-    assert record["final_loss"] < initial - 10.0  # q(u) moved from the prior: the bound is far below
+    prior = {"u_loc": np.zeros((1, 6)), "u_scale_tril": np.eye(6)[None]}
+    assert record["final_loss"] < -float(gp.elbo(prior, X, y)) - 10.0  # q(u) left the prior: far below its loss
 
 
 REFUSED = {
