@@ -95,7 +95,8 @@ def add_optimizer_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--natgrad-step", type=float, default=None, metavar="GAMMA",
         help="--optimizer natgrad: the natural step's size, in (0, 1]; with the Gaussian likelihood and the full "
-        "batch, 1 puts q(u) at its optimum for the current hyperparameters (SGPR's bound) at every step "
+        "batch, 1 puts q(u) at its optimum for the current hyperparameters (SGPR's bound) at every step; with "
+        "--batch-size, a smaller step averages the minibatches' noise "
         f"(default: {step}, {NATGRAD_STEP_OTHERS:g} for the other likelihoods)",
     )  # fmt: skip
     group.add_argument(

@@ -20,18 +20,8 @@ from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 
 INITIAL = {"kernel.variance": 1.5, "kernel.lengthscale": 0.8, "likelihood.variance": 0.3}
-BASE = (
-    "--inducing",
-    "6",
-    "--lr",
-    "0.05",
-    "--kernel-variance",
-    "1.5",
-    "--lengthscale",
-    "0.8",
-    "--checkpoint-every",
-    "3",
-)
+BASE = ("--inducing", "6", "--lr", "0.05", "--kernel-variance", "1.5", "--lengthscale", "0.8",
+        "--checkpoint-every", "3")  # fmt: skip
 SMALL = (*BASE, "--noise-variance", "0.3")
 
 
@@ -66,11 +56,11 @@ def engine_calls(monkeypatch) -> list[dict]:
     the engine's keyword arguments); the fit itself runs unchanged."""
     calls, real = [], cli_svgp.fit_svi
 
-    def fit_svi(model, guide, X, y, **engine):
+    def recorded(model, guide, X, y, **engine):
         calls.append({"gp": model.__self__, "X": X, "y": y, **engine})
         return real(model, guide, X, y, **engine)
 
-    monkeypatch.setattr(cli_svgp, "fit_svi", fit_svi)
+    monkeypatch.setattr(cli_svgp, "fit_svi", recorded)
     return calls
 
 
@@ -155,10 +145,12 @@ def test_bad_optimiser_options_are_refused_by_name_before_anything_compiles(case
     assert not (tmp_path / "run").exists()
 
 
-def test_help_documents_the_optimiser_flags(capsys):
+def test_help_documents_the_optimiser_flags(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per flag: no word broken at a hyphen
     assert main(["fit", "svgp", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     for words in ("--optimizer {adam,lbfgs,natgrad}", "full-batch L-BFGS", "no --batch-size", "--natgrad-step GAMMA",
-                  "in (0, 1]", "default: 1 for gaussian, 0.1 for the other likelihoods", "--freeze-steps K",
+                  "in (0, 1]", "a smaller step averages the minibatches' noise",
+                  "default: 1 for gaussian, 0.1 for the other likelihoods", "--freeze-steps K",
                   "kernel and likelihood hyperparameters", "default: 0, no freeze", "not for robustmax"):  # fmt: skip
         assert words in text, words
