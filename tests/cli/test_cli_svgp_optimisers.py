@@ -64,7 +64,14 @@ def engine_calls(monkeypatch) -> list[dict]:
     return calls
 
 
-@pytest.mark.parametrize("optimizer", cli_svgp.OPTIMIZERS)
+SLOW_HERE = {"adam", "lbfgs"}
+"""Optimisers whose run of the test below goes to the slow step (a minute each on 2 loaded cores): Adam fits in
+most command-line tests, and fit_svi's L-BFGS and freeze have their own tests in tests/infer."""
+
+
+@pytest.mark.parametrize(
+    "optimizer", [pytest.param(o, marks=pytest.mark.slow) if o in SLOW_HERE else o for o in cli_svgp.OPTIMIZERS]
+)
 def test_each_optimiser_freezes_the_hyperparameters_lowers_the_loss_and_resumes(optimizer, tiny, tmp_path, capsys,
                                                                                 engine_calls):  # fmt: skip
     run, out = ("--optimizer", optimizer, "--freeze-steps", "3"), tmp_path / "run"
