@@ -403,11 +403,9 @@ def build_model(
     """The model of ``plan`` and its initial values (the released code's start: Z as planned, v = 0, θ at the
     kernel's values, a sampled noise at the likelihood's) in one backend: ``shallow`` and ``deep`` are the model
     modules (:mod:`models.numpyro.bsgp` and :mod:`models.numpyro.deep_bsgp`, or their Pyro twins), ``as_array``
-    that backend's array (``jnp.asarray``, ``ppl_sparsegp.pyro.dtype.as_tensor``). ``optimised``: the shallow
-    model's sites made point estimates (``BSGP.optimised``; SGHMC-DGP's ``"Z"`` and kernel sites), none for BSGP.
-
-    Raises:
-        ValueError: ``optimised`` sites with more than one layer (the deep model samples every layer's Z and θ).
+    that backend's array (``jnp.asarray``, ``ppl_sparsegp.pyro.dtype.as_tensor``). ``optimised``: the sites (of
+    every layer) made point estimates (``BSGP.optimised``, ``DeepBSGP.optimised``; SGHMC-DGP's ``"Z"`` and kernel
+    sites), none for BSGP.
 
     Returns:
         (``shallow.BSGP`` for one layer, else ``deep.deep_bsgp``'s DeepBSGP; site -> initial value).
@@ -424,8 +422,6 @@ def build_model(
         likelihood_term=c.likelihood_term,
         batch_size=plan.batch_size,
     )
-    if optimised and c.num_layers != 1:
-        raise ValueError(f"num_layers: point-estimated {optimised} need the shallow model, got {c.num_layers} layers")
     if c.num_layers == 1:
         kernel = shallow.bsgp_kernel(D)
         priors = {k: v for k, v in shallow.bsgp_priors(kernel).items() if k not in optimised}
@@ -435,8 +431,9 @@ def build_model(
         )  # fmt: skip
     else:
         model = deep.deep_bsgp(
-            plan.X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, **common
-        )
+            plan.X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, optimised=optimised,
+            **common,
+        )  # fmt: skip
     initial = model.initial_values()
     initial.update({site: as_array(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise})
     return model, initial

@@ -1,8 +1,10 @@
-"""SGHMC-DGP (Havasi et al. 2018, one layer: "SGHMC-GP"), the baseline of the BSGP paper (spec 001 §2.6, Table 6).
+"""SGHMC-DGP (Havasi et al. 2018; one layer: "SGHMC-GP"), the baseline of the BSGP paper (spec 001 §2.6, Table 6).
 
-The model is BSGP's (:class:`models.numpyro.bsgp.BSGP`) with Z and the kernel hyperparameters θ made point estimates
-(``optimised=SGHMC_DGP_OPTIMISED``): they and the Gaussian noise σ² are ``param`` sites without priors, and only
-the whitened inducing outputs v (``"u"``) are sampled. Inference is Havasi et al.'s Monte-Carlo EM ("moving window
+The model is BSGP's (:class:`models.numpyro.bsgp.BSGP`, or :class:`models.numpyro.deep_bsgp.DeepBSGP` for
+``num_layers`` > 1, with BSGP's architecture: inner width D, fixed linear means) with Z and the kernel
+hyperparameters θ of every layer made point estimates (``optimised=SGHMC_DGP_OPTIMISED``): they and the Gaussian
+noise σ² are ``param`` sites without priors, and only the whitened inducing outputs v (``"u"``, ``"layer<ℓ>.u"``)
+are sampled. Inference is Havasi et al.'s Monte-Carlo EM ("moving window
 MCEM"), run by BSGP's engine (:class:`ppl_sparsegp.infer.sghmc.AdaptiveSGHMC` with
 :class:`~ppl_sparsegp.infer.sghmc.PointEstimates`): during warmup, every ``updates_per_iteration`` scale-adapted
 SGHMC updates of v (ε = 0.01, momentum decay 0.05), the state is pushed into a window of the last ``window`` states
@@ -23,8 +25,7 @@ of the BSGP protocol instead of that file's: minibatch min(1000, N) (the file: 1
 ``predict_density``), as BSGP's default.
 
 The draws carry BSGP's site names (``"Z"``, ``"kernel.*"``, ``"likelihood.variance"`` constant over the kept
-draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's. The deep model (L > 1)
-is not offered here: :class:`models.numpyro.deep_bsgp.DeepBSGP` samples every layer's Z and θ.
+draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's.
 The Pyro twin is :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp` (the same config and plan).
 """
 
@@ -52,15 +53,16 @@ from .phases import check_choice, configure
 Array = Any
 
 SGHMC_DGP_OPTIMISED = ("Z", "kernel.lengthscale", "kernel.variance")
-"""The sites SGHMC-DGP point-estimates beside the likelihood's (Z and the RBF kernel's θ)."""
+"""The sites (of every layer) SGHMC-DGP point-estimates beside the likelihood's: Z and the RBF kernel's θ."""
 
 
 @dataclass(frozen=True)
 class SGHMCDGPConfig:
     """The settings of :func:`fit_sghmc_dgp`, each default written here only (module docstring: where each is from).
 
-    num_inducing: M. likelihood_term: ``"log_expected"`` or ``"expected_log"`` (as BSGP's). noise_variance: the
-    Gaussian noise's start (1.0 = var(y) of standardised y). num_iterations, updates_per_iteration: warmup of
+    num_layers, num_inducing: L and M per layer (hidden width D, as BSGP's). likelihood_term: ``"log_expected"`` or
+    ``"expected_log"`` (as BSGP's). noise_variance: the Gaussian noise's start (1.0 = var(y) of standardised y).
+    num_iterations, updates_per_iteration: warmup of
     ``num_iterations`` × ``updates_per_iteration`` SGHMC updates with one Adam step after each iteration.
     num_kept, thinning: draws kept after warmup and the updates between them. learning_rate: Adam's (>= 0; 0 holds
     the point estimates at their start). window: the states the Adam step's state is drawn from. step_size, mdecay:
@@ -68,6 +70,7 @@ class SGHMCDGPConfig:
     num_chains, warmup_chunk_size, chunk_size, chain_method: as :class:`~ppl_sparsegp.recipes.bsgp.BSGPConfig`'s.
     """
 
+    num_layers: int = 1
     num_inducing: int = 100
     likelihood_term: str = "log_expected"
     noise_variance: float = 1.0
@@ -90,7 +93,15 @@ class SGHMCDGPConfig:
         check_choice("chain_method", self.chain_method, CHAIN_METHODS)
         validation.check_positive("noise_variance", self.noise_variance)
         check_count("num_iterations", self.num_iterations, 0)
-        for name in ("num_inducing", "updates_per_iteration", "num_kept", "thinning", "window", "batch_size"):
+        for name in (
+            "num_layers",
+            "num_inducing",
+            "updates_per_iteration",
+            "num_kept",
+            "thinning",
+            "window",
+            "batch_size",
+        ):
             check_count(name, getattr(self, name), 1)
         check_count("num_chains", self.num_chains, 1)
         for name in ("warmup_chunk_size", "chunk_size"):
@@ -125,9 +136,9 @@ def plan_sghmc_dgp(
     """
     c = configure(SGHMCDGPConfig, config, dict(overrides))
     bsgp = BSGPConfig(
-        num_inducing=c.num_inducing, likelihood_term=c.likelihood_term, noise="point", noise_variance=c.noise_variance,
-        engine="sghmc", num_warmup=c.num_warmup, num_samples=c.thinning * c.num_kept, thinning=c.thinning,
-        step_size=c.step_size, mdecay=c.mdecay, batch_size=c.batch_size, num_chains=c.num_chains,
+        num_layers=c.num_layers, num_inducing=c.num_inducing, likelihood_term=c.likelihood_term, noise="point",
+        noise_variance=c.noise_variance, engine="sghmc", num_warmup=c.num_warmup, num_samples=c.thinning * c.num_kept,
+        thinning=c.thinning, step_size=c.step_size, mdecay=c.mdecay, batch_size=c.batch_size, num_chains=c.num_chains,
         warmup_chunk_size=c.warmup_chunk_size, chunk_size=c.chunk_size, chain_method=c.chain_method,
     )  # fmt: skip
     p = plan_bsgp(X, y, bsgp, {}, likelihood=likelihood, Z=Z, z_prior_options=None)
@@ -155,7 +166,7 @@ def fit_sghmc_dgp(
     devices: int | str | None = None,
     **overrides: Any,
 ) -> BSGPFit:
-    """Sample v of SGHMC-GP with (Z, θ, σ²) optimised by moving-window MCEM (module docstring).
+    """Sample v of SGHMC-GP (or SGHMC-DGP) with (Z, θ, σ²) optimised by moving-window MCEM (module docstring).
 
     Args:
         X [N, D], y [N] or [N, P]: standardised training data.
@@ -167,7 +178,8 @@ def fit_sghmc_dgp(
 
     Returns:
         A :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit`: draws [C, S, ...] of ``"u"`` and, constant after warmup, of
-        the point estimates ``"Z"``, ``"kernel.*"``, ``"likelihood.*"``.
+        the point estimates ``"Z"``, ``"kernel.*"``, ``"likelihood.*"`` (``"layer<ℓ>."`` before each but the
+        likelihood's with several layers).
     """
     c, p = plan_sghmc_dgp(X, y, config, overrides, likelihood=likelihood, Z=Z)
     model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray, SGHMC_DGP_OPTIMISED)

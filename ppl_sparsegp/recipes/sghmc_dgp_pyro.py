@@ -1,12 +1,12 @@
 """SGHMC-DGP's recipe (Havasi et al. 2018; spec 001 §2.6) on the Pyro twins and engines, the twin of
 :func:`ppl_sparsegp.recipes.sghmc_dgp.fit_sghmc_dgp` with the same settings
 (:class:`~ppl_sparsegp.recipes.sghmc_dgp.SGHMCDGPConfig`), plan (:func:`~ppl_sparsegp.recipes.sghmc_dgp.plan_sghmc_dgp`)
-and start: :class:`models.pyro.bsgp.BSGP` with Z and θ point estimates (``optimised``), v sampled by
-:class:`ppl_sparsegp.pyro.sgmcmc.AdaptiveSGHMC` while :class:`~ppl_sparsegp.pyro.sgmcmc.PointEstimates` takes a
-``torch.optim.Adam`` step on (Z, θ, σ²) after every iteration at a window state, run by
-:func:`ppl_sparsegp.pyro.mcmc.run_mcmc` (chains one after another, whatever ``chain_method`` says). The draws carry
-the NumPyro site names and are evaluated by the NumPyro twin of the model, as in
-:mod:`ppl_sparsegp.recipes.bsgp_pyro`.
+and start: :class:`models.pyro.bsgp.BSGP` (or :class:`models.pyro.deep_bsgp.DeepBSGP`) with Z and θ point
+estimates (``optimised``), v sampled by :class:`ppl_sparsegp.pyro.sgmcmc.AdaptiveSGHMC` while
+:class:`~ppl_sparsegp.pyro.sgmcmc.PointEstimates` takes a ``torch.optim.Adam`` step on (Z, θ, σ²) after every
+iteration at a window state, run by :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` (chains one after another, whatever
+``chain_method`` says). The draws carry the NumPyro site names and are evaluated by the NumPyro twin of the model,
+as in :mod:`ppl_sparsegp.recipes.bsgp_pyro`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def fit_sghmc_dgp(
     fingerprint: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> BSGPFit:
-    """Sample v of SGHMC-GP with (Z, θ, σ²) optimised by moving-window MCEM in Pyro, at torch's default dtype.
+    """Sample v of SGHMC-GP (or SGHMC-DGP) with (Z, θ, σ²) optimised by moving-window MCEM in Pyro, at torch's
+    default dtype.
 
     Args:
         X [N, D], y [N] or [N, P]: standardised training data.

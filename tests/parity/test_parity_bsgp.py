@@ -213,6 +213,26 @@ def test_deep_bsgp_log_joint_per_site_and_predictions_agree(case, monkeypatch):
     apart(npm.predict_f(values, p["X_new"], key=key)[0], pym.predict_f(moved, p["X_new"])[0].numpy())
 
 
+def test_deep_bsgp_with_point_estimated_sites_agrees(monkeypatch):
+    """SGHMC-DGP's deep model: every layer's Z and θ params on both sides, the same terms, point-estimate sites,
+    initial values and predictions."""
+    optimised = ("Z", "kernel.lengthscale", "kernel.variance")
+    npm, pym, params, draw, p = _deep_pair({"optimised": optimised}, monkeypatch)
+    params.update({k: draw.pop(k) for k in list(draw) if k.partition(".")[2] in optimised})
+    args = (p["X"], p["y"])
+    terms = assert_same_terms(npm.model, pym.model, params, draw, *args)
+    assert set(terms) == {"layer0.u", "layer1.u", "layer2.u", "y"}
+    assert_perturbation_moves(pym.model, params, draw, *args, site="layer1.Z")
+    sites = npm.point_estimate_sites()
+    assert sites == pym.point_estimate_sites() and set(sites) == set(params)
+    assert sites[-1] == "likelihood.variance" and len(sites) == 3 * 3 + 1
+    assert set(npm.initial_values()) == set(pym.initial_values()) == set(draw)
+    values = {**params, **draw}
+    key = jax.random.PRNGKey(0)
+    for e, g in zip(npm.predict_f(values, p["X_new"], key=key), pym.predict_f(values, p["X_new"]), strict=True):
+        close(e, g.numpy())
+
+
 def test_deep_bsgp_inner_noise_reaches_the_output():
     """Without the patch, two Pyro passes draw different inner-layer noise, so the last layer's moments differ."""
     p = problem("gaussian")

@@ -51,6 +51,17 @@ def test_learning_rate_zero_keeps_the_start_and_samples_v():
     assert np.ptp(draws["u"], axis=0).min() > 1e-3
 
 
+def test_two_layers_point_estimate_every_layers_z_and_theta():
+    fit = sghmc_dgp_pyro.fit_sghmc_dgp(X, Y, SMALL, seed=2, progress=False, num_layers=2, num_iterations=30, num_kept=3)
+    draws = fit.mcmc.flat_samples()
+    points = {f"layer{i}.{s}" for i in (0, 1) for s in SGHMC_DGP_OPTIMISED} | {"likelihood.variance"}
+    assert set(draws) == points | {"layer0.u", "layer1.u"} and set(fit.kernel.point_estimates.sites) == points
+    for site in points:
+        assert np.all(draws[site] == draws[site][0]), site
+    assert np.max(np.abs(draws["layer0.Z"][0] - np.asarray(fit.model.Z[0]))) > 0.05
+    assert np.ptp(draws["layer1.u"], axis=0).min() > 1e-4
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
