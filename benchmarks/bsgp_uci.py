@@ -7,6 +7,7 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/bsgp_uci.py --datasets kin8nm protein --layers 3 # deep BSGP
     .venv/bin/python benchmarks/bsgp_uci.py --datasets boston --priors normal dpp strauss uniform
     .venv/bin/python benchmarks/bsgp_uci.py --quick                              # smoke test
+    .venv/bin/python benchmarks/bsgp_uci.py --methods bsgp sghmc-dgp             # with the SGHMC-GP baseline
 
 Protocol (``shared/specs/001_bsgp.md`` §2.2-2.5, §3.2): :func:`ppl_sparsegp.data.load_bsgp_uci` (80/20 split
 seeded by the fold, X standardised on the whole data, y on training statistics), M = 100 inducing inputs per
@@ -15,7 +16,16 @@ released sampler (scale-adapted SGHMC, ε = 0.01, momentum decay 0.05, 21 update
 minibatch min(1000, N), noise by Adam 0.01 on window states, the ``log E[p]`` data term), ``--kept`` draws 32
 updates apart, float64. The paper runs 10,000 iterations (210,000 updates); ``--iterations`` can shorten that,
 and the JSON records how many were run. Test MNLL in original units of the mixture over the kept draws (logsumexp
-− log S), averaged over test points (and outputs). ENERGY ships one target column here (the paper has two).
+− log S), averaged over test points (and outputs). ENERGY: ``--energy-target`` (default ``both``, the paper's two
+outputs, heating and cooling load; the cooling load is read from ``uci/energy/ENB2012_data.csv``, which the data
+folder must hold: see :func:`ppl_sparsegp.data.load_bsgp_uci`; ``heating`` is the one column ``data.txt`` ships).
+
+``--methods sghmc-dgp`` runs the paper's baseline SGHMC-(D)GP (Havasi et al. 2018, spec §2.6) on the same splits, Z
+and minibatch: :func:`ppl_sparsegp.recipes.sghmc_dgp.fit_sghmc_dgp` (v sampled by the same SGHMC, Z, θ and σ²
+optimised by Adam 0.01 on window states) for ``--iterations`` iterations of ``--sghmc-dgp-updates`` SGHMC
+updates each (default 1 as Havasi's code; 21 gives BSGP's number of gradient evaluations) and ``--kept`` draws 50
+updates apart (Havasi's spacing), at each of ``--layers``; its cells' ``z_prior`` is ``"optimised"``. Its paper
+numbers are Table 6's "SGHMC GP" rows.
 
 Convergence: after every ``--eval-every`` iterations of warmup, the test MNLL of the mixture over the 64 states of
 the sampler's window (one per iteration, the states the noise estimate is drawn from) is recorded with the
@@ -55,6 +65,7 @@ from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.recipes.bsgp import fit_bsgp  # noqa: E402
+from ppl_sparsegp.recipes.sghmc_dgp import SGHMCDGPConfig, fit_sghmc_dgp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "bsgp_uci.json"
@@ -63,6 +74,7 @@ SVGP_RESULTS = ROOT / "results" / "svgp_uci.json"
 
 DATASETS = ("yacht", "boston", "energy", "concrete", "kin8nm", "power", "naval", "protein")
 PRIORS = ("normal", "dpp", "strauss", "uniform")
+METHODS = ("bsgp", "sghmc-dgp")
 
 # Table 6 (BSGP rows, L = 1..3) and Table 7 (priors, L = 1): test MNLL, mean and population std over 8 folds.
 PAPER_TABLE6 = {
@@ -83,21 +95,37 @@ PAPER_TABLE7 = {
     "uniform": {"boston": 2.65, "concrete": 3.21, "energy": 1.04, "kin8nm": -1.09, "naval": -8.47, "power": 2.73,
                 "protein": 2.79, "yacht": 0.21},
 }  # fmt: skip
+# Table 6, "SGHMC GP" rows (L = 1..5): the baseline's test MNLL.
+PAPER_SGHMC_GP = {
+    1: {"boston": 2.82, "concrete": 3.13, "energy": 1.08, "kin8nm": -1.08, "naval": -6.23, "power": 2.76,
+        "protein": 2.81, "yacht": -0.11},
+    2: {"boston": 2.77, "concrete": 2.99, "energy": 0.91, "kin8nm": -1.32, "naval": -6.57, "power": 2.72,
+        "protein": 2.71, "yacht": -0.52},
+    3: {"boston": 2.78, "concrete": 3.02, "energy": 0.91, "kin8nm": -1.37, "naval": -6.56, "power": 2.68,
+        "protein": 2.66, "yacht": -0.57},
+    4: {"boston": 2.75, "concrete": 2.98, "energy": 0.69, "kin8nm": -1.38, "naval": -6.42, "power": 2.67,
+        "protein": 2.62, "yacht": -0.69},
+    5: {"boston": 3.75, "concrete": 3.11, "energy": 1.00, "kin8nm": -1.39, "naval": -6.55, "power": 2.65,
+        "protein": 2.59, "yacht": -0.53},
+}  # fmt: skip
 NUM_INDUCING = 100
 MAX_BATCH = 1000
 WITHIN = 0.05
 
 
-def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Namespace) -> dict:
+def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Namespace, method: str = "bsgp") -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ENERGY's one-output warning, recorded in the summary instead
-        raw = data.load_bsgp_uci(name, fold)
+        raw = data.load_bsgp_uci(name, fold, target=args.energy_target if name == "energy" else None)
     ds, scaler = data.standardize(raw)
     X, y = np.asarray(ds.X_train, np.float64), np.asarray(ds.y_train, np.float64)
     Xs, ys = np.asarray(ds.X_test, np.float64), np.asarray(ds.y_test, np.float64)
     Z = kmeans(X, NUM_INDUCING, seed=fold)
     RUNS.mkdir(parents=True, exist_ok=True)
     tag = f"{name}_L{layers}_{prior}_fold{fold}_it{args.iterations}_kept{args.kept}"
+    per_iteration = 21 if method == "bsgp" else args.sghmc_dgp_updates
+    if method != "bsgp":
+        tag = f"{method}_{tag}_upd{per_iteration}"
     trace: list[dict] = []
 
     def on_piece(partial) -> None:
@@ -107,25 +135,20 @@ def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Names
             return
         window = partial.window_draws(X, y)
         mnll = float(-np.mean(partial.log_predictive_density(Xs, ys, samples=window, standardizer=scaler)))
-        trace.append({"iteration": result.warmup_done // 21, "seconds": result.warmup_seconds, "window_mnll": mnll})
-        print(f"    it {result.warmup_done // 21}: window MNLL {mnll:.3f} ({result.warmup_seconds:.0f}s)", flush=True)
+        done = result.warmup_done // per_iteration
+        trace.append({"iteration": done, "seconds": result.warmup_seconds, "window_mnll": mnll})
+        print(f"    it {done}: window MNLL {mnll:.3f} ({result.warmup_seconds:.0f}s)", flush=True)
 
     load_before = _loadavg()
     t0 = time.perf_counter()
-    fit = fit_bsgp(
-        X,
-        y,
-        key=jax.random.PRNGKey(fold),
-        num_layers=layers,
-        Z=Z,
-        z_prior=prior,
-        num_iterations=args.iterations,
-        num_kept=args.kept,
-        batch_size=MAX_BATCH,
-        warmup_chunk_size=21 * args.eval_every,
-        checkpoint=str(RUNS / f"{tag}.ckpt"),
-        callback=on_piece,
-    )
+    common = dict(
+        key=jax.random.PRNGKey(fold), Z=Z, num_iterations=args.iterations, num_kept=args.kept, batch_size=MAX_BATCH,
+        warmup_chunk_size=per_iteration * args.eval_every, checkpoint=str(RUNS / f"{tag}.ckpt"), callback=on_piece,
+    )  # fmt: skip
+    if method == "bsgp":
+        fit = fit_bsgp(X, y, num_layers=layers, z_prior=prior, **common)
+    else:
+        fit = fit_sghmc_dgp(X, y, num_layers=layers, updates_per_iteration=per_iteration, **common)
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     logp = fit.log_predictive_density(Xs, ys, standardizer=scaler, key=jax.random.PRNGKey(1))
@@ -138,13 +161,17 @@ def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Names
     noise = np.asarray(samples[next(k for k in samples if k.startswith("likelihood."))][-1])
     warm = fit.mcmc.warmup_seconds
     return {
+        "method": method,
         "dataset": name,
+        **({"target": args.energy_target} if name == "energy" else {}),
         "fold": fold,
         "layers": layers,
         "z_prior": prior,
         "iterations": args.iterations,
-        "updates_warmup": 21 * args.iterations,
+        "updates_per_iteration": per_iteration,
+        "updates_warmup": per_iteration * args.iterations,
         "kept": args.kept,
+        "thinning": fit.mcmc.thinning,
         "n_train": int(X.shape[0]),
         "n_test": int(Xs.shape[0]),
         "n_outputs": int(ds.num_outputs),
@@ -155,7 +182,7 @@ def run_cell(name: str, fold: int, layers: int, prior: str, args: argparse.Names
         "sample_seconds": fit.mcmc.sample_seconds,
         "fit_wall_seconds": wall,
         "predict_seconds": predict_seconds,
-        "updates_per_second": 21 * args.iterations / warm if warm > 0 else None,
+        "updates_per_second": per_iteration * args.iterations / warm if warm > 0 else None,
         "seconds_to_within_0.05": within[0] if within else None,
         "window_trace": trace,
         "noise_variance_standardised": np.atleast_1d(noise).tolist(),
@@ -173,11 +200,25 @@ def _svgp_mnll() -> dict:
     return {n: {int(f): c["test_mnll"] for f, c in folds.items() if "test_mnll" in c} for n, folds in cells.items()}
 
 
+def _method_prefix(cell: dict) -> str:
+    """Nothing for BSGP (the keys of the cells run before other methods existed), else "<method>-upd<n>/"."""
+    method = cell.get("method", "bsgp")
+    return "" if method == "bsgp" else f"{method}-upd{cell['updates_per_iteration']}/"
+
+
+def _dataset_label(cell: dict) -> str:
+    """The dataset, with ``:<target>`` for ENERGY's targets other than the heating load (its cells before targets
+    existed)."""
+    target = cell.get("target", "heating")
+    return cell["dataset"] if target == "heating" else f"{cell['dataset']}:{target}"
+
+
 def cell_key(cell: dict) -> str:
-    """dataset/L<layers>/<prior>/it<iterations>/kept<kept>/fold<fold>: one run's settings."""
+    """[<method>-upd<n>/]dataset[:target]/L<layers>/<prior>/it<iterations>/kept<kept>/fold<fold>: one run's
+    settings."""
     return (
-        f"{cell['dataset']}/L{cell['layers']}/{cell['z_prior']}/it{cell['iterations']}/kept{cell['kept']}/"
-        f"fold{cell['fold']}"
+        f"{_method_prefix(cell)}{_dataset_label(cell)}/L{cell['layers']}/{cell['z_prior']}/it{cell['iterations']}/"
+        f"kept{cell['kept']}/fold{cell['fold']}"
     )
 
 
@@ -187,18 +228,27 @@ def summarise(cells: dict) -> dict:
     groups: dict = {}
     for cell in cells.values():
         if "test_mnll" in cell:
-            settings = (cell["dataset"], cell["layers"], cell["z_prior"], cell["iterations"], cell["kept"])
+            settings = (
+                _method_prefix(cell), _dataset_label(cell), cell["layers"], cell["z_prior"], cell["iterations"],
+                cell["kept"],
+            )  # fmt: skip
             groups.setdefault(settings, []).append(cell)
     out = {}
-    for (name, layers, prior, iterations, kept), done in sorted(groups.items()):
+    for (prefix, label, layers, prior, iterations, kept), done in sorted(groups.items()):
+        method, name = done[0].get("method", "bsgp"), done[0]["dataset"]
         done.sort(key=lambda c: c["fold"])
         mnll = np.array([c["test_mnll"] for c in done])
         folds = [c["fold"] for c in done]
-        paper = PAPER_TABLE6.get(layers, {}).get(name) if prior == "normal" else None
+        if method == "bsgp":
+            paper = PAPER_TABLE6.get(layers, {}).get(name) if prior == "normal" else None
+        else:
+            paper = PAPER_SGHMC_GP.get(layers, {}).get(name)
         svgp_folds = [svgp[name][f] for f in folds if f in svgp.get(name, {})]
         speeds = [c["updates_per_second"] for c in done if c["updates_per_second"]]
         times = [c["seconds_to_within_0.05"] for c in done if c["seconds_to_within_0.05"] is not None]
-        out[f"{name}/L{layers}/{prior}/it{iterations}/kept{kept}"] = {
+        out[f"{prefix}{label}/L{layers}/{prior}/it{iterations}/kept{kept}"] = {
+            "method": method,
+            "updates_per_iteration": done[0].get("updates_per_iteration", 21),
             "dataset": name,
             "layers": layers,
             "z_prior": prior,
@@ -208,23 +258,24 @@ def summarise(cells: dict) -> dict:
             "test_mnll_mean": float(mnll.mean()),
             "test_mnll_std": float(mnll.std()),
             "paper_table6": paper,
-            "paper_table7": PAPER_TABLE7[prior][name] if layers == 1 else None,
+            "paper_table7": PAPER_TABLE7[prior][name] if layers == 1 and method == "bsgp" else None,
             "difference_to_table6": None if paper is None else float(mnll.mean() - paper),
             "within_0.1_of_table6_or_better": None if paper is None else bool(mnll.mean() - paper <= 0.1),
             "our_svgp_same_folds": float(np.mean(svgp_folds)) if len(svgp_folds) == len(folds) else None,
             "better_than_our_svgp": bool(mnll.mean() < np.mean(svgp_folds)) if len(svgp_folds) == len(folds) else None,
             "updates_per_second_mean": float(np.mean(speeds)) if speeds else None,
             "seconds_to_within_0.05_mean": float(np.mean(times)) if times else None,
-            "comparable_to_paper": name != "energy",
+            "target": done[0].get("target"),
+            "comparable_to_paper": name != "energy" or done[0].get("target") == "both",
         }
     return out
 
 
 def markdown_table(summary: dict) -> str:
     lines = [
-        "| dataset | L | Z prior | iterations (× 21 updates) | kept | ours (test MNLL) | paper | ours − paper | "
+        "| method | dataset | L | Z prior | iterations (× updates) | kept | ours (test MNLL) | paper | ours − paper | "
         "our SVGP (same folds) | folds | updates/s | s to within 0.05 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summary.values():
         paper = s["paper_table6"] if s["paper_table6"] is not None else s["paper_table7"]
@@ -234,7 +285,8 @@ def markdown_table(summary: dict) -> str:
         conv = "" if s["seconds_to_within_0.05_mean"] is None else f"{s['seconds_to_within_0.05_mean']:.0f}"
         name = s["dataset"] + ("" if s["comparable_to_paper"] else " (1 output)")
         lines.append(
-            f"| {name} | {s['layers']} | {s['z_prior']} | {s['iterations']} | {s['kept']} | "
+            f"| {s['method']} | {name} | {s['layers']} | {s['z_prior']} | {s['iterations']} × "
+            f"{s['updates_per_iteration']} | {s['kept']} | "
             f"{s['test_mnll_mean']:.2f} ± {s['test_mnll_std']:.2f} | "
             f"{'' if paper is None else f'{paper:.2f}'} | {diff} | {svgp} | {len(s['folds'])} | {speed} | {conv} |"
         )
@@ -247,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--layers", nargs="+", type=int, default=[1])
     parser.add_argument("--priors", nargs="+", default=["normal"], choices=PRIORS)
+    parser.add_argument("--methods", nargs="+", default=["bsgp"], choices=METHODS)
+    parser.add_argument(
+        "--energy-target", default="both", choices=data.ENERGY_TARGETS,
+        help="ENERGY's outputs: both (the paper's heating and cooling load), heating (data.txt's) or cooling",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sghmc-dgp-updates", type=int, default=SGHMCDGPConfig.updates_per_iteration,
+        help="SGHMC updates per iteration of sghmc-dgp (one Adam step after each iteration)",
+    )  # fmt: skip
     parser.add_argument("--iterations", type=int, default=10_000, help="warmup iterations of 21 updates")
     parser.add_argument("--kept", type=int, default=256, help="draws kept, 32 updates apart")
     parser.add_argument("--eval-every", type=int, default=100, help="iterations between window evaluations")
@@ -257,6 +318,15 @@ def main(argv: list[str] | None = None) -> int:
         args.iterations, args.kept, args.eval_every, args.folds = 40, 8, 20, args.folds[:1]
     if args.iterations % args.eval_every:
         parser.error("--iterations must be a multiple of --eval-every")
+    if args.sghmc_dgp_updates < 1:
+        parser.error("--sghmc-dgp-updates must be a positive integer")
+    if "energy" in args.datasets:  # the cooling load's file, checked before any run
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                data.load_bsgp_uci("energy", args.folds[0], target=args.energy_target)
+        except data.DatasetNotFoundError as err:
+            parser.error(f"--energy-target {args.energy_target}: {err}")
     output = args.output or (RUNS / "quick.json" if args.quick else RESULTS)
     command = " ".join(["python", "benchmarks/bsgp_uci.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
 
@@ -279,33 +349,38 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(output, results)
             return results
 
-    for layers in args.layers:
-        for prior in args.priors:
-            for name in args.datasets:
-                for fold in args.folds:
-                    settings = {"dataset": name, "layers": layers, "z_prior": prior, "fold": fold}
-                    key = cell_key({**settings, "iterations": args.iterations, "kept": args.kept})
-                    on_disk = json.loads(output.read_text()) if output.exists() else {}
-                    prev = {cell_key(c): c for c in on_disk.get("cells", {}).values()}.get(key)
-                    if prev and "test_mnll" in prev:
-                        print(f"[skip] {key}: MNLL {prev['test_mnll']:.3f}", flush=True)
-                        continue
-                    print(f"[run ] {key} ({args.iterations} iterations) load {_loadavg()}", flush=True)
-                    try:
-                        cell = run_cell(name, fold, layers, prior, args)
-                    except Exception as err:  # record and go on with the next cell
-                        traceback.print_exc()
-                        cell = {"dataset": name, "fold": fold, "layers": layers, "z_prior": prior,
-                                "iterations": args.iterations, "kept": args.kept,
-                                "error": f"{type(err).__name__}: {err}"}  # fmt: skip
-                    cell["command"] = command
-                    update(cell)
-                    if "test_mnll" in cell:
-                        print(
-                            f"[done] {key}: MNLL {cell['test_mnll']:.3f} {cell['updates_per_second']:.0f} upd/s "
-                            f"{cell['fit_wall_seconds']:.0f}s noise {np.round(cell['noise_variance_standardised'], 5)}",
-                            flush=True,
-                        )
+    runs = [("bsgp", layers, prior) for layers in args.layers for prior in args.priors if "bsgp" in args.methods]
+    runs += [("sghmc-dgp", layers, "optimised") for layers in args.layers if "sghmc-dgp" in args.methods]
+    for method, layers, prior in runs:
+        for name in args.datasets:
+            for fold in args.folds:
+                settings = {"method": method, "dataset": name, "layers": layers, "z_prior": prior, "fold": fold}
+                per_iteration = 21 if method == "bsgp" else args.sghmc_dgp_updates
+                key = cell_key(
+                    {**settings, "iterations": args.iterations, "kept": args.kept,
+                     "updates_per_iteration": per_iteration}
+                )  # fmt: skip
+                on_disk = json.loads(output.read_text()) if output.exists() else {}
+                prev = {cell_key(c): c for c in on_disk.get("cells", {}).values()}.get(key)
+                if prev and "test_mnll" in prev:
+                    print(f"[skip] {key}: MNLL {prev['test_mnll']:.3f}", flush=True)
+                    continue
+                print(f"[run ] {key} ({args.iterations} iterations) load {_loadavg()}", flush=True)
+                try:
+                    cell = run_cell(name, fold, layers, prior, args, method)
+                except Exception as err:  # record and go on with the next cell
+                    traceback.print_exc()
+                    cell = {**settings, "iterations": args.iterations, "kept": args.kept,
+                            "updates_per_iteration": per_iteration,
+                            "error": f"{type(err).__name__}: {err}"}  # fmt: skip
+                cell["command"] = command
+                update(cell)
+                if "test_mnll" in cell:
+                    print(
+                        f"[done] {key}: MNLL {cell['test_mnll']:.3f} {cell['updates_per_second']:.0f} upd/s "
+                        f"{cell['fit_wall_seconds']:.0f}s noise {np.round(cell['noise_variance_standardised'], 5)}",
+                        flush=True,
+                    )
     print(markdown_table(update(None)["summary"]))
     return 0
 

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import inspect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -239,6 +239,28 @@ def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, 
 def check_likelihood_term(likelihood_term: str) -> None:
     if likelihood_term not in LIKELIHOOD_TERMS:
         raise ValueError(f"likelihood_term: expected one of {LIKELIHOOD_TERMS}, got {likelihood_term!r}")
+
+
+def checked_optimised(optimised: Any, kernel_sites: Collection[str], priors: Collection[str],
+                      fixed: Collection[str]) -> tuple[str, ...]:  # fmt: skip
+    """BSGP's ``optimised`` sites (both twins): a sequence of distinct names among ``"Z"`` and ``kernel_sites``, none
+    of which has a prior in ``priors`` or is ``fixed``. Returned as a tuple.
+
+    Raises:
+        ValueError: naming ``optimised`` and the offending entry.
+    """
+    if isinstance(optimised, str) or not all(isinstance(s, str) for s in optimised):
+        raise ValueError(f"optimised: expected a sequence of site names, got {optimised!r}")
+    names = tuple(optimised)
+    allowed = ("Z", *sorted(kernel_sites))
+    for site in names:
+        if site not in allowed:
+            raise ValueError(f"optimised: {site!r} is not one of the sites BSGP can point-estimate {allowed}")
+        if site in priors or site in fixed:
+            raise ValueError(f"optimised: {site!r} also has a prior or is fixed; a site is one of the three")
+    if len(set(names)) != len(names):
+        raise ValueError(f"optimised: names a site twice: {names!r}")
+    return names
 
 
 # ---- deep GPs (DeepSVGP, DeepBSGP and their Pyro twins) ------------------------------------------------------------

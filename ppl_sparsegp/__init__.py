@@ -38,6 +38,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     # multi-phase procedures from the papers
     "fit_sgpmc": ("ppl_sparsegp.recipes.sgpmc", "fit_sgpmc"),
     "fit_bsgp": ("ppl_sparsegp.recipes.bsgp", "fit_bsgp"),
+    "fit_sghmc_dgp": ("ppl_sparsegp.recipes.sghmc_dgp", "fit_sghmc_dgp"),
     "fit_selective": ("ppl_sparsegp.recipes.selective", "fit_selective"),
     "fit_idsgp": ("ppl_sparsegp.recipes.idsgp", "fit_idsgp"),
     "fit_sas": ("ppl_sparsegp.recipes.sas_gplvm", "fit_sas"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -362,10 +363,65 @@ def test_bsgp_naval_two_outputs_whole_data_standardisation():
 
 def test_bsgp_energy_has_only_heating_load():
     need("uci/energy")
-    with pytest.warns(UserWarning, match="paper models 2 outputs but uci/energy/data.txt holds 1"):
+    with pytest.warns(UserWarning, match="paper models 2 outputs but uci/energy/data.txt gives 1"):
         ds = load_bsgp_uci("energy", fold=1)
     assert ds.y_train.shape == (614,) and ds.meta["n_outputs_in_paper"] == 2
     np.testing.assert_allclose(ds.y_train.mean(), 22.3, atol=1.0)  # heating load, kWh/m^2
+
+
+def _energy_folder(tmp_path: Path, monkeypatch, cooling: np.ndarray | None, heating_offset: float = 0.0) -> None:
+    """A data folder holding uci/energy's data.txt and index_features.txt (copied) and, unless ``cooling`` is None,
+    ENB2012_data.csv (X1..X8, Y1 + ``heating_offset``, Y2 = ``cooling``), each listed in its manifest.json."""
+    source = need("uci/energy")
+    folder = tmp_path / "uci" / "energy"
+    folder.mkdir(parents=True)
+    names = ["data.txt", "index_features.txt"]
+    for name in names:
+        (folder / name).write_bytes((source / name).read_bytes())
+    if cooling is not None:
+        table = np.loadtxt(source / "data.txt")
+        table[:, 8] += heating_offset
+        rows = [",".join(f"X{i}" for i in range(1, 9)) + ",Y1,Y2"]
+        rows += [",".join(f"{v:.6g}" for v in (*row, c)) for row, c in zip(table, cooling, strict=True)]
+        (folder / data.ENERGY_BOTH_FILE).write_text("\n".join(rows) + "\n")
+        names.append(data.ENERGY_BOTH_FILE)
+    files = {}
+    for name in names:
+        content = (folder / name).read_bytes()
+        files[name] = {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content)}
+    (tmp_path / "manifest.json").write_text(json.dumps({"datasets": {"uci/energy": {"files": files}}}))
+    monkeypatch.setenv(data.ENV_VAR, str(tmp_path))
+
+
+def test_bsgp_energy_gives_the_cooling_load_and_both_targets_from_the_uci_original(tmp_path, monkeypatch):
+    heating = raw("uci/energy", "data.txt")[:, 8]
+    cooling = np.round(1.1 * heating + 2.0 + np.sin(np.arange(len(heating))), 2)  # a made-up Y2, row by row
+    _energy_folder(tmp_path, monkeypatch, cooling)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # two outputs as in the paper: no warning
+        both = load_bsgp_uci("energy", fold=1, target="both")
+    with pytest.warns(UserWarning, match="gives 1"):
+        default = load_bsgp_uci("energy", fold=1)
+    with pytest.warns(UserWarning, match="gives 1"):
+        cool = load_bsgp_uci("energy", fold=1, target="cooling")
+    assert both.y_train.shape == (614, 2) and both.y_test.shape == (154, 2) and both.meta["target"] == "both"
+    np.testing.assert_array_equal(both.y_train[:, 0], default.y_train)  # heating, the data.txt target
+    np.testing.assert_array_equal(both.y_train[:, 1], cool.y_train)
+    np.testing.assert_array_equal(both.X_train, default.X_train)
+    np.testing.assert_array_equal(both.y_train[:, 1], cooling[both.meta["train_index"]])
+
+
+def test_bsgp_energy_targets_refuse_bad_values_a_missing_or_mismatched_file(tmp_path, monkeypatch):
+    for name, target, match in (("energy", "cool", "target: expected one of"), ("boston", "heating", "only energy")):
+        with pytest.raises(ValueError, match=match):
+            load_bsgp_uci(name, fold=0, target=target)
+    _energy_folder(tmp_path / "without", monkeypatch, None)
+    with pytest.raises(DatasetNotFoundError, match="target='both': the cooling load .Y2. is not in uci/energy/data"):
+        load_bsgp_uci("energy", fold=0, target="both")
+    heating = raw("uci/energy", "data.txt")[:, 8]
+    _energy_folder(tmp_path / "shifted", monkeypatch, heating, heating_offset=0.5)
+    with pytest.raises(DataIntegrityError, match="matching data.txt's inputs and heating load"):
+        load_bsgp_uci("energy", fold=0, target="cooling")
 
 
 def test_bsgp_standardize_keeps_x_and_scales_y_with_training_statistics():

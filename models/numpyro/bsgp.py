@@ -22,6 +22,11 @@ it alongside the chain (:class:`ppl_sparsegp.infer.sghmc.PointEstimates`, Adam 0
 Minibatches: ``batch_size`` points (default 1000, min(1000, N) as the paper) per evaluation through the
 ``"data"`` plate, scaled by N/B.
 
+Point estimates in place of sampling (the SGHMC-DGP baseline of Havasi et al. 2018, spec §2.6;
+:mod:`ppl_sparsegp.recipes.sghmc_dgp`): naming ``"Z"`` and kernel hyperparameter sites in ``optimised`` makes them
+``param`` sites with no prior term (Z's prior ``z_prior`` and their hyperpriors drop out of the log joint), which
+:meth:`BSGP.point_estimate_sites` lists beside the noise for the SG-MCMC kernel to optimise; only v is then sampled.
+
 Site names: ``"kernel.lengthscale"`` [D], ``"kernel.variance"``, ``"likelihood.variance"``, ``"Z"`` [M, D],
 ``"u"`` [P, M] (holding v), plate ``"data"``, factor ``"y"``. Predictions mix the Gaussian predictives of the
 draws (:mod:`ppl_sparsegp.posterior.predict`), recomputing K_zz for every draw of Z and θ.
@@ -30,7 +35,7 @@ draws (:mod:`ppl_sparsegp.posterior.predict`), recomputing K_zz for every draw o
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -53,6 +58,7 @@ from .._shared import (  # noqa: F401 (re-exported: the CLI, recipes, runs use t
     check_likelihood_term,
     check_output_columns,
     check_sparse_settings,
+    checked_optimised,
     data_log_likelihood,
 )
 from ._base import GPModel
@@ -115,7 +121,10 @@ class BSGP(GPModel):
             ``gamma``, ``radius``, ``smoothness``).
         likelihood_term: ``"log_expected"`` (default, Table 6) or ``"expected_log"`` (Eq. 6); see
             :func:`data_log_likelihood`.
-        priors: default :func:`bsgp_priors` for the kernel; every kernel hyperparameter must be sampled.
+        priors: default :func:`bsgp_priors` for the kernel (less the ``optimised`` sites); every kernel
+            hyperparameter must be sampled, fixed or optimised.
+        optimised: ``"Z"`` and kernel hyperparameter sites that are ``param`` sites (point estimates, no prior)
+            instead of sampled (default none: BSGP); all of them gives SGHMC-DGP's model (module docstring).
     """
 
     Z: Array = None
@@ -124,19 +133,22 @@ class BSGP(GPModel):
     z_prior: str | dist.Distribution = "normal"
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
+    optimised: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
         check_likelihood_term(self.likelihood_term)
+        kernel_sites = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")}
         if not self.priors:
-            self.priors = bsgp_priors(self.kernel)
+            self.priors = {k: v for k, v in bsgp_priors(self.kernel).items() if k not in self.optimised}
+        self.optimised = checked_optimised(self.optimised, kernel_sites, self.priors, self.fixed)
         super().__post_init__()
         check_z_prior(self.z_prior, self.num_inducing, self.input_dim)
-        unsampled = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")} - set(self.priors)
-        if unsampled - set(self.fixed):
+        unsampled = kernel_sites - set(self.priors) - set(self.fixed) - set(self.optimised)
+        if unsampled:
             raise ValueError(
-                f"priors: BSGP samples the kernel hyperparameters; give a prior (or name in `fixed`) for "
-                f"{sorted(unsampled - set(self.fixed))}"
+                f"priors: BSGP samples the kernel hyperparameters; give a prior (or name in `fixed` or `optimised`) "
+                f"for {sorted(unsampled)}"
             )
 
     def parameter_names(self) -> set[str]:
@@ -157,7 +169,10 @@ class BSGP(GPModel):
         self.check_data(X, y)
         check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
-        Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
+        if "Z" in self.optimised:
+            Z = numpyro.param("Z", jnp.asarray(self.Z))
+        else:
+            Z = numpyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *np.shape(self.Z), kernel))
         ell = partial(data_log_likelihood, likelihood, self.likelihood_term)
         sites.whitened_inducing_data(kernel, likelihood, Z, self.num_latent, X, y, self.batch_size, ell)
 
@@ -165,18 +180,19 @@ class BSGP(GPModel):
         raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS (see fit_bsgp)")
 
     def point_estimate_sites(self) -> tuple[str, ...]:
-        """The likelihood ``param`` sites an SG-MCMC kernel should optimise (e.g. the Gaussian noise)."""
-        return tuple(
-            s
-            for s in self.hyperparameter_sites()
-            if s.startswith("likelihood.") and s not in {*self.priors, *self.fixed}
-        )
+        """The ``param`` sites an SG-MCMC kernel should optimise: the ``optimised`` ones and the likelihood's that
+        are neither sampled nor fixed (e.g. the Gaussian noise)."""
+        held = {*self.priors, *self.fixed}
+        noise = (s for s in self.hyperparameter_sites() if s.startswith("likelihood.") and s not in held)
+        return (*self.optimised, *noise)
 
     def initial_values(self) -> dict[str, Array]:
-        """The released code's starting point (spec §2.4): Z as given, v = 0, θ at the kernel's values."""
+        """The released code's starting point (spec §2.4) of the sampled sites: Z as given, v = 0, θ at the
+        kernel's values (the ``optimised`` sites start there too, as params)."""
         initial = self.hyperparameter_sites()
         values = {s: jnp.asarray(initial[s]) for s in self.priors}
-        values["Z"] = jnp.asarray(self.Z)
+        if "Z" not in self.optimised:
+            values["Z"] = jnp.asarray(self.Z)
         values["u"] = jnp.zeros((self.num_latent, self.num_inducing), jnp.asarray(self.Z).dtype)
         return values
 

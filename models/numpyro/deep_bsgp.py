@@ -16,6 +16,10 @@ Site names: ``"layer<ℓ>.kernel.lengthscale"`` [D_ℓ], ``"layer<ℓ>.kernel.va
 ``"layer<ℓ>.u"`` [D_{ℓ+1}, M], ``"likelihood.variance"`` (a param optimised by the sampler unless given a
 prior), plate ``"data"``, factor ``"y"``. Prediction propagates each posterior draw's inner layers with one
 random draw (spec §2.5), so :meth:`DeepBSGP.predict_f` takes a PRNG key.
+
+``optimised`` (suffixes among ``"Z"``, ``"kernel.lengthscale"``, ``"kernel.variance"``) makes those sites of every
+layer ``param`` sites without priors, point estimates of the SG-MCMC kernel (:meth:`DeepBSGP.point_estimate_sites`):
+SGHMC-DGP's model (Havasi et al. 2018; :mod:`ppl_sparsegp.recipes.sghmc_dgp`), only the v^ℓ sampled.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from .._shared import (
     as_output_columns,
     checked_jitter,
     checked_layers,
+    checked_optimised,
     deep_bsgp_layout,
     layer_parameter_names,
     scoped_methods,
@@ -68,6 +73,8 @@ class DeepBSGP:
         priors: per-layer site suffix -> prior (default :func:`models.numpyro.bsgp.bsgp_priors`).
         likelihood_priors: likelihood site -> prior (default none: the noise is a point estimate).
         z_prior, z_prior_options, likelihood_term, batch_size: as :class:`models.numpyro.bsgp.BSGP`.
+        optimised: per-layer site suffixes (``"Z"``, ``"kernel.<name>"``) that are point estimates of every layer
+            (module docstring); default none (deep BSGP).
         jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models.numpyro._base`).
     """
 
@@ -81,6 +88,7 @@ class DeepBSGP:
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
     batch_size: int | None = 1000
+    optimised: Sequence[str] = ()
     jitter: float | None = field(default=None, kw_only=True)
     random_prediction: ClassVar[bool] = True
     """Prediction propagates random draws of the inner layers, so it takes a key (``posterior.diagnostics``)."""
@@ -92,6 +100,8 @@ class DeepBSGP:
             zero_mean_allowed=False, as_float=as_float,
         )  # fmt: skip
         check_likelihood_term(self.likelihood_term)
+        kernel_sites = set(bsgp_priors(self.kernels[0]))
+        self.optimised = checked_optimised(self.optimised, kernel_sites, (), ())
         for z in self.Z:
             check_z_prior(self.z_prior, z.shape[0], z.shape[1])
         unknown = set(self.likelihood_priors) - {f"likelihood.{k}" for k in self.likelihood.parameters()}
@@ -119,12 +129,20 @@ class DeepBSGP:
     # ---- sites ----------------------------------------------------------------------------------------------
     def _layer_sample(self, i: int) -> tuple[Kernel, Array, Array]:
         """Sample layer i's kernel hyperparameters, Z [M, D_i] and v [D_{i+1}, M]."""
-        base = self.kernels[i]
-        priors = bsgp_priors(base)
-        values = {k.removeprefix("kernel."): numpyro.sample(f"layer{i}.{k}", p) for k, p in priors.items()}
+        base, Z0 = self.kernels[i], self.Z[i]
+        values = {}
+        for site, prior in bsgp_priors(base).items():
+            name = site.removeprefix("kernel.")
+            if site in self.optimised:
+                init = jnp.asarray(base.parameters()[name])
+                values[name] = numpyro.param(f"layer{i}.{site}", init, constraint=constraints.positive)
+            else:
+                values[name] = numpyro.sample(f"layer{i}.{site}", prior)
         kernel = base.with_parameters(values)
-        Z0 = self.Z[i]
-        Z = numpyro.sample(f"layer{i}.Z", build_z_prior(self.z_prior, self.z_prior_options, *Z0.shape, kernel))
+        if "Z" in self.optimised:
+            Z = numpyro.param(f"layer{i}.Z", jnp.asarray(Z0))
+        else:
+            Z = numpyro.sample(f"layer{i}.Z", build_z_prior(self.z_prior, self.z_prior_options, *Z0.shape, kernel))
         v = numpyro.sample(f"layer{i}.u", dist.Normal(0.0, 1.0).expand([self.widths[i], Z0.shape[0]]).to_event(2))
         return kernel, Z, v
 
@@ -139,17 +157,19 @@ class DeepBSGP:
         return self.likelihood.with_parameters(values)
 
     def point_estimate_sites(self) -> tuple[str, ...]:
-        return tuple(f"likelihood.{k}" for k in self.likelihood.parameters() if k not in self.likelihood_priors)
+        """The ``optimised`` sites of every layer, then the likelihood's without a prior (the noise)."""
+        layers = (f"layer{i}.{s}" for i in range(self.num_layers) for s in self.optimised)
+        return (*layers, *(f"likelihood.{k}" for k in self.likelihood.parameters() if k not in self.likelihood_priors))
 
     def initial_values(self) -> dict[str, Array]:
-        """Z as given, v = 0, kernel hyperparameters at the kernels' values (spec §2.4)."""
+        """Of the sampled sites: Z as given, v = 0, kernel hyperparameters at the kernels' values (spec §2.4)."""
         values: dict[str, Array] = {}
         for i, (kernel, Z) in enumerate(zip(self.kernels, self.Z, strict=True)):
             for k, v in kernel.parameters().items():
                 values[f"layer{i}.kernel.{k}"] = jnp.asarray(v)
             values[f"layer{i}.Z"] = jnp.asarray(Z)
             values[f"layer{i}.u"] = jnp.zeros((self.widths[i], Z.shape[0]), Z.dtype)
-        return values
+        return {k: v for k, v in values.items() if k.partition(".")[2] not in self.optimised}
 
     # ---- the model ------------------------------------------------------------------------------------------
     def _inner_noise(self, key: Array, num_points: int, dtype: Any) -> list[Array]:

@@ -10,6 +10,8 @@ with ℓ_n = log E_{N(f_n; m_n, s_n)} p(y_n | f_n) (``"log_expected"``, default)
 Site names (as the NumPyro twin's): ``"kernel.lengthscale"`` [D], ``"kernel.variance"``, ``"likelihood.variance"``
 (a param, optimised by :class:`ppl_sparsegp.pyro.sgmcmc.PointEstimates` unless given a prior), ``"Z"`` [M, D],
 ``"u"`` [P, M] (holding v), plate ``"data"`` (``batch_size`` points per evaluation, scaled by N/B), factor ``"y"``.
+Sites named in ``optimised`` (``"Z"``, kernel hyperparameters) are ``pyro.param`` sites with no prior term, as in
+the NumPyro twin (SGHMC-DGP's model, :mod:`ppl_sparsegp.recipes.sghmc_dgp_pyro`).
 Sample it with ``pyro.infer.MCMC`` and :class:`ppl_sparsegp.pyro.sgmcmc.AdaptiveSGHMC` over ``model.model``, with
 ``point_estimates=PointEstimates(model.point_estimate_sites())`` and
 ``init_strategy=init_to_value(values=model.initial_values())``; a draw predicts through :meth:`BSGP.predict_f`.
@@ -18,7 +20,7 @@ Sample it with ``pyro.infer.MCMC`` and :class:`ppl_sparsegp.pyro.sgmcmc.Adaptive
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -41,6 +43,7 @@ from .._shared import (  # noqa: F401 (LIKELIHOOD_TERMS, bsgp_kernel: the NumPyr
     check_likelihood_term,
     check_output_columns,
     check_sparse_settings,
+    checked_optimised,
     data_log_likelihood,
 )
 from ._base import GPModel
@@ -88,7 +91,8 @@ def check_z_prior(prior: str | dist.TorchDistribution, num_inducing: int, input_
 @dataclass(eq=False)
 class BSGP(GPModel):
     """Shallow BSGP: v, Z and θ sampled; the fields are the NumPyro twin's (``z_prior`` a name or a Pyro
-    distribution over [M, D]; ``priors`` default :func:`bsgp_priors`, every kernel hyperparameter sampled)."""
+    distribution over [M, D]; ``priors`` default :func:`bsgp_priors` less the ``optimised`` sites, every kernel
+    hyperparameter sampled, fixed or optimised)."""
 
     Z: Array = None
     num_latent: int = 1
@@ -96,19 +100,22 @@ class BSGP(GPModel):
     z_prior: str | dist.TorchDistribution = "normal"
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
+    optimised: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         check_sparse_settings(self.Z, num_latent=self.num_latent, batch_size=self.batch_size)
         check_likelihood_term(self.likelihood_term)
+        kernel_sites = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")}
         if not self.priors:
-            self.priors = bsgp_priors(self.kernel)
+            self.priors = {k: v for k, v in bsgp_priors(self.kernel).items() if k not in self.optimised}
+        self.optimised = checked_optimised(self.optimised, kernel_sites, self.priors, self.fixed)
         super().__post_init__()
         check_z_prior(self.z_prior, self.num_inducing, self.input_dim)
-        unsampled = {s for s in self.hyperparameter_sites() if s.startswith("kernel.")} - set(self.priors)
-        if unsampled - set(self.fixed):
+        unsampled = kernel_sites - set(self.priors) - set(self.fixed) - set(self.optimised)
+        if unsampled:
             raise ValueError(
-                f"priors: BSGP samples the kernel hyperparameters; give a prior (or name in `fixed`) for "
-                f"{sorted(unsampled - set(self.fixed))}"
+                f"priors: BSGP samples the kernel hyperparameters; give a prior (or name in `fixed` or `optimised`) "
+                f"for {sorted(unsampled)}"
             )
 
     def parameter_names(self) -> set[str]:
@@ -130,7 +137,10 @@ class BSGP(GPModel):
         self.check_data(X, y)
         check_output_columns(y, self.num_latent)
         kernel, likelihood = self.hyperparameters()
-        Z = pyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *self.Z.shape, kernel))
+        if "Z" in self.optimised:
+            Z = pyro.param("Z", self.Z.clone())
+        else:
+            Z = pyro.sample("Z", build_z_prior(self.z_prior, self.z_prior_options, *self.Z.shape, kernel))
         ell = partial(data_log_likelihood, likelihood, self.likelihood_term)
         sites.whitened_inducing_data(kernel, likelihood, Z, self.num_latent, X, y, self.batch_size, ell)
 
@@ -138,18 +148,18 @@ class BSGP(GPModel):
         raise NotImplementedError("BSGP has no variational guide: sample it with SGHMC or NUTS")
 
     def point_estimate_sites(self) -> tuple[str, ...]:
-        """The likelihood ``param`` sites an SG-MCMC kernel should optimise (e.g. the Gaussian noise)."""
-        return tuple(
-            s
-            for s in self.hyperparameter_sites()
-            if s.startswith("likelihood.") and s not in {*self.priors, *self.fixed}
-        )
+        """The ``param`` sites an SG-MCMC kernel should optimise: the ``optimised`` ones and the likelihood's that
+        are neither sampled nor fixed (e.g. the Gaussian noise)."""
+        held = {*self.priors, *self.fixed}
+        noise = (s for s in self.hyperparameter_sites() if s.startswith("likelihood.") and s not in held)
+        return (*self.optimised, *noise)
 
     def initial_values(self) -> dict[str, Array]:
         """The released code's starting point (spec §2.4): Z as given, v = 0, θ at the kernel's values."""
         initial = self.hyperparameter_sites()
         values = {s: initial[s] for s in self.priors}
-        values["Z"] = self.Z.clone()
+        if "Z" not in self.optimised:
+            values["Z"] = self.Z.clone()
         values["u"] = torch.zeros((self.num_latent, self.num_inducing), dtype=self.Z.dtype)
         return values
 

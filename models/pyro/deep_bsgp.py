@@ -8,7 +8,8 @@ Site names (as the NumPyro twin's): ``"layer<ℓ>.kernel.lengthscale"`` [D_ℓ],
 ``"layer<ℓ>.Z"`` [M, D_ℓ], ``"layer<ℓ>.u"`` [D_{ℓ+1}, M], ``"likelihood.variance"`` (a param, a point estimate of
 the SG-MCMC kernel, unless given a prior), plate ``"data"``, factor ``"y"``. The potential is stochastic, so it
 suits :mod:`ppl_sparsegp.pyro.sgmcmc`, not NUTS. Predictions propagate each draw's inner layers with one random
-draw from torch's generator (the NumPyro twin takes a JAX key instead).
+draw from torch's generator (the NumPyro twin takes a JAX key instead). ``optimised`` makes those per-layer sites
+``pyro.param`` sites without priors, as in the NumPyro twin (SGHMC-DGP's model).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .._shared import (
     check_likelihood_term,
     checked_jitter,
     checked_layers,
+    checked_optimised,
     data_log_likelihood,
     deep_bsgp_layout,
     layer_parameter_names,
@@ -65,6 +67,7 @@ class DeepBSGP:
     z_prior_options: Mapping[str, Any] = field(default_factory=dict)
     likelihood_term: Literal["log_expected", "expected_log"] = "log_expected"
     batch_size: int | None = 1000
+    optimised: Sequence[str] = ()
     jitter: float | None = field(default=None, kw_only=True)
     random_prediction: ClassVar[bool] = True
 
@@ -76,6 +79,8 @@ class DeepBSGP:
         )  # fmt: skip
         self.mean_weights = [as_tensor(W) for W in self.mean_weights]
         check_likelihood_term(self.likelihood_term)
+        kernel_sites = set(bsgp_priors(self.kernels[0]))
+        self.optimised = checked_optimised(self.optimised, kernel_sites, (), ())
         for z in self.Z:
             check_z_prior(self.z_prior, z.shape[0], z.shape[1])
         unknown = set(self.likelihood_priors) - {f"likelihood.{k}" for k in self.likelihood.parameters()}
@@ -98,11 +103,20 @@ class DeepBSGP:
     # ---- sites ----------------------------------------------------------------------------------------------
     def _layer_sample(self, i: int) -> Layer:
         """Sample layer i's kernel hyperparameters, Z [M, D_i] and v [D_{i+1}, M]."""
-        base = self.kernels[i]
-        values = {k.removeprefix("kernel."): pyro.sample(f"layer{i}.{k}", p) for k, p in bsgp_priors(base).items()}
+        base, Z0 = self.kernels[i], self.Z[i]
+        values = {}
+        for site, prior in bsgp_priors(base).items():
+            name = site.removeprefix("kernel.")
+            if site in self.optimised:
+                init = as_tensor(base.parameters()[name])
+                values[name] = pyro.param(f"layer{i}.{site}", init, constraint=constraints.positive)
+            else:
+                values[name] = pyro.sample(f"layer{i}.{site}", prior)
         kernel = base.with_parameters(values)
-        Z0 = self.Z[i]
-        Z = pyro.sample(f"layer{i}.Z", build_z_prior(self.z_prior, self.z_prior_options, *Z0.shape, kernel))
+        if "Z" in self.optimised:
+            Z = pyro.param(f"layer{i}.Z", Z0.clone())
+        else:
+            Z = pyro.sample(f"layer{i}.Z", build_z_prior(self.z_prior, self.z_prior_options, *Z0.shape, kernel))
         zeros = torch.zeros((self.widths[i], Z0.shape[0]), dtype=Z0.dtype)
         v = pyro.sample(f"layer{i}.u", dist.Normal(zeros, 1.0).to_event(2))
         return kernel, Z, v
@@ -118,17 +132,19 @@ class DeepBSGP:
         return self.likelihood.with_parameters(values)
 
     def point_estimate_sites(self) -> tuple[str, ...]:
-        return tuple(f"likelihood.{k}" for k in self.likelihood.parameters() if k not in self.likelihood_priors)
+        """The ``optimised`` sites of every layer, then the likelihood's without a prior (the noise)."""
+        layers = (f"layer{i}.{s}" for i in range(self.num_layers) for s in self.optimised)
+        return (*layers, *(f"likelihood.{k}" for k in self.likelihood.parameters() if k not in self.likelihood_priors))
 
     def initial_values(self) -> dict[str, Array]:
-        """Z as given, v = 0, kernel hyperparameters at the kernels' values (spec §2.4)."""
+        """Of the sampled sites: Z as given, v = 0, kernel hyperparameters at the kernels' values (spec §2.4)."""
         values: dict[str, Array] = {}
         for i, (kernel, Z) in enumerate(zip(self.kernels, self.Z, strict=True)):
             for k, v in kernel.parameters().items():
                 values[f"layer{i}.kernel.{k}"] = as_tensor(v)
             values[f"layer{i}.Z"] = Z.clone()
             values[f"layer{i}.u"] = torch.zeros((self.widths[i], Z.shape[0]), dtype=Z.dtype)
-        return values
+        return {k: v for k, v in values.items() if k.partition(".")[2] not in self.optimised}
 
     # ---- the model ------------------------------------------------------------------------------------------
     def _inner_noise(self, num_points: int, dtype: torch.dtype) -> list[Array]:

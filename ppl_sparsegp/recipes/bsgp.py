@@ -277,6 +277,28 @@ def fit_bsgp(
             init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )
+    return run_plan(
+        p, model, kernel, key=key, checkpoint=checkpoint, progress=progress, callback=callback,
+        fingerprint=fingerprint, devices=devices,
+    )  # fmt: skip
+
+
+def run_plan(
+    p: BSGPPlan,
+    model: BSGP | DeepBSGP,
+    kernel: MCMCKernel,
+    *,
+    key: Array,
+    checkpoint: str | None,
+    progress: bool | None,
+    callback: Callable[[BSGPFit], None] | None,
+    fingerprint: Mapping[str, Any] | None,
+    devices: int | str | None,
+) -> BSGPFit:
+    """Run ``kernel`` over ``model`` on the plan's data and schedule (:func:`run_mcmc`, the plan's chains, chunks
+    and fingerprint beside the caller's); shared by :func:`fit_bsgp` and
+    :func:`ppl_sparsegp.recipes.sghmc_dgp.fit_sghmc_dgp`. Arguments as :func:`fit_bsgp`'s."""
+    c = p.config
     mcmc = run_mcmc(
         kernel,
         jnp.asarray(p.X),
@@ -372,12 +394,18 @@ def plan_bsgp(
 
 
 def build_model(
-    plan: BSGPPlan, shallow: ModuleType, deep: ModuleType, as_array: Callable[[Any], Array]
+    plan: BSGPPlan,
+    shallow: ModuleType,
+    deep: ModuleType,
+    as_array: Callable[[Any], Array],
+    optimised: tuple[str, ...] = (),
 ) -> tuple[Any, dict[str, Array]]:
     """The model of ``plan`` and its initial values (the released code's start: Z as planned, v = 0, θ at the
     kernel's values, a sampled noise at the likelihood's) in one backend: ``shallow`` and ``deep`` are the model
     modules (:mod:`models.numpyro.bsgp` and :mod:`models.numpyro.deep_bsgp`, or their Pyro twins), ``as_array``
-    that backend's array (``jnp.asarray``, ``ppl_sparsegp.pyro.dtype.as_tensor``).
+    that backend's array (``jnp.asarray``, ``ppl_sparsegp.pyro.dtype.as_tensor``). ``optimised``: the sites (of
+    every layer) made point estimates (``BSGP.optimised``, ``DeepBSGP.optimised``; SGHMC-DGP's ``"Z"`` and kernel
+    sites), none for BSGP.
 
     Returns:
         (``shallow.BSGP`` for one layer, else ``deep.deep_bsgp``'s DeepBSGP; site -> initial value).
@@ -396,12 +424,16 @@ def build_model(
     )
     if c.num_layers == 1:
         kernel = shallow.bsgp_kernel(D)
-        priors = {**shallow.bsgp_priors(kernel), **noise_priors}
-        model = shallow.BSGP(kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors=priors, **common)
+        priors = {k: v for k, v in shallow.bsgp_priors(kernel).items() if k not in optimised}
+        model = shallow.BSGP(
+            kernel=kernel, likelihood=likelihood, Z=Z, num_latent=P, priors={**priors, **noise_priors},
+            optimised=optimised, **common,
+        )  # fmt: skip
     else:
         model = deep.deep_bsgp(
-            plan.X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, **common
-        )
+            plan.X, P, likelihood, num_layers=c.num_layers, Z=Z, likelihood_priors=noise_priors, optimised=optimised,
+            **common,
+        )  # fmt: skip
     initial = model.initial_values()
     initial.update({site: as_array(likelihood.parameters()[site.removeprefix("likelihood.")]) for site in noise})
     return model, initial

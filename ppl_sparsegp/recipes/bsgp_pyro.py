@@ -37,7 +37,7 @@ from ppl_sparsegp.pyro.mcmc import run_mcmc
 from ppl_sparsegp.pyro.sgmcmc import AdaptiveSGHMC, PointEstimates
 from ppl_sparsegp.pyro.z_priors import Z_PRIORS
 
-from .bsgp import BSGPConfig, BSGPFit, build_model, plan_bsgp
+from .bsgp import BSGPConfig, BSGPFit, BSGPPlan, build_model, plan_bsgp
 
 Array = Any
 
@@ -94,6 +94,25 @@ def fit_bsgp(
             model.model, step_size=c.step_size, mdecay=c.mdecay, num_data=p.X.shape[0], init_strategy=init_strategy,
             point_estimates=PointEstimates(sites) if sites else None,
         )  # fmt: skip
+    return run_plan(p, model, evaluator, kernel, seed=seed, checkpoint=checkpoint, progress=progress,
+                    fingerprint=fingerprint)  # fmt: skip
+
+
+def run_plan(
+    p: BSGPPlan,
+    model: Any,
+    evaluator: Any,
+    kernel: Any,
+    *,
+    seed: int,
+    checkpoint: str | None,
+    progress: bool | None,
+    fingerprint: Mapping[str, Any] | None,
+) -> BSGPFit:
+    """Run the Pyro ``kernel`` over ``model`` (a Pyro twin) on the plan's data and schedule in a param store of its
+    own; the draws go to ``evaluator``, the NumPyro twin. Shared by :func:`fit_bsgp` and
+    :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp`; arguments as :func:`fit_bsgp`'s."""
+    c = p.config
     with pyro.get_param_store().scope():
         mcmc = run_mcmc(
             kernel, p.X, p.y, num_warmup=p.num_warmup, num_samples=p.num_samples, thinning=p.thinning,

@@ -124,6 +124,25 @@ def test_bsgp_log_joint_per_site_and_predictions_agree(case):
     apart(npm.predict_f(values, p["X_new"])[0], pym.predict_f(moved, p["X_new"])[0].numpy())
 
 
+@pytest.mark.parametrize("optimised", [("Z", "kernel.lengthscale", "kernel.variance"), ("Z",)], ids="-".join)
+def test_bsgp_with_point_estimated_sites_agrees(optimised):
+    """SGHMC-DGP's model (``optimised``: Z and θ as params, no prior terms): the same sample sites and terms on both
+    sides with the point estimates as params, the same point-estimate sites and initial values, and predictions."""
+    p = problem("gaussian")
+    params, draw = _draw(p)
+    params.update({k: draw.pop(k) for k in optimised})
+    npm = np_bsgp.BSGP(p["kernel"], p["likelihood"], Z=p["Z"], batch_size=None, optimised=optimised)
+    pym = pyro_bsgp.BSGP(p["kernel"], p["likelihood"], Z=p["Z"], batch_size=None, optimised=optimised)
+    args = (p["X"], p["y"])
+    terms = assert_same_terms(npm.model, pym.model, params, draw, *args)
+    assert set(terms) == {"kernel.lengthscale", "kernel.variance", "Z", "u", "y"} - set(optimised)
+    assert_perturbation_moves(pym.model, params, draw, *args, site="Z")
+    assert npm.point_estimate_sites() == pym.point_estimate_sites() == (*optimised, "likelihood.variance")
+    assert set(npm.initial_values()) == set(pym.initial_values()) == set(terms) - {"y"}
+    values = {**params, **draw}
+    assert_same_predictions(npm, pym, values, p["X_new"])
+
+
 def test_bsgp_minibatch_term_is_scaled_by_n_over_b():
     """With a batch of B < N the data factor is scaled by N/B on both sides (the batches themselves differ)."""
     from parity_checks import numpyro_terms, pyro_terms
@@ -192,6 +211,26 @@ def test_deep_bsgp_log_joint_per_site_and_predictions_agree(case, monkeypatch):
     )
     moved = {**values, "layer0.u": values["layer0.u"] * 1.01}
     apart(npm.predict_f(values, p["X_new"], key=key)[0], pym.predict_f(moved, p["X_new"])[0].numpy())
+
+
+def test_deep_bsgp_with_point_estimated_sites_agrees(monkeypatch):
+    """SGHMC-DGP's deep model: every layer's Z and θ params on both sides, the same terms, point-estimate sites,
+    initial values and predictions."""
+    optimised = ("Z", "kernel.lengthscale", "kernel.variance")
+    npm, pym, params, draw, p = _deep_pair({"optimised": optimised}, monkeypatch)
+    params.update({k: draw.pop(k) for k in list(draw) if k.partition(".")[2] in optimised})
+    args = (p["X"], p["y"])
+    terms = assert_same_terms(npm.model, pym.model, params, draw, *args)
+    assert set(terms) == {"layer0.u", "layer1.u", "layer2.u", "y"}
+    assert_perturbation_moves(pym.model, params, draw, *args, site="layer1.Z")
+    sites = npm.point_estimate_sites()
+    assert sites == pym.point_estimate_sites() and set(sites) == set(params)
+    assert sites[-1] == "likelihood.variance" and len(sites) == 3 * 3 + 1
+    assert set(npm.initial_values()) == set(pym.initial_values()) == set(draw)
+    values = {**params, **draw}
+    key = jax.random.PRNGKey(0)
+    for e, g in zip(npm.predict_f(values, p["X_new"], key=key), pym.predict_f(values, p["X_new"]), strict=True):
+        close(e, g.numpy())
 
 
 def test_deep_bsgp_inner_noise_reaches_the_output():
