@@ -2,7 +2,7 @@
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/sas_mnist.py [--parts table1 timing fidelity] [--epochs 300] [--dtype float32]
+    .venv/bin/python benchmarks/sas_mnist.py [--parts table1 timing fidelity baselines table2] [--epochs 300]
 
 MNIST from the data folder (60,000 training and 10,000 test images, pixels in [0, 1], not centred), Q = 2, B = 1024,
 the 784-512-256-2 ReLU encoder (Bayesian SAS: two of them, the variance through a softplus), RBF-ARD, the released
@@ -25,6 +25,11 @@ code's initial values (variance, lengthscales and noise 0.5), Adam 1e-3, the unb
   and the Bayesian GP-LVM whose q(x | y) is that encoder, with M = 200 inducing inputs drawn from N(0, I) and a
   mean-field q(u) per output (a full one is 784 x 200 x 200 numbers and B M² D flops per step); the same test
   metrics, 1-NN accuracy and seconds per epoch, to set beside Bayesian SAS at A = M = 200.
+
+* ``table2``: Table 2 in one run (one command, the same loop and clock): Bayesian SAS at A = ``--table2-active``,
+  then the VAE and the Bayesian GP-LVM at M = A, each for ``--epochs`` epochs at seed 0, with the metrics of
+  ``baselines``; every fit resumes from its checkpoint in ``--scratch`` and every finished row is kept there, so a
+  killed run started again with the same command carries on.
 
 Writes ``benchmarks/results/sas_mnist.json`` and ``sas_mnist.png`` (the fidelity curves), one part at a time into
 the same JSON (the parts not run keep their earlier values).
@@ -149,47 +154,103 @@ def fidelity_figure(found: dict):
     return figure
 
 
-def baselines(Y, Y_test, labels, labels_test, args) -> dict:
+def baseline_models(Y, num_inducing: int) -> dict:
+    """Table 2's baselines for Y [N, D]: the VAE with Bayesian SAS's encoder and the mirrored decoder, and the
+    amortised Bayesian GP-LVM with that encoder, ``num_inducing`` inducing inputs from N(0, I) and a mean-field
+    q(u) per output; the RBF-ARD and noise initial values are SAS's (0.5)."""
     N, D = Y.shape
-    steps_per_epoch = -(-N // 1024)
-    order = np.random.default_rng(0).permutation(len(Y_test))[: args.test_points]
     encoder = nn.gaussian_encoder(D, 2, (512, 256), "relu", jax.random.PRNGKey(0), Y.dtype)
-    models = {
+    return {
         "vae": VAE(data_dim=D, batch_size=1024),
-        "bayesian_gplvm_M200": BayesianGPLVM(
+        f"bayesian_gplvm_M{num_inducing}": BayesianGPLVM(
             RBF(np.asarray(0.5, Y.dtype), np.full(2, 0.5, Y.dtype)), Gaussian(np.asarray(0.5, Y.dtype)),
-            Z=np.random.default_rng(0).standard_normal((200, 2)).astype(Y.dtype), num_latent=D, q_diag=True,
-            batch_size=1024, X_init=np.zeros((N, 2), Y.dtype), encoder=encoder,
+            Z=np.random.default_rng(0).standard_normal((num_inducing, 2)).astype(Y.dtype), num_latent=D,
+            q_diag=True, batch_size=1024, X_init=np.zeros((N, 2), Y.dtype), encoder=encoder,
         ),
     }  # fmt: skip
-    found = {}
-    for name, model in models.items():
-        fit = fit_svi(model.model, model.guide, Y, optimizer=optax.adam(1e-3), num_steps=args.epochs * steps_per_epoch,
-                      progress=False, validate=model.check_data)  # fmt: skip
-        reconstruct = jax.jit(lambda p, rows, model=model: model.reconstruct(p, rows))
-        parts = [reconstruct(fit.params, Y_test[order][i : i + 500]) for i in range(0, len(order), 500)]
-        mean, var = (np.concatenate([np.asarray(p[k]) for p in parts]) for k in range(2))
-        encode = jax.jit(lambda p, rows, model=model: model.encode(p, rows))
-        latents = np.concatenate([np.asarray(encode(fit.params, Y[i : i + 5000])) for i in range(0, N, 5000)])
-        test_latents = np.asarray(encode(fit.params, Y_test))
-        found[name] = {
-            "rmse": metrics.rmse(Y_test[order], mean), "mae": metrics.mae(Y_test[order], mean),
-            "nlpd": metrics.nlpd_gaussian(Y_test[order], mean, var),
-            "nearest_neighbour_accuracy": nearest_neighbour_accuracy(latents, labels, test_latents, labels_test),
-            "seconds_per_epoch": fit.run_seconds * steps_per_epoch / fit.steps_run, "epochs": args.epochs,
-            "paper_nearest_neighbour_accuracy": PAPER_TABLE2["vae" if name == "vae" else "bayesian_gplvm"],
-        }  # fmt: skip
-        print(name, found[name], flush=True)
+
+
+def fit_baseline(name: str, model, Y, Y_test, labels, labels_test, args, checkpoint: Path | None = None) -> dict:
+    """Adam 1e-3 for ``args.epochs`` epochs of ceil(N / 1024) steps (resumed from ``checkpoint`` when it holds
+    some), then the test metrics on ``args.test_points`` test images, the 1-NN accuracy of the 10,000 test latents
+    against the N training latents, and seconds per epoch (of the steps this process ran)."""
+    N = Y.shape[0]
+    steps_per_epoch = -(-N // 1024)
+    order = np.random.default_rng(0).permutation(len(Y_test))[: args.test_points]
+    fit = fit_svi(model.model, model.guide, Y, optimizer=optax.adam(1e-3), num_steps=args.epochs * steps_per_epoch,
+                  progress=False, validate=model.check_data, checkpoint=checkpoint,
+                  checkpoint_every=steps_per_epoch * 5)  # fmt: skip
+    reconstruct = jax.jit(lambda p, rows: model.reconstruct(p, rows))
+    parts = [reconstruct(fit.params, Y_test[order][i : i + 500]) for i in range(0, len(order), 500)]
+    mean, var = (np.concatenate([np.asarray(p[k]) for p in parts]) for k in range(2))
+    encode = jax.jit(lambda p, rows: model.encode(p, rows))
+    latents = np.concatenate([np.asarray(encode(fit.params, Y[i : i + 5000])) for i in range(0, N, 5000)])
+    test_latents = np.asarray(encode(fit.params, Y_test))
+    found = {
+        "rmse": metrics.rmse(Y_test[order], mean), "mae": metrics.mae(Y_test[order], mean),
+        "nlpd": metrics.nlpd_gaussian(Y_test[order], mean, var),
+        "nearest_neighbour_accuracy": nearest_neighbour_accuracy(latents, labels, test_latents, labels_test),
+        "seconds_per_epoch": fit.run_seconds * steps_per_epoch / max(fit.steps_run, 1), "epochs": args.epochs,
+        "steps_run_this_process": fit.steps_run,
+        "paper_nearest_neighbour_accuracy": PAPER_TABLE2["vae" if name == "vae" else "bayesian_gplvm"],
+    }  # fmt: skip
+    print(name, found, flush=True)
     return found
+
+
+def baselines(Y, Y_test, labels, labels_test, args) -> dict:
+    return {
+        name: fit_baseline(name, model, Y, Y_test, labels, labels_test, args)
+        for name, model in baseline_models(Y, 200).items()
+    }
+
+
+def table2(Y, Y_test, labels, labels_test, args) -> dict:
+    """Table 2 in one run: Bayesian SAS at A = ``args.table2_active``, the VAE and the Bayesian GP-LVM at
+    M = A, one after the other under the same loop (Adam 1e-3, B = 1024, ``args.epochs`` epochs, seed 0). Each fit
+    resumes from its checkpoint in ``args.scratch`` (written every 5 epochs), and each finished row is written
+    at once to ``table2_partial.json`` there, so that a killed run restarts where it stopped."""
+    A = args.table2_active
+    partial_path = args.scratch / "table2_partial.json"
+    settings = {"epochs": args.epochs, "active": A, "dtype": args.dtype, "test_points": args.test_points}
+    partial = json.loads(partial_path.read_text()) if partial_path.is_file() else {}
+    if partial.get("settings") != settings:
+        partial = {"settings": settings, "rows": {}}
+    rows = partial["rows"]
+    name = f"bayesian_sas_A{A}"
+    if name not in rows:
+        config = SASConfig(num_active=A, bayesian=True, num_epochs=args.epochs)
+        fit = fit_sas(Y, config, progress=False, checkpoint=str(args.scratch / f"table2_{name}.npz"),
+                      checkpoint_every=5 * config.steps_per_epoch(len(Y)))  # fmt: skip
+        order = np.random.default_rng(0).permutation(len(Y_test))[: args.test_points]
+        m = evaluate_sas(fit.model, fit.params, Y, Y_test[order], num_conditioning=args.conditioning)
+        accuracy = nearest_neighbour_accuracy(encode_rows(fit.model, fit.params, Y), labels,
+                                              encode_rows(fit.model, fit.params, Y_test), labels_test)  # fmt: skip
+        rows[name] = {
+            **m, "nearest_neighbour_accuracy": accuracy, "seconds_per_epoch": fit.seconds_per_epoch,
+            "epochs": args.epochs, "steps_run_this_process": fit.svi.steps_run,
+            "paper_nearest_neighbour_accuracy": PAPER_TABLE2["bayesian_sas"],
+        }  # fmt: skip
+        print(name, rows[name], flush=True)
+        results.write_output_set(args.scratch, {partial_path.name: results.json_file(partial)})
+    for name, model in baseline_models(Y, A).items():
+        if name not in rows:
+            checkpoint = args.scratch / f"table2_{name}_A{A}.npz"
+            rows[name] = fit_baseline(name, model, Y, Y_test, labels, labels_test, args, checkpoint)
+            results.write_output_set(args.scratch, {partial_path.name: results.json_file(partial)})
+    return {"active_and_inducing": A, "seed": 0, **rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=("table1", "timing", "fidelity", "baselines"), default=["table1"])
+    parser.add_argument(
+        "--parts", nargs="+", choices=("table1", "timing", "fidelity", "baselines", "table2"), default=["table1"]
+    )
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--test-points", type=int, default=1000)
     parser.add_argument("--conditioning", type=int, default=5000)
+    parser.add_argument("--table2-active", type=int, default=400)
     parser.add_argument("--fidelity-rows", type=int, default=20_000)
     parser.add_argument("--fidelity-every", type=int, default=5)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/sas_mnist"))
@@ -208,9 +269,13 @@ def main() -> None:
             found = timing(Y)
         elif part == "baselines":
             found = baselines(Y, Y_test, ds.y_train, ds.y_test, args)
+        elif part == "table2":
+            found = table2(Y, Y_test, ds.y_train, ds.y_test, args)
         else:
             found = fidelity(Y, args)
         command = f"python benchmarks/sas_mnist.py --parts {part} --epochs {args.epochs} --dtype {args.dtype}"
+        if part == "table2":
+            command += f" --table2-active {args.table2_active}"
         if part == "fidelity":
             command += f" --fidelity-rows {args.fidelity_rows} --fidelity-every {args.fidelity_every}"
         report[part] = {"command": command, **found, "seconds": time.perf_counter() - began, **results.provenance()}
