@@ -208,8 +208,9 @@ def baselines(Y, Y_test, labels, labels_test, args) -> dict:
 def table2(Y, Y_test, labels, labels_test, args) -> dict:
     """Table 2 in one run: Bayesian SAS at A = ``args.table2_active``, the VAE and the Bayesian GP-LVM at
     M = A, one after the other under the same loop (Adam 1e-3, B = 1024, ``args.epochs`` epochs, seed 0). Each fit
-    resumes from its checkpoint in ``args.scratch`` (written every 5 epochs), and each finished row is written
-    at once to ``table2_partial.json`` there, so that a killed run restarts where it stopped."""
+    resumes from its checkpoint in ``args.scratch`` (written every 300 steps, about 5 epochs), and each finished row
+    is written at once to ``table2_partial.json`` there, so that a killed run restarts where it stopped. A resumed
+    fit's seconds per epoch count only the steps its own process ran."""
     A = args.table2_active
     partial_path = args.scratch / "table2_partial.json"
     settings = {"epochs": args.epochs, "active": A, "dtype": args.dtype, "test_points": args.test_points}
