@@ -102,11 +102,13 @@ def timing(Y) -> dict:
 
 def exact_on_host(model, params, rows: np.ndarray, block: int = 2000) -> float:
     """log p(Y | X) = Σ_d log N(y_d | 0, K + σ² I) at the encoded latents (:meth:`SASGPLVM.exact_log_marginal`'s
-    value) on numpy arrays, holding one [N, N] float64 matrix: the library's RBF fills it ``block`` rows at a time,
-    σ² goes onto its diagonal, and LAPACK factorises it in place (no jitter: σ² > 0 keeps it positive definite).
-    XLA's CPU program for N = 20,000 crashed (a segmentation fault), and the core's dense route
+    value) on numpy arrays: the library's RBF fills one [N, N] float64 matrix ``block`` rows at a time, σ² goes onto
+    its diagonal, and LAPACK factorises it (no jitter: σ² > 0 keeps it positive definite; scipy factorises a
+    Fortran-ordered copy, so two [N, N] matrices at the peak, 7.5 GB resident at N = 20,000). XLA's CPU program for
+    N = 20,000 crashed (a segmentation fault), and the core's dense route
     (:func:`ppl_sparsegp.core.bounds.gaussian_log_marginal`) holds about six [N, N] matrices at its peak (4.8 GB
-    measured at N = 10,000, so about 19 GB at 20,000)."""
+    measured at N = 10,000, so about 19 GB at 20,000). At N = 20,000 run it with ``OPENBLAS_NUM_THREADS=1``: with
+    its default threads (2 here), scipy 1.17.1's bundled OpenBLAS crashed here (a segmentation fault inside it)."""
     import scipy.linalg
 
     kernel, likelihood = model.fitted(params)
