@@ -38,7 +38,10 @@ NUTS depth 6, dense         3.8           0.54              0.37             0.5
 (the old row from the last full run, 2 x 4500 draws; NUTS hit its maximum depth, 63 steps, on every draw, at
 eps 0.066 against HMC's 0.069). The long direction is the ridge between the kernel variance and the length of v
 (f scales with sqrt(variance) * v and robust-max hardly sees the scale of f), which a diagonal mass matrix cannot
-follow. The earlier measurements, on the diagonal-mass samplers (machine load 4-9):
+follow. These are within-chain numbers: the full run with these defaults (2026-11-27, 4 chains x 2160 draws,
+benchmarks/README.md) still did not mix between chains (ArviZ R-hat 1.09 on the variance and 1.26 on the
+lengthscale, bulk ESS 33 and 12, 93 % of v above R-hat 1.1), so the chains settle in different places faster than
+they move between them. The earlier measurements, on the diagonal-mass samplers (machine load 4-9):
 
 * One evaluation of the SGPMC potential and its gradient (750 points, 152 unknowns) takes 2.5-5 ms; two thirds of
   it is ``log_ndtr`` in robust-max's quadrature (750 x 20 x 3 values). Gauss-Hermite order 10 does not make the
