@@ -1,7 +1,7 @@
 """The thesis' synthetic three-class problem (Matthews 2016, §5.6.2, Fig 5.2): the factorised Gaussian (SVGP) against
 SGPMC's samples, robust-max likelihood.
 
-Run (from the repository root; about 20 minutes on the shared 2-core machine)::
+Run (from the repository root; about 55 minutes on the shared 2-core machine, 40 of them MCMC)::
 
     .venv/bin/python benchmarks/multiclass_synthetic.py
 
@@ -18,10 +18,30 @@ white variance fell from 1e-3 to 6e-8 there (and the MAP moved to variance 0.68,
 with the white held), so the model was no longer the thesis' RBF + White(1e-3). Here the white variance is held at
 1e-3 in both stages.
 
-Sampler: HMC with the thesis' 30 leapfrog steps per draw, its step size adapted by dual averaging and a diagonal
-mass matrix during 500 warm-up steps; 2 chains one after the other, 4500 draws each after warm-up, every 25th kept
-(the thesis: one chain of 10,000 draws at eps = 0.008, up to 30 steps, every 500th kept). Why, as measured on this
-machine (2 cores shared with another benchmark, load 4-9, so times vary by up to 1.5x):
+Sampler (the defaults): HMC with the thesis' 30 leapfrog steps per draw, its step size adapted by dual averaging
+and a **dense** mass matrix over all 152 unknowns (v and log θ) during 500 warm-up steps; 4 chains stepped together
+(vectorized), up to 3000 draws each after warm-up, every 15th kept, the sampling ended after the first chunk of 90
+steps that finishes more than ``--max-mcmc-minutes`` (40) after the warm-up began (the thesis: one chain of 10,000
+draws at eps = 0.008, up to 30 steps, every 500th kept). Why dense: the earlier default, the same HMC with a
+diagonal mass matrix (2 chains, 4500 draws each), did not mix (R-hat 1.16 on the variance, 1.94 on the worst
+whitened output, ESS 28 on the variance). Single-chain pilots from the same start (500 warm-up steps, then 600
+HMC or 300 NUTS draws; load 8-15 on the 2 cores), effective draws per 1000 gradient evaluations after warm-up:
+
+==========================  ============  ================  ===============  ===============
+sampler                     log variance  log lengthscale   v, worst of 150  v, 10th centile
+==========================  ============  ================  ===============  ===============
+HMC L=30, diagonal (old)    about 1       about 0.8         0.005            n/a
+HMC L=30, dense             16            2.4               0.25             0.48
+NUTS depth 6, dense         3.8           0.54              0.37             0.55
+==========================  ============  ================  ===============  ===============
+
+(the old row from the last full run, 2 x 4500 draws; NUTS hit its maximum depth, 63 steps, on every draw, at
+eps 0.066 against HMC's 0.069). The long direction is the ridge between the kernel variance and the length of v
+(f scales with sqrt(variance) * v and robust-max hardly sees the scale of f), which a diagonal mass matrix cannot
+follow. These are within-chain numbers: the full run with these defaults (2026-11-27, 4 chains x 2160 draws,
+benchmarks/README.md) still did not mix between chains (ArviZ R-hat 1.09 on the variance and 1.26 on the
+lengthscale, bulk ESS 33 and 12, 93 % of v above R-hat 1.1), so the chains settle in different places faster than
+they move between them. The earlier measurements, on the diagonal-mass samplers (machine load 4-9):
 
 * One evaluation of the SGPMC potential and its gradient (750 points, 152 unknowns) takes 2.5-5 ms; two thirds of
   it is ``log_ndtr`` in robust-max's quadrature (750 x 20 x 3 values). Gauss-Hermite order 10 does not make the
@@ -131,6 +151,21 @@ def in_chunks(predict, points: np.ndarray, size: int = GRID_CHUNK) -> np.ndarray
     return np.concatenate([np.asarray(predict(points[i : i + size])) for i in range(0, len(points), size)])
 
 
+def time_limit(minutes: float | None, began: float):
+    """A ``run_mcmc`` callback that ends the sampling after the first chunk of draws that finishes more than
+    ``minutes`` after ``began`` (a ``time.perf_counter()`` reading, taken before the warmup), so at least one chunk
+    is kept: run_mcmc returns the draws made so far, with ``interrupted`` set, when its callback raises
+    KeyboardInterrupt. None: no limit."""
+    if minutes is None:
+        return None
+
+    def check(result) -> None:
+        if result.num_draws > 0 and time.perf_counter() - began > 60.0 * minutes:
+            raise KeyboardInterrupt
+
+    return check
+
+
 def fit(X: np.ndarray, y: np.ndarray, Z: np.ndarray, args: argparse.Namespace, key: jax.Array) -> dict:
     """The thesis' two stages with White held at 1e-3: the Gaussian fit (SVGP, MAP θ, Adam 0.01, the first tenth
     of the steps with Z at k-means), then MCMC on (v, θ) with Z fixed, started at the MAP θ and a draw of q(v)."""
@@ -160,12 +195,14 @@ def fit(X: np.ndarray, y: np.ndarray, Z: np.ndarray, args: argparse.Namespace, k
                        adapt_step_size=not fixed_step, adapt_mass_matrix=not fixed_step)  # fmt: skip
     else:
         options = dict(max_tree_depth=args.max_tree_depth)
+    dense = {"none": False, "theta": [tuple(PRIORS)], "all": True}[args.dense_mass]
+    options.update(dense_mass=dense, target_accept_prob=args.target_accept)
     sampler = kernel_from_name(args.engine, model.model, **options)
     began = time.perf_counter()
     mcmc = run_mcmc(sampler, X, y, num_warmup=args.warmup, num_samples=args.samples, num_chains=args.chains,
                     thinning=args.thinning, chain_method=args.chain_method, key=mcmc_key, init_params=init,
-                    progress=False,
-                    validate=model.check_data)  # fmt: skip
+                    chunk_size=args.chunk_size, progress=False, validate=model.check_data,
+                    callback=time_limit(args.max_mcmc_minutes, began))  # fmt: skip
     return {"svgp": svgp, "params": params, "model": model, "mcmc": mcmc, "svi_seconds": svi_seconds, "losses": losses,
             "mcmc_seconds": time.perf_counter() - began}  # fmt: skip
 
@@ -176,11 +213,21 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--step-size", type=float, default=None)
     parser.add_argument("--leapfrog-steps", type=int, default=30)
     parser.add_argument("--max-tree-depth", type=int, default=8)
+    parser.add_argument("--dense-mass", choices=("none", "theta", "all"), default="all",
+                        help="the mass matrix is dense over: nothing (diagonal), θ, or all 152 unknowns")  # fmt: skip
+    parser.add_argument("--target-accept", type=float, default=0.8)
     parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--samples", type=int, default=4500)
-    parser.add_argument("--thinning", type=int, default=25)
-    parser.add_argument("--chains", type=int, default=2)
-    parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default="sequential")
+    parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--thinning", type=int, default=15)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--chain-method", choices=("sequential", "vectorized"), default="vectorized")
+    parser.add_argument("--chunk-size", type=int, default=90, help="post-warmup steps per chunk")
+    parser.add_argument(
+        "--max-mcmc-minutes",
+        type=float,
+        default=40.0,
+        help="end the sampling after the first chunk that ends this long after the warmup began (draws kept)",
+    )
     parser.add_argument("--svi-steps", type=int, default=3000)
     parser.add_argument("--quadrature-order", type=int, default=20)
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "multiclass_synthetic.json")
@@ -188,24 +235,51 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def diagnostics(mcmc) -> dict:
-    """Split R-hat and ESS (NumPyro's, over all chains) of the hyperparameters; worst of them over v; sampler stats."""
+    """R-hat and ESS of the hyperparameters and of the 150 whitened outputs v, sampler statistics.
+
+    Two estimators: ArviZ's rank-normalised split R-hat and bulk ESS (Vehtari et al. 2021; what the targets R-hat
+    <= 1.05 and ESS >= 100 on θ, R-hat <= 1.1 on v, refer to) and NumPyro's split R-hat and ESS on the raw draws
+    (those of the earlier runs). For v: worst, median, and the fraction with R-hat above 1.1 and 1.05."""
+    import arviz as az
+
     out = {}
+    chains = mcmc.num_chains > 1
     for site in PRIORS:
         draws = np.asarray(mcmc.samples[site])  # [C, S]
         out[site] = {"mean": float(draws.mean()), "sd": float(draws.std()),
-                     "r_hat": float(split_gelman_rubin(draws)) if draws.shape[0] > 1 else None,
-                     "ess": float(effective_sample_size(draws))}  # fmt: skip
+                     "r_hat": float(az.rhat(draws)) if chains else None,
+                     "ess_bulk": float(az.ess(draws, method="bulk")),
+                     "ess_tail": float(az.ess(draws, method="tail")),
+                     "r_hat_numpyro": float(split_gelman_rubin(draws)) if chains else None,
+                     "ess_numpyro": float(effective_sample_size(draws))}  # fmt: skip
     u = np.asarray(mcmc.samples["u"])  # [C, S, 3, 50]
-    out["u"] = {"r_hat_max": float(np.max(split_gelman_rubin(u))) if u.shape[0] > 1 else None,
-                "ess_min": float(np.min(effective_sample_size(u))),
-                "ess_median": float(np.median(effective_sample_size(u)))}  # fmt: skip
+    dataset = az.convert_to_dataset({"u": u})
+    bulk = np.asarray(az.ess(dataset, method="bulk")["u"])
+    out["u"] = {"ess_bulk_min": float(bulk.min()), "ess_bulk_median": float(np.median(bulk)),
+                "ess_numpyro_min": float(np.min(effective_sample_size(u))),
+                "r_hat_numpyro_max": float(np.max(split_gelman_rubin(u))) if chains else None}  # fmt: skip
+    if chains:
+        r_hat = np.asarray(az.rhat(dataset)["u"])
+        out["u"].update({"r_hat_max": float(r_hat.max()), "r_hat_median": float(np.median(r_hat)),
+                         "fraction_r_hat_above_1.1": float(np.mean(r_hat > 1.1)),
+                         "fraction_r_hat_above_1.05": float(np.mean(r_hat > 1.05))})  # fmt: skip
     extra = mcmc.extra_fields
     out["divergences"] = mcmc.divergences
     out["accept_prob_mean"] = float(np.mean(extra["accept_prob"]))
     out["step_size"] = [float(s) for s in np.asarray(extra["adapt_state.step_size"])[:, -1]]
     out["leapfrog_steps_mean"] = float(np.mean(extra["num_steps"]))
     out["kept_draws_per_chain"] = mcmc.num_draws
+    out["stopped_by_time_limit"] = mcmc.interrupted
     return out
+
+
+def mixing_targets(mixing: dict) -> dict:
+    """The targets set for this run: ArviZ R-hat <= 1.05 and bulk ESS >= 100 on both hyperparameters, R-hat
+    <= 1.1 on most of the 150 whitened outputs (the fraction above 1.1 is reported, not thresholded)."""
+    theta = [mixing[site] for site in PRIORS]
+    return {"theta_r_hat_at_most_1.05": all(t["r_hat"] is not None and t["r_hat"] <= 1.05 for t in theta),
+            "theta_ess_bulk_at_least_100": all(t["ess_bulk"] >= 100 for t in theta),
+            "u_fraction_r_hat_above_1.1": mixing["u"].get("fraction_r_hat_above_1.1")}  # fmt: skip
 
 
 def main() -> None:
@@ -249,7 +323,8 @@ def main() -> None:
         "sgpmc_more_conservative": bool(sampled["mean_confidence"] < gaussian["mean_confidence"]
                                         and sampled["grid_share_above_0.95"] < gaussian["grid_share_above_0.95"]
                                         and sampled["grid_share_above_0.99"] < gaussian["grid_share_above_0.99"]),
-        "mcmc": diagnostics(mcmc),
+        "mcmc": (mixing := diagnostics(mcmc)),
+        "mixing_targets": mixing_targets(mixing),
         "map_hyperparameters": {site: float(params[f"{site}_map"]) for site in PRIORS},
         "svi_final_loss": float(np.mean(losses[-100:])), "svi_loss_drop_last_1000_steps": float(
             np.mean(losses[-1100:-1000]) - np.mean(losses[-100:])),
