@@ -41,12 +41,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared.add(group, "hidden", list(c.hidden), "widths of the network's hidden layers", type=int, nargs="*")
     shared.add(group, "activation", c.activation, "the hidden layers' activation", choices=sorted(ACTIVATIONS))
     shared.add(group, "epochs", c.num_epochs, "epochs of ceil(N / batch) steps", type=int)
+    shared.add(group, "dropout", c.dropout, "rate in [0, 1) of dropout on the network's outputs (Z, m, raw L) in "
+               "training steps, off when predicting; the authors' UCI launchers use 0.5", type=float,
+               metavar="RATE")  # fmt: skip
 
 
 def _check(opts: dict[str, Any]) -> None:
     shared.check_options(opts, positive=("epochs",))
     if opts["white"] < 0:
         raise ValueError(f"--white must be >= 0 (0: no white term), got {opts['white']}")
+    if not 0.0 <= opts["dropout"] < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1) (0: no dropout), got {opts['dropout']}")
     for width in opts["hidden"]:
         if width < 1:
             raise ValueError(f"--hidden: every width must be a positive integer, got {opts['hidden']}")
