@@ -26,7 +26,8 @@ after every epoch against training seconds (and every test metric after every ep
 come within 0.05 of the final NLL. ``benchmarks/results/idsgp_uci.json`` (or ``--out``) is rewritten atomically
 after every finished cell; finished cells with the same settings are skipped when the script runs again, and each
 cell's SVI state is checkpointed in
-``benchmarks/results/idsgp_uci_runs/`` (gitignored), from which a killed cell resumes.
+``benchmarks/results/idsgp_uci_runs/`` (gitignored), from which a killed cell resumes, beside its curve so far
+(``<cell>.json``, rewritten after every epoch; a resumed cell's curve starts at the resume).
 """
 
 from __future__ import annotations
@@ -79,10 +80,10 @@ def _split(name: str, split: int, quick: bool) -> tuple[data.Dataset, data.Datas
 
 class Trajectory:
     """The fit_svi callback: the test NLL after every epoch against the seconds since the fit started, compiling
-    included and evaluating not."""
+    included and evaluating not; the curve so far is rewritten to ``progress`` (a JSON file) after every epoch."""
 
-    def __init__(self, predictor, steps_per_epoch: int) -> None:
-        self.predictor, self.steps_per_epoch = predictor, steps_per_epoch
+    def __init__(self, predictor, steps_per_epoch: int, progress: Path) -> None:
+        self.predictor, self.steps_per_epoch, self.progress = predictor, steps_per_epoch, progress
         self.points: list[tuple[float, float]] = []
         self.metrics: list[dict[str, float]] = []
         self.start, self.evaluating = time.perf_counter(), 0.0
@@ -93,6 +94,7 @@ class Trajectory:
             metrics = self.predictor(params)[0]
             self.points.append((t0 - self.start - self.evaluating, metrics["nll"]))
             self.metrics.append(metrics)
+            results.write_json(self.progress, {"step": step, "nll_trajectory": self.points, "metrics": self.metrics})
             self.evaluating += time.perf_counter() - t0
 
     def seconds_to_final(self) -> float | None:
@@ -134,7 +136,7 @@ def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[
     checkpoint = RUNS / f"{'quick-' if args.quick else ''}{name}-{split}-{method}{rate}.npz"
     if method == "idsgp":
         model = build_idsgp(config, std.X_train, _likelihood(ds.task), seed=split)
-        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch)
+        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch, checkpoint.with_suffix(".json"))
         fit = fit_idsgp(std.X_train, std.y_train, config, likelihood=_likelihood(ds.task), seed=split,
                         checkpoint=str(checkpoint), progress=not args.quiet, callback=trajectory)  # fmt: skip
         svi, epochs = fit.svi, args.epochs
@@ -144,7 +146,7 @@ def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[
         Z = kmeans(std.X_train, min(args.svgp_inducing, N), seed=split)
         batch = config.batch_size if config.batch_size < N else None
         model = SVGP(kernel, _likelihood(ds.task), Z=Z, batch_size=batch)
-        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch)
+        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch, checkpoint.with_suffix(".json"))
         svi = fit_svi(model.model, model.guide, std.X_train, std.y_train, optimizer=optax.adam(config.learning_rate),
                       num_steps=epochs * steps_per_epoch, key=split, checkpoint=str(checkpoint),
                       progress=not args.quiet, callback=trajectory, validate=model.check_data)  # fmt: skip
