@@ -1,7 +1,8 @@
 """idsgp: IDSGP (Jafrasteh et al. 2022): a network gives each input its own inducing points and q(u); SVI with Adam.
 
 :func:`ppl_sparsegp.recipes.idsgp.fit_idsgp` with the authors' UCI defaults (Matérn-3/2 ARD plus a learned white
-term, M = 50 per input, one hidden layer of 50 sigmoid units, batch 100, Adam 0.01, 100 epochs). Writes params.npz
+term, M = 50 per input, one hidden layer of 50 sigmoid units, batch 100, Adam 0.01, 100 epochs); ``--dropout 0.5``
+adds the authors' UCI launchers' dropout on the network's outputs in training steps. Writes params.npz
 (the network's weights and the hyperparameters, standardised units, and the standardisation), fit.png and
 results.json (metrics in original units, seconds per epoch of training, and the seconds of one prediction pass
 over the evaluation set, compiling included); the SVI state is checkpointed to OUT/checkpoint.npz, from which the
