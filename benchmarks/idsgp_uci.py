@@ -6,6 +6,8 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/idsgp_uci.py                                  # 4 regression sets + magic, splits 0-2
     .venv/bin/python benchmarks/idsgp_uci.py --datasets kin40k --splits 0 --svgp-epochs 10
     .venv/bin/python benchmarks/idsgp_uci.py --quick                          # smoke test: 1 epoch, 2,000 rows
+    .venv/bin/python benchmarks/idsgp_uci.py --datasets magic --splits 0 --methods idsgp --dropout 0.5 \
+        --out benchmarks/results/idsgp_uci_dropout.json                       # the launchers' output dropout
 
 Protocol (spec 002 §2, §3.2): the Wilson-suite file (``uci_wilson/<name>``; protein from ``uci/protein``, whose
 targets are in the original units the paper reports, where the Wilson file's are rescaled; magic from
@@ -13,15 +15,19 @@ targets are in the original units the paper reports, where the Wilson file's are
 (:func:`ppl_sparsegp.data.random_split`), X and y standardised with training statistics; metrics in original units.
 IDSGP: :func:`fit_idsgp` with its defaults (Matérn-3/2 ARD plus the authors' learned white term, M = 50, one hidden
 layer of 50 sigmoid units, Adam 0.01, batch 100, 100 epochs, float64; Gaussian likelihood with noise variance 0.1,
-probit for magic); ``--white-floor`` adds the authors' fixed 1e-3 beside the learned white term. SVGP: M = 1024
+probit for magic); ``--white-floor`` adds the authors' fixed 1e-3 beside the learned white term, ``--dropout RATE``
+sets :attr:`IDSGPConfig.dropout` (the authors' UCI launchers use 0.5; IDSGP's checkpoints then carry the rate in
+their name). SVGP: M = 1024
 k-means inducing inputs, the same kernel without the white term, whitened full q(u), Adam 0.01, batch 100.
 
 Recorded per (dataset, split, method): test NLL, RMSE (accuracy for magic), training seconds per epoch (compiling
 excluded), prediction seconds per epoch (one compiled pass over the test set, after a warm-up pass), the test NLL
-after every epoch against training seconds, and the training seconds to come within 0.05 of the final NLL.
-``benchmarks/results/idsgp_uci.json`` is rewritten atomically after every finished cell; finished cells with the
-same settings are skipped when the script runs again, and each cell's SVI state is checkpointed in
-``benchmarks/results/idsgp_uci_runs/`` (gitignored), from which a killed cell resumes.
+after every epoch against training seconds (and every test metric after every epoch), and the training seconds to
+come within 0.05 of the final NLL. ``benchmarks/results/idsgp_uci.json`` (or ``--out``) is rewritten atomically
+after every finished cell; finished cells with the same settings are skipped when the script runs again, and each
+cell's SVI state is checkpointed in
+``benchmarks/results/idsgp_uci_runs/`` (gitignored), from which a killed cell resumes, beside its curve so far
+(``<cell>.json``, rewritten after every epoch; a resumed cell's curve starts at the resume).
 """
 
 from __future__ import annotations
@@ -74,17 +80,21 @@ def _split(name: str, split: int, quick: bool) -> tuple[data.Dataset, data.Datas
 
 class Trajectory:
     """The fit_svi callback: the test NLL after every epoch against the seconds since the fit started, compiling
-    included and evaluating not."""
+    included and evaluating not; the curve so far is rewritten to ``progress`` (a JSON file) after every epoch."""
 
-    def __init__(self, predictor, steps_per_epoch: int) -> None:
-        self.predictor, self.steps_per_epoch = predictor, steps_per_epoch
+    def __init__(self, predictor, steps_per_epoch: int, progress: Path) -> None:
+        self.predictor, self.steps_per_epoch, self.progress = predictor, steps_per_epoch, progress
         self.points: list[tuple[float, float]] = []
+        self.metrics: list[dict[str, float]] = []
         self.start, self.evaluating = time.perf_counter(), 0.0
 
     def __call__(self, step: int, losses: np.ndarray, params: dict) -> None:
         if step % self.steps_per_epoch < len(losses):  # an epoch ended inside this chunk
             t0 = time.perf_counter()
-            self.points.append((t0 - self.start - self.evaluating, self.predictor(params)[0]["nll"]))
+            metrics = self.predictor(params)[0]
+            self.points.append((t0 - self.start - self.evaluating, metrics["nll"]))
+            self.metrics.append(metrics)
+            results.write_json(self.progress, {"step": step, "nll_trajectory": self.points, "metrics": self.metrics})
             self.evaluating += time.perf_counter() - t0
 
     def seconds_to_final(self) -> float | None:
@@ -120,12 +130,13 @@ def _likelihood(task: str) -> likelihoods.Likelihood:
 def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[str, Any]:
     ds, std, scaler = _split(name, split, args.quick)
     N, D = std.X_train.shape
-    config = IDSGPConfig(num_epochs=args.epochs, white_floor=args.white_floor)
+    config = IDSGPConfig(num_epochs=args.epochs, white_floor=args.white_floor, dropout=args.dropout)
     steps_per_epoch = config.steps_per_epoch(N)
-    checkpoint = RUNS / f"{'quick-' if args.quick else ''}{name}-{split}-{method}.npz"
+    rate = f"-dropout{args.dropout:g}" if method == "idsgp" and args.dropout else ""
+    checkpoint = RUNS / f"{'quick-' if args.quick else ''}{name}-{split}-{method}{rate}.npz"
     if method == "idsgp":
         model = build_idsgp(config, std.X_train, _likelihood(ds.task), seed=split)
-        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch)
+        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch, checkpoint.with_suffix(".json"))
         fit = fit_idsgp(std.X_train, std.y_train, config, likelihood=_likelihood(ds.task), seed=split,
                         checkpoint=str(checkpoint), progress=not args.quiet, callback=trajectory)  # fmt: skip
         svi, epochs = fit.svi, args.epochs
@@ -135,7 +146,7 @@ def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[
         Z = kmeans(std.X_train, min(args.svgp_inducing, N), seed=split)
         batch = config.batch_size if config.batch_size < N else None
         model = SVGP(kernel, _likelihood(ds.task), Z=Z, batch_size=batch)
-        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch)
+        trajectory = Trajectory(_predictor(model, std, ds, scaler), steps_per_epoch, checkpoint.with_suffix(".json"))
         svi = fit_svi(model.model, model.guide, std.X_train, std.y_train, optimizer=optax.adam(config.learning_rate),
                       num_steps=epochs * steps_per_epoch, key=split, checkpoint=str(checkpoint),
                       progress=not args.quiet, callback=trajectory, validate=model.check_data)  # fmt: skip
@@ -148,11 +159,13 @@ def _cell(name: str, split: int, method: str, args: argparse.Namespace) -> dict[
         "input_dim": D, "epochs": epochs, "steps_per_epoch": steps_per_epoch, "metrics": scores,
         "train_seconds_per_epoch": svi.run_seconds * steps_per_epoch / svi.steps_run if svi.steps_run else None,
         "compile_seconds": svi.compile_seconds, "predict_seconds_per_epoch": predict_seconds,
-        "nll_trajectory": trajectory.points, "seconds_to_within_0.05_of_final": trajectory.seconds_to_final(),
+        "nll_trajectory": trajectory.points, "metrics_by_epoch": trajectory.metrics,
+        "seconds_to_within_0.05_of_final": trajectory.seconds_to_final(),
         "resumed_from_step": svi.resumed_from,
         "settings": {"inducing": 50 if method == "idsgp" else int(min(args.svgp_inducing, N)), "batch": 100,
                      "learning_rate": config.learning_rate,
-                     "white_floor": args.white_floor if method == "idsgp" else None},
+                     "white_floor": args.white_floor if method == "idsgp" else None,
+                     "dropout": args.dropout if method == "idsgp" else None},
     }  # fmt: skip
 
 
@@ -183,14 +196,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--svgp-epochs", type=int, default=None, help="SVGP's epochs (default: --epochs)")
     parser.add_argument("--svgp-inducing", type=int, default=1024)
     parser.add_argument("--white-floor", type=float, default=None, help="IDSGPConfig.white_floor (default: none)")
+    parser.add_argument("--dropout", type=float, default=0.0, help="IDSGPConfig.dropout, in [0, 1) (default: 0)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"the results file (default: {RESULTS})")
     parser.add_argument(
         "--quick", action="store_true", help="1 epoch on 2,000 training rows; writes to the runs folder"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.quick:
         args.epochs, args.svgp_epochs, args.svgp_inducing = 1, 1, 64
-    out = RUNS / "quick.json" if args.quick else RESULTS
+    out = RUNS / "quick.json" if args.quick else args.out
     RUNS.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/idsgp_uci.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     for name in args.datasets:

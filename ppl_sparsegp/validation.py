@@ -223,6 +223,14 @@ def check_open_unit_interval(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_rate(name: str, value: Any) -> float:
+    """Check a rate in [0, 1) (a dropout rate: 0 keeps everything, 1 would keep nothing). Returns it as a float.
+    Raises ``ValueError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
 def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
     """Check a number of inducing points ``M`` chosen from ``N`` data points: an integer with 1 <= M <= N.
 

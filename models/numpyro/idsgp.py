@@ -6,7 +6,7 @@ of f is the GP prior whatever the network outputs (the paper's eq 4): only u's p
 
 Site names: hyperparameter sites of :mod:`models.numpyro._base`; param ``"network$params"`` (the network's weights,
 shared by model and guide); plate ``"data"``; latent ``"u"`` [B, M] (one inducing vector per input in the plate);
-factor ``"y"`` [B].
+factor ``"y"`` [B]; with output dropout, latent ``"dropout"`` [B, O] (below).
 
 Generative model, for each x_n in the batch (paper §3.1, eqs 4-6)::
 
@@ -24,6 +24,19 @@ The data term is scored, as SVGP's analytic data term is, under the marginal q(f
 (:func:`ppl_sparsegp.core.conditionals.per_input_conditional`), in closed form or by Gauss-Hermite. The KL is
 averaged over the batch, not scaled by N/B: ``"u"`` sits in the data plate (scale N/B) under a further scale 1/N.
 With ``TraceMeanField_ELBO`` the KL is NumPyro's closed-form Gaussian KL, so the estimate is the paper's exactly.
+
+Output dropout (``dropout`` = rate p > 0; the authors' UCI launchers use 0.5 on the output layer, spec 002 §1.5 and
+pitfall 5): while training, the network's outputs [B, O] (Z, m and raw L alike) are multiplied by a keep mask
+ε / (1 - p) (:func:`ppl_sparsegp.core.network_outputs.dropped_out`), ε ~ Bernoulli(1 - p) per output and per input of
+the batch.
+ε is the sample site ``"dropout"`` in the guide and the model with the same distribution, so the model replays the
+guide's mask (Z(x) and q(u | x) of one step see the same mask), its KL term is exactly 0, and the objective is the
+above averaged over masks. Only training steps drop out: ``model(X, y, train=True)`` and ``guide(X, y, train=True)``
+(what :func:`ppl_sparsegp.recipes.idsgp.fit_idsgp` fits), which draw ε from a key of its own split off the step's
+key (so a checkpoint, which stores that key, resumes it); by default (``train=False``) model and guide use the whole
+network, as do prediction, ``elbo``, ``pointwise_log_likelihood``, ``Predictive`` and the guide's posterior draws.
+The mask's distribution has no parameters, so the gradient given the draw is the objective's; NumPyro's ``SVI.init``
+still warns of a discrete latent site, which :func:`ppl_sparsegp.recipes.idsgp.fit_idsgp` silences.
 
 Prediction runs the network at the test input (a point mass x̃ = x*, eq 7); there is no joint covariance between
 test points, each being predicted from its own inducing set.
@@ -46,6 +59,7 @@ from numpyro.contrib.module import eqx_module
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals, kl, ops
 from ppl_sparsegp.core.kernels import Kernel
+from ppl_sparsegp.core.network_outputs import dropped_out
 from ppl_sparsegp.numpyro import nn, sites
 from ppl_sparsegp.numpyro.dtype import as_float
 
@@ -57,6 +71,8 @@ Array = Any
 NETWORK = "network"
 """The name under which ``eqx_module`` registers the network; its param site is ``"network$params"``."""
 NETWORK_PARAMS = f"{NETWORK}$params"
+DROPOUT = "dropout"
+"""The site of the output-dropout keep mask [B, O] (module docstring)."""
 
 
 @dataclass(eq=False)
@@ -73,6 +89,7 @@ class IDSGP(GPModel):
             instead of the MLP built from ``hidden``, ``activation`` and ``seed``.
         batch_size: subsample B data points per step through the ``"data"`` plate (None: all N).
         num_data: the full N when the caller passes minibatches itself.
+        dropout: the rate p in [0, 1) of dropout on the network's outputs while training (module docstring; 0: none).
     """
 
     input_dim: int = 1
@@ -83,6 +100,7 @@ class IDSGP(GPModel):
     network: Any = field(default=None, repr=False)
     batch_size: int | None = None
     num_data: int | None = None
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         validation.check_count("input_dim", self.input_dim, 1)
@@ -90,6 +108,7 @@ class IDSGP(GPModel):
         validation.check_count("seed", self.seed, 0)
         validation.check_count("batch_size", self.batch_size, 1, optional=True)
         validation.check_count("num_data", self.num_data, 1, optional=True)
+        self.dropout = validation.check_rate("dropout", self.dropout)
         if self.batch_size is not None and self.num_data is not None:
             raise ValueError("batch_size and num_data: give one (plate subsampling or external minibatches)")
         if self.activation not in nn.ACTIVATIONS:
@@ -115,10 +134,20 @@ class IDSGP(GPModel):
             raise ValueError(f"X: expected [N, {self.input_dim}] (input_dim={self.input_dim}), got {np.shape(X)}")
         check_output_columns(y, 1)
 
-    def _per_input(self, kernel: Kernel, network: Any, X: Array) -> tuple[Array, ...]:
+    def _outputs(self, network: Any, X: Array, train: bool) -> Array:
+        """The network's outputs [B, O] at every row of X [B, D]; in a training step (``train``) with ``dropout``
+        > 0, dropped out by the keep mask of the site ``"dropout"``, drawn with a key of its own (module docstring)."""
+        out = jax.vmap(network)(X)
+        if not train or self.dropout == 0.0:
+            return out
+        key = numpyro.prng_key()
+        keep = dist.Bernoulli(probs=jnp.full(out.shape, 1.0 - self.dropout, out.dtype)).to_event(1)
+        return dropped_out(out, numpyro.sample(DROPOUT, keep, rng_key=key), self.dropout)
+
+    def _per_input(self, kernel: Kernel, out: Array, X: Array) -> tuple[Array, ...]:
         """For every row x_n of X [B, D]: chol K(Z_n, Z_n) [B, M, M], k(Z_n, x_n) [B, M], k(x_n, x_n) [B], m_n [B, M]
-        and L_n [B, M, M] from the network's outputs."""
-        Z, m, L = nn.split_inducing_outputs(jax.vmap(network)(X), self.num_inducing, self.input_dim)
+        and L_n [B, M, M] from the network's outputs ``out`` [B, O] at those rows."""
+        Z, m, L = nn.split_inducing_outputs(out, self.num_inducing, self.input_dim)
         Kmm, kmn = jax.vmap(lambda Zn, xn: (kernel(Zn), kernel(Zn, xn[None])[:, 0]))(Z, X)
         return ops.cholesky(Kmm), kmn, kernel.diag(X), m, L
 
@@ -126,16 +155,17 @@ class IDSGP(GPModel):
         """The factor that turns the plate's N/B into the KL's 1/B (module docstring)."""
         return 1.0 / (self.num_data or n)
 
-    def model(self, X: Array, y: Array | None = None) -> None:
+    def model(self, X: Array, y: Array | None = None, *, train: bool = False) -> None:
         """u_n ~ p(u | x_n) and the data term of the batch as the factor ``"y"`` (module docstring); with ``y=None``
-        (NumPyro's ``Predictive``), f and y at every row of X given u as the sites ``"f"`` and ``"y"``."""
+        (NumPyro's ``Predictive``), f and y at every row of X given u as the sites ``"f"`` and ``"y"``; ``train``:
+        a training step, with the output dropout (given y)."""
         self.check_data(X, y)
         kernel, likelihood = self.hyperparameters()
         network = eqx_module(NETWORK, self.network)
         n = X.shape[0]
         with sites.data_plate(n, None if y is None else self.batch_size, self.num_data) as idx:
             Xb = X if idx is None else jnp.asarray(X)[idx]
-            Lmm, kmn, knn, m, L = self._per_input(kernel, network, Xb)
+            Lmm, kmn, knn, m, L = self._per_input(kernel, self._outputs(network, Xb, train and y is not None), Xb)
             with handlers.scale(scale=self._scale_of_u(n)):
                 u = numpyro.sample("u", dist.MultivariateNormal(jnp.zeros_like(m), scale_tril=Lmm))
             if y is None:
@@ -147,14 +177,16 @@ class IDSGP(GPModel):
         if y is None:
             sites.predictive(likelihood, mean[None], var[None])
 
-    def guide(self, X: Array, y: Array | None = None) -> None:
-        """Point masses of the hyperparameters with priors and u_n ~ q(u | x_n) for every input in the batch."""
+    def guide(self, X: Array, y: Array | None = None, *, train: bool = False) -> None:
+        """Point masses of the hyperparameters with priors and u_n ~ q(u | x_n) for every input in the batch;
+        ``train``: a training step, with the output dropout (given y)."""
         self.hyperparameter_guide()
         network = eqx_module(NETWORK, self.network)
         n = X.shape[0]
         with sites.data_plate(n, None if y is None else self.batch_size, self.num_data) as idx:
             Xb = X if idx is None else jnp.asarray(X)[idx]
-            _, m, L = nn.split_inducing_outputs(jax.vmap(network)(Xb), self.num_inducing, self.input_dim)
+            out = self._outputs(network, Xb, train and y is not None)
+            _, m, L = nn.split_inducing_outputs(out, self.num_inducing, self.input_dim)
             with handlers.scale(scale=self._scale_of_u(n)):
                 numpyro.sample("u", dist.MultivariateNormal(m, scale_tril=L))
 
@@ -172,7 +204,8 @@ class IDSGP(GPModel):
     def _marginals(self, params: Mapping[str, Array], X: Array) -> tuple[Array, Array, Array]:
         """q(f(x_n)) [N], [N] at every row of X, and each input's KL[q(u | x_n) || p(u | x_n)] [N]."""
         kernel, _ = self.fitted(params)
-        Lmm, kmn, knn, m, L = self._per_input(kernel, self._network(params), jnp.asarray(X))
+        X = jnp.asarray(X)
+        Lmm, kmn, knn, m, L = self._per_input(kernel, jax.vmap(self._network(params))(X), X)
         mean, var = conditionals.per_input_conditional(Lmm, kmn, knn, m, L, whiten=False)
         kls = jax.vmap(lambda mn, Ln, Kn: kl.kl_qu_pu(mn[None], Ln[None], Kn))(m, L, Lmm)
         return mean, var, kls
@@ -209,5 +242,5 @@ class IDSGP(GPModel):
                 f"params['u']: expected one u per input, [{X_new.shape[0]}, {self.num_inducing}], got {u.shape}"
             )
         kernel, _ = self.fitted(params)
-        Lmm, kmn, knn, _, L = self._per_input(kernel, self._network(params), X_new)
+        Lmm, kmn, knn, _, L = self._per_input(kernel, jax.vmap(self._network(params))(X_new), X_new)
         return conditionals.per_input_conditional(Lmm, kmn, knn, u, jnp.zeros_like(L), whiten=False)

@@ -1,7 +1,8 @@
 """idsgp: IDSGP (Jafrasteh et al. 2022): a network gives each input its own inducing points and q(u); SVI with Adam.
 
 :func:`ppl_sparsegp.recipes.idsgp.fit_idsgp` with the authors' UCI defaults (Matérn-3/2 ARD plus a learned white
-term, M = 50 per input, one hidden layer of 50 sigmoid units, batch 100, Adam 0.01, 100 epochs). Writes params.npz
+term, M = 50 per input, one hidden layer of 50 sigmoid units, batch 100, Adam 0.01, 100 epochs); ``--dropout 0.5``
+adds the authors' UCI launchers' dropout on the network's outputs in training steps. Writes params.npz
 (the network's weights and the hyperparameters, standardised units, and the standardisation), fit.png and
 results.json (metrics in original units, seconds per epoch of training, and the seconds of one prediction pass
 over the evaluation set, compiling included); the SVI state is checkpointed to OUT/checkpoint.npz, from which the
@@ -41,12 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shared.add(group, "hidden", list(c.hidden), "widths of the network's hidden layers", type=int, nargs="*")
     shared.add(group, "activation", c.activation, "the hidden layers' activation", choices=sorted(ACTIVATIONS))
     shared.add(group, "epochs", c.num_epochs, "epochs of ceil(N / batch) steps", type=int)
+    shared.add(group, "dropout", c.dropout, "rate in [0, 1) of dropout on the network's outputs (Z, m, raw L) in "
+               "training steps, off when predicting; the authors' UCI launchers use 0.5", type=float,
+               metavar="RATE")  # fmt: skip
 
 
 def _check(opts: dict[str, Any]) -> None:
     shared.check_options(opts, positive=("epochs",))
     if opts["white"] < 0:
         raise ValueError(f"--white must be >= 0 (0: no white term), got {opts['white']}")
+    if not 0.0 <= opts["dropout"] < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1) (0: no dropout), got {opts['dropout']}")
     for width in opts["hidden"]:
         if width < 1:
             raise ValueError(f"--hidden: every width must be a positive integer, got {opts['hidden']}")

@@ -3,6 +3,9 @@
 * :func:`split_inducing_outputs` reads the IDSGP network's output vector (Jafrasteh et al. 2022, §3.2 and Fig 1) as
   the inducing inputs Z(x) [M, D], the mean m(x) [M] and the lower-triangular L(x) [M, M] of q(u | x) with a
   positive (exponentiated) diagonal, S(x) = L Lᵀ; :func:`inducing_output_size` is that vector's length.
+* :func:`dropped_out` is inverted dropout on the network's outputs (the authors' UCI launchers put dropout 0.5 on
+  the IDSGP network's output layer; spec 002 §1.5): the kept outputs scaled by 1/(1 - rate), so that their mean
+  over masks is the undropped output; each backend draws the keep mask as a sample site.
 * :func:`positive_variance` is the variance head of an amortised Gaussian q(x | y) = N(μ(y), diag σ²(y)):
   σ² = softplus(r) + floor (the Bayesian SAS-GP and VAE encoders).
 """
@@ -54,6 +57,12 @@ def split_inducing_outputs(out: Array, num_inducing: int, input_dim: int) -> tup
     on_diagonal = xp.asarray(diagonal)
     positive = xp.exp(xp.where(on_diagonal, flat, xp.zeros_like(flat)))
     return Z, m, xp.reshape(xp.where(on_diagonal, positive, flat), batch + (M, M))
+
+
+def dropped_out(out: Array, keep: Array, rate: float) -> Array:
+    """Inverted dropout: out [..., O] · keep [..., O] / (1 - rate), keep holding 1 (kept) or 0 (dropped), each 1
+    with probability 1 - rate, so that E[result] = out."""
+    return out * keep / (1.0 - rate)
 
 
 def positive_variance(raw: Array, floor: float) -> Array:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,18 +55,29 @@ def fit_by_epochs(
     progress: bool | None,
     callback: Callable[[int, np.ndarray, dict[str, Array]], bool | None] | None,
     fingerprint: Mapping[str, Any] | None,
+    train: bool = False,
 ) -> EpochFit:
     """Fit ``model`` (its ``model``, ``guide`` and ``check_data``) to ``data`` (the first array's rows are the N
     points) by Adam at ``config.learning_rate`` for ``config.num_epochs`` epochs of ``config.steps_per_epoch(N)``
     steps; the checkpoint's fingerprint holds every field of ``config`` but ``num_epochs`` as ``"<name>.<field>"``
-    and ``fingerprint``; the other arguments are :func:`ppl_sparsegp.infer.svi.fit_svi`'s."""
+    and ``fingerprint``; ``train``: the steps call ``model.model`` and ``model.guide`` with ``train=True`` (their
+    training-only behaviour, e.g. IDSGP's output dropout; :func:`steps_of`); the other arguments are
+    :func:`ppl_sparsegp.infer.svi.fit_svi`'s."""
     steps_per_epoch, settings = epoch_plan(config, name, data[0].shape[0], fingerprint)
     svi = fit_svi(
-        model.model, model.guide, *data, optimizer=optax.adam(config.learning_rate),
+        *steps_of(model, train), *data, optimizer=optax.adam(config.learning_rate),
         num_steps=config.num_epochs * steps_per_epoch, key=seed, progress=progress, label=label, callback=callback,
         checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=settings, validate=model.check_data,
     )  # fmt: skip
     return EpochFit(model=model, svi=svi, steps_per_epoch=steps_per_epoch)
+
+
+def steps_of(model: Any, train: bool) -> tuple[Callable, Callable]:
+    """The (model, guide) programs that the SVI steps run: ``model.model`` and ``model.guide``, called with
+    ``train=True`` when ``train``."""
+    if not train:
+        return model.model, model.guide
+    return partial(model.model, train=True), partial(model.guide, train=True)
 
 
 def epoch_plan(config: Any, name: str, num_data: int, fingerprint: Mapping[str, Any] | None) -> tuple[int, dict]:

@@ -15,7 +15,7 @@ import torch
 
 from ppl_sparsegp.pyro.svi import fit_svi
 
-from .epochs import EpochFit, epoch_plan
+from .epochs import EpochFit, epoch_plan, steps_of
 
 Array = Any
 
@@ -32,14 +32,16 @@ def fit_by_epochs(
     checkpoint_every: int,
     progress: bool | None,
     fingerprint: Mapping[str, Any] | None,
+    train: bool = False,
 ) -> EpochFit:
     """Fit the Pyro ``model`` (its ``model``, ``guide`` and ``check_data``) to ``data`` (the first array's rows are
     the N points) by Adam at ``config.learning_rate`` for ``config.num_epochs`` epochs of
-    ``config.steps_per_epoch(N)`` steps; the checkpoint's fingerprint is :func:`epoch_plan`'s; the other arguments
+    ``config.steps_per_epoch(N)`` steps; the checkpoint's fingerprint is :func:`epoch_plan`'s; ``train`` as
+    :func:`ppl_sparsegp.recipes.epochs.fit_by_epochs`'s (:func:`steps_of`); the other arguments
     are :func:`ppl_sparsegp.pyro.svi.fit_svi`'s. The result's params are detached tensors."""
     steps_per_epoch, settings = epoch_plan(config, name, data[0].shape[0], fingerprint)
     svi = fit_svi(
-        model.model, model.guide, *data, optimizer=partial(torch.optim.Adam, lr=config.learning_rate),
+        *steps_of(model, train), *data, optimizer=partial(torch.optim.Adam, lr=config.learning_rate),
         num_steps=config.num_epochs * steps_per_epoch, seed=seed, progress=progress, label=label,
         checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=settings, validate=model.check_data,
     )  # fmt: skip

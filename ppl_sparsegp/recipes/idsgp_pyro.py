@@ -59,5 +59,5 @@ def fit_idsgp(
     model = twin_of(build_idsgp(c, X, likelihood, seed, kernel))
     return fit_by_epochs(
         model, (X, y), c, "idsgp", seed=seed, label="IDSGP (Pyro)", checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, progress=progress, fingerprint=fingerprint,
+        checkpoint_every=checkpoint_every, progress=progress, fingerprint=fingerprint, train=True,
     )  # fmt: skip

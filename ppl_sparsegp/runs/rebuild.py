@@ -50,6 +50,7 @@ def idsgp_config(opts: Mapping[str, Any]) -> IDSGPConfig:
         num_inducing=opts["inducing"], hidden=tuple(opts["hidden"]), activation=opts["activation"],
         kernel=opts["kernel"], white_variance=opts["white"] or None, learning_rate=opts["lr"],
         batch_size=opts["batch_size"] or IDSGPConfig.batch_size, num_epochs=opts["epochs"],
+        dropout=opts.get("dropout", IDSGPConfig.dropout),  # runs stored before --dropout existed had none
     )  # fmt: skip
 
 

@@ -243,6 +243,7 @@ def test_help_lists_every_option_with_its_default(capsys):
         "--hidden",
         "--activation",
         "--epochs",
+        "--dropout",
         "--active",
         "--batch",
         "--latent-dim",

@@ -75,7 +75,7 @@ CHANGES = {
     "sgpmc": [("--seed", "1"), ("--inducing", "6"), ("--lr", "0.1"), ("--prior", "lognormal")],
     "bsgp": [("--seed", "1"), ("--inducing", "6"), ("--z-prior", "uniform"), ("--step-size", "0.02")],
     "selective": [("--alpha", "0.5"), ("--seed", "1"), ("--candidates", "8")],
-    "idsgp": [("--hidden", "6"), ("--white", "0"), ("--activation", "tanh"), ("--inducing", "3")],
+    "idsgp": [("--hidden", "6"), ("--white", "0"), ("--activation", "tanh"), ("--inducing", "3"), ("--dropout", "0.5")],
     "sas": [("--active", "10"), ("--bayesian",), ("--seed", "1"), ("--weight", "batch")],
 }
 """Per method, options that change the result; the first of each is the one named in the refusal."""

@@ -113,7 +113,7 @@ def test_given_a_draw_of_each_inputs_u_it_predicts_as_svgp_given_that_u():
 def test_the_prior_of_f_does_not_depend_on_the_network():
     """T1: with q(u | x) = p(u | x) the marginal of f(x) is the GP prior N(0, k(x, x)), whatever Z(x) is."""
     gp = IDSGP(_kernel(), Gaussian(0.3), input_dim=D, num_inducing=M, hidden=(5,))
-    Lmm, kmn, knn, _, _ = gp._per_input(gp.kernel, gp.network, jnp.asarray(X))
+    Lmm, kmn, knn, _, _ = gp._per_input(gp.kernel, jax.vmap(gp.network)(jnp.asarray(X)), jnp.asarray(X))
     mean, var = conditionals.per_input_conditional(Lmm, kmn, knn, jnp.zeros((N, M)), Lmm, whiten=False)
     np.testing.assert_allclose(mean, 0.0, atol=1e-14)
     np.testing.assert_allclose(var, knn, rtol=1e-8)

@@ -60,8 +60,10 @@ def test_every_model_derives_from_one_base_or_nothing_and_writes_its_own_model_a
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_model_follows_the_predictive_idiom(name):
     """``model(X, y=None)`` (GP-LVMs: ``model(Y=None)``) and its guide, where it has one, default the observations
-    to None, which draws them (tests/models/test_predictive_idiom.py checks what each draws)."""
+    to None, which draws them (tests/models/test_predictive_idiom.py checks what each draws); keyword-only options
+    may follow (IDSGP's ``train``)."""
     cls = MODELS[name]
     for method in (cls.model, *([cls.guide] if hasattr(cls, "guide") else [])):
-        observed = list(inspect.signature(method).parameters.values())[-1]
+        positional = [p for p in inspect.signature(method).parameters.values() if p.kind != p.KEYWORD_ONLY]
+        observed = positional[-1]
         assert observed.name in ("y", "Y") and observed.default is None, (name, method.__name__)

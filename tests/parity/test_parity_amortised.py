@@ -6,6 +6,8 @@ set, their objectives and predictions. A perturbed parameter on the Pyro side mo
 
 from __future__ import annotations
 
+from functools import partial
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -69,6 +71,19 @@ class NumPyroView:
             return getattr(self.model, method)({**kept, **self.weights}, *args, **kwargs)
 
         return call
+
+
+class Drawn(poutine.messenger.Messenger):
+    """Sample sites of these names take these values as if drawn (``poutine.condition`` would make them observed,
+    which a model cannot replay)."""
+
+    def __init__(self, values: dict) -> None:
+        super().__init__()
+        self.values = values
+
+    def _pyro_sample(self, msg: dict) -> None:
+        if msg["name"] in self.values:
+            msg["value"], msg["done"] = self.values[msg["name"]], True
 
 
 NETWORKS = {
@@ -152,7 +167,8 @@ def idsgp_pair(likelihood: str, **settings):
     return p, npm, pym, {**hyper, **network}, weights, u
 
 
-IDSGP_CASES = [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 100}), ("bernoulli", {"batch_size": 10})]
+IDSGP_CASES = [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 100}), ("bernoulli", {"batch_size": 10}),
+               ("gaussian", {"dropout": 0.5}), ("bernoulli", {"batch_size": 10, "dropout": 0.3})]  # fmt: skip
 
 
 @pytest.mark.parametrize("likelihood, settings", IDSGP_CASES, ids=str)
@@ -162,23 +178,32 @@ def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
     if "batch_size" in settings:  # the same minibatch on both sides: the "data" plate's indices, and its u
         idx = p["rng"].integers(0, p["X"].shape[0], settings["batch_size"])
         u = {"data": idx, "u": u["u"][: settings["batch_size"]]}
-    np_model, np_guide = (with_weights(f, np_idsgp.NETWORK_PARAMS, weights) for f in (npm.model, npm.guide))
-    assert set(assert_same_terms(np_model, pym.model, params, u, *args)) == {"u", "y"}
-    assert set(assert_same_terms(np_guide, pym.guide, params, u, *args)) == {"u"}
-    assert_perturbation_moves(pym.model, params, u, *args)
-    assert_perturbation_moves(pym.guide, params, u, *args, site="network.0.weight")
-    close(*latent_kls((np_model, np_guide), (pym.model, pym.guide), params, u, *args, site="u"))
+    dropout = set()
+    if settings.get("dropout"):  # the same keep mask on both sides
+        rows = settings.get("batch_size", p["X"].shape[0])
+        u[np_idsgp.DROPOUT] = (p["rng"].uniform(size=(rows, pyro_nn.inducing_output_size(IDSGP_M, 2))) > 0.4) * 1.0
+        dropout = {np_idsgp.DROPOUT}
+    train = {"train": True} if dropout else {}  # the training step's programs, with the dropout
+    np_model, np_guide = (
+        with_weights(partial(f, **train), np_idsgp.NETWORK_PARAMS, weights) for f in (npm.model, npm.guide)
+    )
+    py_model, py_guide = partial(pym.model, **train), partial(pym.guide, **train)
+    assert set(assert_same_terms(np_model, py_model, params, u, *args)) == {"u", "y"} | dropout
+    assert set(assert_same_terms(np_guide, py_guide, params, u, *args)) == {"u"} | dropout
+    assert_perturbation_moves(py_model, params, u, *args)
+    assert_perturbation_moves(py_guide, params, u, *args, site="network.0.weight")
+    close(*latent_kls((np_model, np_guide), (py_model, py_guide), params, u, *args, site="u"))
 
     if "batch_size" not in settings:  # the loss is exact (analytic data term, closed-form KL) at the full batch
-        np_params = {**params, np_idsgp.NETWORK_PARAMS: weights}
-        np_model, np_guide = (handlers.substitute(f, data=np_params) for f in (npm.model, npm.guide))
+        mask = {k: v for k, v in u.items() if k == np_idsgp.DROPOUT}  # given the same mask, with dropout
+        np_params = {**params, np_idsgp.NETWORK_PARAMS: weights, **mask}
+        np_model, np_guide = (handlers.substitute(partial(f, **train), data=np_params) for f in (npm.model, npm.guide))
         np_loss = numpyro.infer.TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), {}, np_model, np_guide, *args)
         tensors = {k: torch.as_tensor(v) for k, v in params.items()}
-        pyro_loss = pyro.infer.TraceMeanField_ELBO().loss(
-            poutine.substitute(pym.model, data=tensors), poutine.substitute(pym.guide, data=tensors), *args
-        )
-        close(np_loss, pyro_loss)
-        if "num_data" not in settings:
+        pyro_model, pyro_guide = (poutine.substitute(f, data=tensors) for f in (py_model, py_guide))
+        given = Drawn({k: torch.as_tensor(v) for k, v in mask.items()})(pyro_guide)  # the model replays it
+        close(np_loss, pyro.infer.TraceMeanField_ELBO().loss(pyro_model, given, *args))
+        if not settings:
             close(-np_loss, pym.elbo(params, *args).detach())
     view = NumPyroView(npm, {np_idsgp.NETWORK_PARAMS: weights}, set(pyro_nn.param_values("network", pym.network)))
     close(view.elbo(params, *args), pym.elbo(params, *args).detach())

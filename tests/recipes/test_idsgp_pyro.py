@@ -43,12 +43,13 @@ def test_bad_input_is_refused_before_any_step(arguments, match, tmp_path):
     assert not checkpoint.exists()
 
 
-def test_a_resumed_fit_takes_the_steps_of_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_a_resumed_fit_takes_the_steps_of_an_uninterrupted_one(dropout, tmp_path):
     checkpoint = str(tmp_path / "idsgp.npz")
-    first = _fit(checkpoint=checkpoint)
+    first = _fit(checkpoint=checkpoint, dropout=dropout)
     assert first.steps_per_epoch == 5 and len(first.svi.losses) == 10 and first.epochs_run == 2
-    resumed = _fit(checkpoint=checkpoint, num_epochs=3)
-    straight = _fit(num_epochs=3)
+    resumed = _fit(checkpoint=checkpoint, num_epochs=3, dropout=dropout)
+    straight = _fit(num_epochs=3, dropout=dropout)
     assert resumed.svi.resumed_from == 10 and resumed.epochs_run == 1
     np.testing.assert_array_equal(resumed.svi.losses, straight.svi.losses)
     assert set(resumed.params) == set(straight.params)
