@@ -2,7 +2,7 @@
 
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/sas_mnist.py [--parts table1 timing fidelity baselines table2] [--epochs 300]
+    .venv/bin/python benchmarks/sas_mnist.py [--parts table1 timing fidelity baselines table2 speed] [--epochs 300]
 
 MNIST from the data folder (60,000 training and 10,000 test images, pixels in [0, 1], not centred), Q = 2, B = 1024,
 the 784-512-256-2 ReLU encoder (Bayesian SAS: two of them, the variance through a softplus), RBF-ARD, the released
@@ -25,6 +25,11 @@ code's initial values (variance, lengthscales and noise 0.5), Adam 1e-3, the unb
   and the Bayesian GP-LVM whose q(x | y) is that encoder, with M = 200 inducing inputs drawn from N(0, I) and a
   mean-field q(u) per output (a full one is 784 x 200 x 200 numbers and B M² D flops per step); the same test
   metrics, 1-NN accuracy and seconds per epoch, to set beside Bayesian SAS at A = M = 200.
+
+* ``speed``: the paper's speed claim (spec 004 §6 (k)): seconds per step, compiling excluded, of Bayesian SAS at A
+  and of the Bayesian GP-LVM of ``baselines`` at M = A, B = 1024, for A = 200 and 400, in one process, the two fits
+  interleaved over ``--speed-rounds`` rounds of ``--speed-epochs`` epochs each (so that both see the same load);
+  the medians and their ratio.
 
 * ``table2``: Table 2 in one run (one command, the same loop and clock): Bayesian SAS at A = ``--table2-active``,
   then the VAE and the Bayesian GP-LVM at M = A, each for ``--epochs`` epochs at seed 0, with the metrics of
@@ -212,6 +217,32 @@ def fit_baseline(name: str, model, Y, Y_test, labels, labels_test, args, checkpo
     return found
 
 
+def gplvm_seconds_per_step(Y, num_inducing: int, epochs: int) -> float:
+    """Seconds per step, compiling excluded, of Adam 1e-3 on the Bayesian GP-LVM of :func:`baseline_models`."""
+    model = baseline_models(Y, num_inducing)[f"bayesian_gplvm_M{num_inducing}"]
+    fit = fit_svi(model.model, model.guide, Y, optimizer=optax.adam(1e-3), num_steps=epochs * -(-len(Y) // 1024),
+                  progress=False, validate=model.check_data)  # fmt: skip
+    return fit.run_seconds / fit.steps_run
+
+
+def speed(Y, args) -> dict:
+    """Bayesian SAS at A against the Bayesian GP-LVM at M = A (B = 1024), interleaved round by round in this process;
+    per A: every round's seconds per step, their medians and the GP-LVM's median over SAS's."""
+    found = {}
+    for A in (200, 400):
+        sas_config = SASConfig(num_active=A, bayesian=True, num_epochs=args.speed_epochs)
+        rounds = {"bayesian_sas": [], "bayesian_gplvm": []}
+        for _ in range(args.speed_rounds):
+            fit = fit_sas(Y, sas_config, progress=False)
+            rounds["bayesian_sas"].append(fit.svi.run_seconds / fit.svi.steps_run)
+            rounds["bayesian_gplvm"].append(gplvm_seconds_per_step(Y, A, args.speed_epochs))
+        medians = {name: float(np.median(times)) for name, times in rounds.items()}
+        found[f"A{A}"] = {"seconds_per_step": rounds, "median_seconds_per_step": medians,
+                          "gplvm_over_sas": medians["bayesian_gplvm"] / medians["bayesian_sas"]}  # fmt: skip
+        print("speed", A, found[f"A{A}"], flush=True)
+    return {"rounds": args.speed_rounds, "epochs_per_round": args.speed_epochs, "batch_size": 1024, **found}
+
+
 def baselines(Y, Y_test, labels, labels_test, args) -> dict:
     return {
         name: fit_baseline(name, model, Y, Y_test, labels, labels_test, args)
@@ -259,7 +290,10 @@ def table2(Y, Y_test, labels, labels_test, args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--parts", nargs="+", choices=("table1", "timing", "fidelity", "baselines", "table2"), default=["table1"]
+        "--parts",
+        nargs="+",
+        choices=("table1", "timing", "fidelity", "baselines", "table2", "speed"),
+        default=["table1"],
     )
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
@@ -269,6 +303,8 @@ def main() -> None:
     parser.add_argument("--fidelity-rows", type=int, default=20_000)
     parser.add_argument("--fidelity-every", type=int, default=5)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/sas_mnist"))
+    parser.add_argument("--speed-rounds", type=int, default=3)
+    parser.add_argument("--speed-epochs", type=int, default=1)
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args()
     args.scratch.mkdir(parents=True, exist_ok=True)
@@ -286,11 +322,15 @@ def main() -> None:
             found = baselines(Y, Y_test, ds.y_train, ds.y_test, args)
         elif part == "table2":
             found = table2(Y, Y_test, ds.y_train, ds.y_test, args)
+        elif part == "speed":
+            found = speed(Y, args)
         else:
             found = fidelity(Y, args)
         command = f"python benchmarks/sas_mnist.py --parts {part} --epochs {args.epochs} --dtype {args.dtype}"
         if part == "table2":
             command += f" --table2-active {args.table2_active}"
+        if part == "speed":
+            command += f" --speed-rounds {args.speed_rounds} --speed-epochs {args.speed_epochs}"
         if part == "fidelity":
             command += f" --fidelity-rows {args.fidelity_rows} --fidelity-every {args.fidelity_every}"
         report[part] = {"command": command, **found, "seconds": time.perf_counter() - began, **results.provenance()}
