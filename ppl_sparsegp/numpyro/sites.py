@@ -50,6 +50,22 @@ from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointP
 Array = Any
 
 
+def distinct_indices(key: Array, n: int, size: int) -> Array:
+    """``size`` < n distinct indices [size] from range(n), every subset of that size equally likely: those of the
+    ``size`` largest of n float32 uniforms (``lax.top_k``; on this CPU 1.2 ms for 1024 of 60,000 against 30 ms for
+    the first 1024 of ``jax.random.permutation``). When the size-th and the next largest are equal (float32 ties,
+    probability about 2n/2^24 a draw), the first ``size`` of a permutation instead: given no tie at that boundary the
+    set is exchangeable, hence uniform, so the mixture is exactly uniform. The order within the set is not uniform
+    (sorted by the uniforms, equal ones by index); the callers use it as a set."""
+    uniforms_key, permutation_key = jax.random.split(key)
+    largest, indices = jax.lax.top_k(jax.random.uniform(uniforms_key, (n,), jnp.float32), size + 1)
+    return jax.lax.cond(
+        largest[size - 1] == largest[size],
+        lambda: jax.random.permutation(permutation_key, n)[:size].astype(indices.dtype),
+        lambda: indices[:size],
+    )
+
+
 @contextmanager
 def data_plate(
     n: int, batch_size: int | None = None, num_data: int | None = None, *, replace: bool = True
@@ -65,12 +81,9 @@ def data_plate(
     """
     key = numpyro.prng_key() if batch_size is not None and batch_size < n else None
     if key is not None:
-        # One vectorised draw (NumPyro's own draw on CPU is a sequential scan over the batch); an outer handler
-        # that substitutes the "data" plate still takes precedence.
-        if replace:
-            draw = jax.random.randint(key, (batch_size,), 0, n)
-        else:
-            draw = jax.random.permutation(key, n)[:batch_size]
+        # One vectorised draw (NumPyro's own draw on CPU is a sequential scan over the batch; without replacement
+        # :func:`distinct_indices`); an outer handler that substitutes the "data" plate still takes precedence.
+        draw = jax.random.randint(key, (batch_size,), 0, n) if replace else distinct_indices(key, n, batch_size)
         with handlers.substitute(data={"data": draw}), numpyro.plate("data", n, subsample_size=batch_size) as idx:
             yield idx
     else:
