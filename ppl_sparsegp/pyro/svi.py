@@ -76,7 +76,8 @@ def fit_svi(
         num_steps: number of steps (or the total, counting steps already in a resumed checkpoint).
         optimizer: ``params -> torch.optim.Optimizer`` over the list of unconstrained param tensors, e.g.
             ``functools.partial(torch.optim.Adam, lr=0.03)``; None: Adam at :data:`LEARNING_RATE`. Its state must be
-            tensors and numbers (Adam's, SGD's and RMSprop's are).
+            tensors and numbers (Adam's, SGD's and RMSprop's are). A param that none of its groups holds stays where
+            it is, and no gradient is computed for it while fitting (``requires_grad`` is off until the fit returns).
         seed: seeds torch's generator (``pyro.set_rng_seed``) for the minibatches and the samples.
         loss: the ELBO (default ``pyro.infer.TraceMeanField_ELBO()``, closed-form KLs where registered).
         progress: show a progress bar (None: in a terminal or notebook, :func:`ppl_sparsegp.infer.progress.shown`).
@@ -162,6 +163,8 @@ def _fit(
     optim = optimizer(params)
     if not isinstance(optim, torch.optim.Optimizer):
         raise ValueError(f"optimizer: expected it to return a torch.optim.Optimizer, got {optim!r}")
+    optimised = {id(p) for group in optim.param_groups for p in group["params"]}
+    held = [p for p in params if id(p) not in optimised]
     pyro.set_rng_seed(seed)
 
     expected = saved = None
@@ -203,6 +206,8 @@ def _fit(
     since_checkpoint, run_seconds = 0, 0.0
     last_finite = param_store_values()
     t0 = time.perf_counter()
+    for p in held:
+        p.requires_grad_(False)
     try:
         while done < num_steps:
             value = elbo.loss_and_grads(model, guide, *args, **kwargs)
@@ -233,6 +238,8 @@ def _fit(
         raise
     finally:
         bar.close()
+        for p in held:
+            p.requires_grad_(True)
     run_seconds += time.perf_counter() - t0
     return SVIResult(
         params=param_store_values(),

@@ -168,3 +168,22 @@ def test_a_score_function_fit_resumes_with_its_baselines(tmp_path):
     np.testing.assert_array_equal(resumed.losses, straight.losses)
     for name, value in straight.params.items():
         torch.testing.assert_close(resumed.params[name], value, rtol=0, atol=0)
+
+
+def test_a_param_no_optimiser_group_holds_stays_put_and_gets_no_gradient():
+    seen = []
+
+    def model():
+        fixed = pyro.param("fixed", torch.tensor(2.0), constraint=torch.distributions.constraints.positive)
+        seen.append(fixed.requires_grad)
+        pyro.sample("x", pyro.distributions.Normal(pyro.param("loc", torch.tensor(0.0)), fixed), obs=torch.tensor(1.0))
+
+    def only_loc(params):
+        names = {id(p): name for name, p in pyro.get_param_store().named_parameters()}
+        return torch.optim.Adam([p for p in params if names[id(p)] == "loc"], lr=0.1)
+
+    fit = fit_svi(model, lambda: None, num_steps=3, optimizer=only_loc, loss=pyro.infer.Trace_ELBO())
+
+    assert seen[0] and seen[1:] == [False, False, False]  # created trainable, held without a gradient while fitting
+    assert fit.params["fixed"].item() == 2.0 and fit.params["loc"].item() != 0.0
+    assert pyro.get_param_store().get_param("fixed").unconstrained().requires_grad  # trainable again afterwards
