@@ -161,8 +161,8 @@ def streamed(devices: int | None) -> dict[str, np.ndarray]:
         np.save(Path(folder) / "X.npy", X)
         np.save(Path(folder) / "y.npy", y)
         batches = NpyBatches(Path(folder) / "X.npy", Path(folder) / "y.npy", 64, seed=4, mesh=data_mesh(devices))
-        params, losses = fit_streamed(gp.model, gp.guide, batches, optimizer=optax.adam(0.01), num_steps=50, key=2)
-    return {"losses": losses, **{f"params/{k}": np.asarray(v) for k, v in params.items()}}
+        fit = fit_streamed(gp.model, gp.guide, batches, optimizer=optax.adam(0.01), num_steps=50, key=2)
+    return {"losses": fit.losses, **{f"params/{k}": np.asarray(v) for k, v in fit.params.items()}}
 
 
 CASES = {
