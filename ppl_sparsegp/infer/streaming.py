@@ -206,6 +206,52 @@ class NpyBatches:
             "rows_sha256": digest.hexdigest(),
         }
 
+    def statistics(self, chunk: int = 65_536) -> dict[str, np.ndarray]:
+        """One pass over both files, ``chunk`` rows at a time (the process holds one chunk, never the file).
+
+        Returns:
+            ``x_mean``, ``x_std`` [D] and ``y_mean``, ``y_std`` ([] or [P]): column means and ddof-0 standard
+            deviations in float64 (the chunks' moments merged by Chan, Golub & LeVeque's pairwise update); ``y_min``,
+            ``y_max``, and ``y_integral`` (every y a whole number).
+
+        Raises:
+            ValueError: naming ``X_path`` or ``y_path`` and the first row holding a NaN or infinite value.
+        """
+        chunk = check_count("chunk", chunk, minimum=1)
+        moments: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
+        y_min, y_max, integral = np.inf, -np.inf, True
+        for start in range(0, self.num_data, chunk):
+            stop = min(start + chunk, self.num_data)
+            for name, path in zip(("x", "y"), self.paths, strict=True):
+                mapped = np.load(path, mmap_mode="r")
+                rows = np.asarray(mapped[start:stop], dtype=np.float64)
+                del mapped
+                finite = np.isfinite(rows).reshape(len(rows), -1).all(axis=1)
+                if not finite.all():
+                    row = start + int(np.argmin(finite))
+                    raise ValueError(f"{name.upper()}_path: {str(path)!r} holds a NaN or infinite value in row {row}")
+                if name == "y":
+                    y_min, y_max = min(y_min, float(rows.min())), max(y_max, float(rows.max()))
+                    integral = integral and bool(np.all(rows == np.round(rows)))
+                n_b, mean_b = len(rows), rows.mean(axis=0)
+                m2_b = ((rows - mean_b) ** 2).sum(axis=0)
+                if name not in moments:
+                    moments[name] = (n_b, mean_b, m2_b)
+                    continue
+                n_a, mean_a, m2_a = moments[name]
+                n, delta = n_a + n_b, mean_b - mean_a
+                moments[name] = (n, mean_a + delta * n_b / n, m2_a + m2_b + delta**2 * n_a * n_b / n)
+        out = {}
+        for name, (n, mean, m2) in moments.items():
+            out[f"{name}_mean"], out[f"{name}_std"] = mean, np.sqrt(m2 / n)
+        return {**out, "y_min": np.float64(y_min), "y_max": np.float64(y_max), "y_integral": np.bool_(integral)}
+
+    def sample(self, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """``min(count, N)`` distinct rows of X and y drawn uniformly by ``seed`` (in file order), in memory."""
+        count = min(check_count("count", count, minimum=1), self.num_data)
+        index = np.sort(np.random.default_rng(seed).choice(self.num_data, count, replace=False))
+        return self.read(index)
+
     def _place(self, rows: np.ndarray) -> Array:
         if self.mesh is None:
             return jax.device_put(rows)
