@@ -194,9 +194,9 @@ def regression_model(N: int):
 @pytest.mark.parametrize("engine", ["sghmc", "sgld"])
 def test_sample_streamed_equals_the_kernel_fed_the_same_batches_in_memory(tmp_path, engine):
     """SGHMC (BSGP's adaptive kernel) and SGLD over a 200-row file, B = 10, 2 chains, 20 warmup steps and 30 draws
-    thinned by 3: the draws equal those of the kernel's own init and sample run in memory (one lax.scan) on the same
-    batches, read from the file beforehand; and a run interrupted at step 27 and resumed gives the same draws bit
-    for bit."""
+    thinned by 3: the draws equal, bit for bit, those of the kernel's own init and sample run in memory (one lax.scan)
+    on the same batches, read from the file beforehand; and a run interrupted at step 27 and resumed gives the same
+    draws bit for bit."""
     N, B = 200, 10
     rng = np.random.default_rng(1)
     X = rng.normal(size=(N, 3))
@@ -229,7 +229,7 @@ def test_sample_streamed_equals_the_kernel_fed_the_same_batches_in_memory(tmp_pa
     postprocess = jax.vmap(jax.vmap(reference.postprocess_fn((Xs[0], ys[0]), {})))
     expected = jax.device_get(postprocess(kept))
     for site in ("w", "w_norm"):
-        np.testing.assert_allclose(streamed.samples[site], expected[site], rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(streamed.samples[site], expected[site])  # measured: bit for bit
 
     path = tmp_path / f"{engine}.npz"
     interrupted = sample_streamed(kernel(), StopAt(*paths, B, seed=2, stop=28), checkpoint=path, **schedule)
@@ -248,3 +248,21 @@ def test_sample_streamed_refuses_nuts(tmp_path):
             NUTS(regression_model(20)), NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 4), num_warmup=1,
             num_samples=1, key=0,
         )  # fmt: skip
+
+
+def test_statistics_in_chunks_equal_numpys_and_samples_are_distinct_rows(tmp_path):
+    """Moments merged over chunks of 7 rows equal numpy's over the whole arrays; sample() gives distinct rows."""
+    rng = np.random.default_rng(3)
+    X, y = rng.normal(5.0, 2.0, (50, 3)), rng.integers(0, 2, 50).astype(float)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    batches = NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 4)
+    stats = batches.statistics(chunk=7)
+    np.testing.assert_allclose(stats["x_mean"], X.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(stats["x_std"], X.std(axis=0), rtol=1e-13)
+    np.testing.assert_allclose([stats["y_mean"], stats["y_std"]], [y.mean(), y.std()], rtol=1e-13)
+    assert (stats["y_min"], stats["y_max"], bool(stats["y_integral"])) == (0.0, 1.0, True)
+    Xs, ys = batches.sample(20, seed=0)
+    rows = [int(np.flatnonzero((X == row).all(axis=1))[0]) for row in Xs]
+    assert len(set(rows)) == 20 and rows == sorted(rows)
+    np.testing.assert_array_equal(ys, y[rows])
