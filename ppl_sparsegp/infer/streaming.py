@@ -392,10 +392,10 @@ def fit_streamed(
     X0, y0 = batches.batch(0)
     with hot_path.precision_scope(precision):
         state = parallel.put(jax.jit(svi.init)(_as_key(key), X0, y0))
-    done, history = 0, [np.zeros(0)]
+    done, position, history = 0, 0, [np.zeros(0)]
     if saved is not None:
         state, done = parallel.put(saved.restore(state)), saved.counters["step"]
-        history = [saved.arrays["losses"]]
+        position, history = saved.counters["stream_position"], [saved.arrays["losses"]]
     first, good = done, jax.device_get(state)
     t0 = time.perf_counter()
     with hot_path.precision_scope(precision):
@@ -404,7 +404,7 @@ def fit_streamed(
     compile_seconds, run_seconds = time.perf_counter() - t0, 0.0
     pending: list[Array] = []
 
-    def sync(save: bool) -> None:
+    def sync() -> None:
         nonlocal good
         chunk = np.asarray(jax.device_get(pending), dtype=np.float64).reshape(-1)
         pending.clear()
@@ -418,13 +418,13 @@ def fit_streamed(
                 params=svi.get_params(good),
             )
         good = jax.device_get(state)
-        if save and checkpoint is not None:
+        if checkpoint is not None:
             counters = {"step": done, "stream_position": done}
             arrays = {"losses": np.concatenate(history)}
             checkpoints.save(checkpoint, state, counters=counters, arrays=arrays, fingerprint=expected)
 
     bar = tqdm(total=num_steps, initial=done, disable=not progress_bars.shown(progress), desc=label, leave=False)
-    stream = batches.batches(start=done)  # step k takes batch k: the stream's position is the step count
+    stream = batches.batches(start=position)  # step k takes batch k: the position is the step count
     try:
         with ops.blas_threads(blas_threads):
             start = time.perf_counter()
@@ -435,12 +435,12 @@ def fit_streamed(
                 done += 1
                 bar.update(1)
                 if done % checkpoint_every == 0 or done == num_steps:
-                    sync(save=True)
+                    sync()
                     bar.set_postfix(loss=f"{history[-1][-1]:.4g}")
             run_seconds = time.perf_counter() - start
     except KeyboardInterrupt:
-        if pending or done > first:
-            sync(save=True)
+        if pending:  # else the last sync saved this state
+            sync()
         raise
     finally:
         stream.close()
