@@ -276,14 +276,19 @@ class NpyBatches:
                 except queue.Full:
                     continue
 
+        # The reader thread places the batches as the consumer's thread would: jax.enable_x64 is a context local to
+        # a thread (the command line runs inside one), and without it a float64 batch would be placed as float32.
+        x64 = bool(jax.config.jax_enable_x64)
+
         def produce() -> None:
             position = start
             try:
-                while not stop.is_set():
-                    # every process draws alike and reads its own rows
-                    index = self.draw(self.generator(position))[local]
-                    offer(tuple(self._place(rows) for rows in self.read(index)))
-                    position += 1
+                with jax.enable_x64(x64):
+                    while not stop.is_set():
+                        # every process draws alike and reads its own rows
+                        index = self.draw(self.generator(position))[local]
+                        offer(tuple(self._place(rows) for rows in self.read(index)))
+                        position += 1
             except BaseException as err:  # handed to the consumer
                 offer(err)
 

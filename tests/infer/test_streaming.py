@@ -266,3 +266,17 @@ def test_statistics_in_chunks_equal_numpys_and_samples_are_distinct_rows(tmp_pat
     rows = [int(np.flatnonzero((X == row).all(axis=1))[0]) for row in Xs]
     assert len(set(rows)) == 20 and rows == sorted(rows)
     np.testing.assert_array_equal(ys, y[rows])
+
+
+def test_batches_are_placed_in_the_consumers_precision(tmp_path):
+    """jax.enable_x64 is local to a thread (the command line runs under it): the reader thread places float64 rows
+    as the consuming thread would, float32 with x64 off and float64 with it on."""
+    np.save(tmp_path / "X.npy", np.ones((20, 2)))
+    np.save(tmp_path / "y.npy", np.ones(20))
+    batches = NpyBatches(tmp_path / "X.npy", tmp_path / "y.npy", 4)
+    for x64, dtype in ((False, np.float32), (True, np.float64)):
+        with jax.enable_x64(x64):
+            stream = iter(batches)
+            Xb, yb = next(stream)
+            stream.close()
+        assert Xb.dtype == yb.dtype == dtype
