@@ -76,6 +76,9 @@ def test_batches_hold_the_rows_drawn_and_are_refused_when_malformed(tmp_path):
     np.save(tmp_path / "words.npy", np.array(["a"] * 20))
     with pytest.raises(ValueError, match="^y_path: .*words.npy' holds <U1 values; expected real numbers"):
         NpyBatches(tmp_path / "X.npy", tmp_path / "words.npy", 8)
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(X))
+    with pytest.raises(ValueError, match="^X_path: .*fortran.npy' is stored in Fortran order"):
+        NpyBatches(tmp_path / "fortran.npy", tmp_path / "y.npy", 8)
     (tmp_path / "text.npy").write_text("not an array")
     with pytest.raises(ValueError, match="^X_path: .*text.npy' is not a readable .npy array"):
         NpyBatches(tmp_path / "text.npy", tmp_path / "y.npy", 8)
