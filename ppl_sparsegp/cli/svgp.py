@@ -4,8 +4,9 @@ for the first ``--freeze-steps`` steps if asked (the thesis' hyperparameter free
 
 Writes params.npz (fitted parameters in standardised units and the standardisation), fit.png and results.json;
 the SVI state is checkpointed to OUT/checkpoint.npz, from which the same command (``--steps`` may be raised)
-resumes. :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr), by NumPyro's SVI or, with
-``--backend pyro``, by Pyro's (:mod:`ppl_sparsegp.cli.pyro_backend`, Adam only).
+resumes. With ``--data-npy X.npy Y.npy`` the training data are streamed from the two files, never loaded
+(:func:`fit_streamed_svgp`). :func:`fit_by_svi` is the run of every SVI method (svgp, sgpr, gpr), by NumPyro's SVI
+or, with ``--backend pyro``, by Pyro's (:mod:`ppl_sparsegp.cli.pyro_backend`, Adam only).
 
 The optimisers (:func:`ppl_sparsegp.infer.svi.fit_svi`):
 
@@ -27,16 +28,21 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optax
 
-from ppl_sparsegp import results
+from ppl_sparsegp import data, results, validation
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, Data
+from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer import sharding
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS
+from ppl_sparsegp.infer.streaming import NpyBatches, fit_streamed
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
@@ -44,6 +50,8 @@ from ppl_sparsegp.runs import store
 from ppl_sparsegp.runs.rebuild import svgp_model
 
 CHECKPOINT = "checkpoint.npz"
+STREAM_SAMPLE = 10_000
+"""``--data-npy``: the rows (at most) sampled from the files, in memory, to place Z and to evaluate the fit."""
 NOISE_VARIANCE = DEFAULTS.noise_variance
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": DEFAULTS.inducing, "init": DEFAULTS.init}
 """The defaults that differ between methods (``fit --help`` groups the methods by them)."""
@@ -77,6 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
                             "q(u) (default: full)")  # fmt: skip
         shared.add_options(parser, ("batch_size",))
+        parser.add_argument(
+            "--data-npy", nargs=2, metavar=("X.npy", "Y.npy"), default=None,
+            help="instead of --data: stream the training data from two .npy files, inputs [N, D] and targets [N] "
+            "(or [N, P]), larger than memory if need be: standardised by one pass over them, fitted with Adam on "
+            "minibatches of --batch-size rows read per step, evaluated on a random sample of "
+            f"{STREAM_SAMPLE:,} rows; regression or binary data (default: off, --data)",
+        )  # fmt: skip
         add_optimizer_arguments(parser)
         shared.add_device_options(parser)
 
@@ -107,6 +122,9 @@ def add_optimizer_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    if args.data_npy is not None:
+        return fit_streamed_svgp(args, argv)
+
     def build(opts: dict[str, Any], d: Data, parts: dict[str, Any]) -> SVGP:
         return svgp_model(opts, parts, d.ds.num_outputs, shared.batch(opts, d.X.shape[0]))
 
@@ -220,10 +238,11 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
 
 
 def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit: Any, train_seconds: float,
-               resumed_from: int, **extra: Any) -> dict[str, Any]:  # fmt: skip
+               resumed_from: int, stream: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
     """Evaluate ``gp`` fitted by SVI (``fit``: a :class:`ppl_sparsegp.infer.svi.SVIResult`), then write the outputs
     and print the summary (:func:`ppl_sparsegp.cli.run.finish`); ``extra`` joins the method's record (an
-    ``optimizer``, :func:`optimizer_settings`, is named in the summary too)."""
+    ``optimizer``, :func:`optimizer_settings`, is named in the summary too). ``stream``: the ``--data-npy`` run's
+    facts (``num_data`` N, ``files``, ``batch_size``, ``sample_rows``), recorded as ``"stream"`` with ``n_train`` N."""
     (m, mean, var, curve), predict_seconds = shared.timed(shared.predict_gp, gp, fit.params, d)
     steps = int(len(fit.losses))
     record = {
@@ -233,6 +252,12 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
         "steps_per_second": fit.steps_per_second, "predict_seconds": predict_seconds, **extra,
         "files": {"params": "params.npz", "figure": "fit.png", "checkpoint": CHECKPOINT},
     }  # fmt: skip
+    size = shared.size(opts, d)
+    if stream is not None:
+        record.update(n_train=stream["num_data"], stream=stream)
+        record["note"] = (f"trained on all {stream['num_data']} rows of the .npy files, streamed; the metrics are on "
+                          f"a random sample of {stream['sample_rows']} of them")  # fmt: skip
+        size = f"streamed from .npy files; N = {stream['num_data']}, " + size.split(", ", 1)[1]
     posterior = diagnostics.netcdf_file(store.svi_posterior(gp, fit.params, d.X, d.y))
     files = {"params.npz": results.npz_file(store.params_arrays(fit.params, d.scaler)), "posterior.nc": posterior}
     record["files"]["posterior"] = "posterior.nc"
@@ -241,7 +266,7 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
     if d.ds.task == "regression":
         scored += f"  (original units; predicting the training mean gives RMSE {m['rmse_of_training_mean']:.4g})"
     summary = [
-        f"{opts['method']} on {d.ds.name} (split {opts['split']}; {shared.size(opts, d)})",
+        f"{opts['method']} on {d.ds.name} ({size if stream else 'split ' + str(opts['split']) + '; ' + size})",
         f"  {steps - resumed_from} steps in {fit.run_seconds:.1f} s (+ {fit.compile_seconds:.1f} s compiling{resumed});"
         f" final loss {record['final_loss']:.4g}",
         *([f"  optimiser: {describe(extra['optimizer'])}"] if "optimizer" in extra else []),
@@ -249,3 +274,102 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
     ]  # fmt: skip
     figure = d.plot(fit.losses, mean, var, curve)
     return shared.finish(opts, d, argv, record, files, figure, summary)
+
+
+def check_stream_options(opts: dict[str, Any]) -> None:
+    """``--data-npy``'s checks that need no data: Adam on minibatches through NumPyro (``ValueError`` naming the
+    flag)."""
+    if opts["backend"] == "pyro":
+        raise ValueError("--data-npy: --backend pyro cannot stream minibatches from .npy files (its fit takes the "
+                         "data in memory); use --backend numpyro, or --data with the files' contents")  # fmt: skip
+    name = opts.get("optimizer", "adam")
+    if name != "adam" or opts.get("freeze_steps"):
+        given = f"--optimizer {name}" if name != "adam" else f"--freeze-steps {opts['freeze_steps']}"
+        raise ValueError(f"--data-npy streams with Adam alone; {given} needs the data in memory (--data)")
+    if opts.get("batch_size") is None:
+        raise ValueError("--data-npy streams minibatches: give --batch-size B, the rows read per step")
+    if opts.get("likelihood") is not None and opts["likelihood"].lower() in likelihoods.MULTICLASS:
+        raise ValueError(f"--data-npy: regression or binary data; --likelihood {opts['likelihood']} needs --data")
+
+
+def stream_data(opts: dict[str, Any], batches: NpyBatches) -> tuple[Data, dict[str, Any]]:
+    """The task, likelihood and standardisation of the streamed files (one pass over them), and a random sample of
+    :data:`STREAM_SAMPLE` rows in memory (standardised: Z's initialisation and the evaluation), as the
+    :class:`~ppl_sparsegp.cli.run.Data` every fit finishes with; fills in ``likelihood`` and ``noise_variance``.
+    Returns it and the run's ``stream`` record."""
+    name = opts.get("likelihood") or shared.DEFAULT_LIKELIHOOD["regression"]
+    task = next(task for task, names in shared.LIKELIHOODS_BY_TASK.items() if name in names)
+    try:
+        stats = batches.statistics()
+    except ValueError as err:
+        raise ValueError(f"--data-npy: {err}") from None
+    N, (X_path, y_path) = batches.num_data, batches.paths
+    if task == "binary" and (batches.shapes[1] or not stats["y_integral"] or stats["y_min"] < 0 or stats["y_max"] > 1):
+        raise ValueError(f"--data-npy: --likelihood {name} needs labels 0 and 1 in {str(y_path)!r}, a vector [N]")
+    if task == "binary" and opts.get("noise_variance") is not None:
+        raise ValueError("--noise-variance: the Bernoulli likelihood of binary data has no noise")
+    validation.check_inducing_count(opts["inducing"], N, name="--inducing")
+    opts["likelihood"] = name
+    if task == "regression" and opts.get("noise_variance") is None:
+        opts["noise_variance"] = NOISE_VARIANCE
+    dtype = np.dtype(opts["dtype"])
+    scale = lambda std: np.where(std > 0, std, 1.0)  # noqa: E731 (a constant column: scale 1, as data.Standardizer)
+    y_mean, y_std = (stats["y_mean"], scale(stats["y_std"])) if task == "regression" else (np.zeros(()), np.ones(()))
+    scaler = data.Standardizer(stats["x_mean"], scale(stats["x_std"]), np.asarray(y_mean), np.asarray(y_std))
+    X_s, y_s = (np.asarray(a, np.float64) for a in batches.sample(STREAM_SAMPLE, opts["seed"]))
+    ds = data.Dataset(
+        X_s, y_s, X_s, y_s, name=f"npy:{X_path.name}", task=task, meta={"files": [str(X_path), str(y_path)]}
+    )
+    X_std, y_std_s = scaler.transform_x(X_s).astype(dtype), scaler.transform_y(y_s).astype(dtype)
+    likelihood = likelihoods.likelihood_with_noise(name, opts["noise_variance"], dtype, 2)
+    d = Data(ds, scaler, X_std, y_std_s, X_std, y_s, y_std_s, "train sample", likelihood)
+    record = {"num_data": N, "files": [str(X_path), str(y_path)], "batch_size": batches.batch_size,
+              "sample_rows": len(X_s)}  # fmt: skip
+    return d, record
+
+
+def fit_streamed_svgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """``fit svgp --data-npy X.npy Y.npy``: SVGP (``num_data`` N) fitted by Adam on minibatches streamed from the
+    files (:func:`ppl_sparsegp.infer.streaming.fit_streamed`: memory-mapped, prefetched, checkpointed to
+    OUT/checkpoint.npz and resumed from it); each batch standardised on the device with the files' statistics; Z
+    placed by ``--init`` on a random sample of the rows, on which the fit is evaluated. Writes what
+    :func:`fit_by_svi` writes."""
+    opts = dict(vars(args))
+    if not any(arg == "--out" or arg.startswith("--out=") for arg in argv):
+        opts["out"] = Path("runs") / f"svgp-{Path(opts['data_npy'][0]).stem}"
+    check_options(opts)
+    check_stream_options(opts)
+    shared.check_devices(opts, opts["batch_size"])
+    try:
+        batches = NpyBatches(*opts["data_npy"], opts["batch_size"], seed=opts["seed"],
+                             mesh=sharding.data_mesh(opts.get("devices")), dtype=np.dtype(opts["dtype"]))  # fmt: skip
+    except ValueError as err:
+        raise ValueError(f"--data-npy: {err}") from None
+    if opts["batch_size"] >= batches.num_data:
+        raise ValueError(f"--batch-size ({opts['batch_size']}) must be smaller than the N = {batches.num_data} rows "
+                         "of --data-npy (a streamed fit draws minibatches)")  # fmt: skip
+    d, stream = stream_data(opts, batches)
+    checkpoint = opts["out"] / CHECKPOINT
+    # the data are named by the stream's identity, which fit_streamed records and checks (its rows hash included)
+    settings, counters = shared.checkpoints(opts, (), [checkpoint], resumable=("steps",))
+    kernel = shared.initial_kernel(opts, d.X.shape[1], opts["lengthscale"])
+    Z = initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"])
+    gp = svgp_model(opts, {"likelihood": d.likelihood, "kernel": kernel, "Z": Z}, d.ds.num_outputs)
+    gp = dataclasses.replace(gp, num_data=batches.num_data)
+    shift = [np.asarray(a, d.X.dtype) for a in (d.scaler.x_mean, d.scaler.x_scale, d.scaler.y_mean, d.scaler.y_scale)]
+
+    def standardised(program: Callable[..., None]) -> Callable[..., None]:
+        def on_batch(X: Any, y: Any) -> None:
+            x_mean, x_scale, y_mean, y_scale = shift
+            return program((X - x_mean) / x_scale, (y - y_mean) / y_scale)
+
+        return on_batch
+
+    fit, train_seconds = shared.timed(
+        fit_streamed, standardised(gp.model), standardised(gp.guide), batches, optimizer=optax.adam(opts["lr"]),
+        num_steps=opts["steps"], key=opts["seed"], checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
+        fingerprint=settings, progress=shared.progress(opts),
+    )  # fmt: skip
+    resumed_from = counters.get("step", 0)
+    return finish_svi(opts, d, argv, gp, fit, train_seconds, resumed_from, stream=stream,
+                      optimizer=optimizer_settings(opts, gp))  # fmt: skip

@@ -305,9 +305,16 @@ class SGMCMCKernel(MCMCKernel):
         else:
             rng_key, key_init = random.split(rng_key)
         if self._model is not None:
+
+            def seeded(*args: Any, **kwargs: Any) -> Any:
+                # Subsampling plates need a key outside the kernel's steps. Seeded at each call, not once here: a key
+                # made while ``init`` is traced (run_mcmc compiles it) would leak into ``postprocess_fn``, which
+                # replays the model for deterministic sites after the trace has ended.
+                return seed(self._model, rng_seed=0)(*args, **kwargs)
+
             info = initialize_model(
                 key_init,
-                seed(self._model, rng_seed=0),  # subsampling plates need a key outside the kernel's steps
+                seeded,
                 init_strategy=self._init_strategy,
                 dynamic_args=True,
                 model_args=model_args,

@@ -194,6 +194,7 @@ def test_help_lists_every_option_with_its_default(capsys, monkeypatch):
     text = " ".join(capsys.readouterr().out.split())
     options = [
         "--data",
+        "--data-npy",
         "--target",
         "--split",
         "--inducing",

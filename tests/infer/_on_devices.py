@@ -161,13 +161,44 @@ def streamed(devices: int | None) -> dict[str, np.ndarray]:
         np.save(Path(folder) / "X.npy", X)
         np.save(Path(folder) / "y.npy", y)
         batches = NpyBatches(Path(folder) / "X.npy", Path(folder) / "y.npy", 64, seed=4, mesh=data_mesh(devices))
-        params, losses = fit_streamed(gp.model, gp.guide, batches, optimizer=optax.adam(0.01), num_steps=50, key=2)
-    return {"losses": losses, **{f"params/{k}": np.asarray(v) for k, v in params.items()}}
+        fit = fit_streamed(gp.model, gp.guide, batches, optimizer=optax.adam(0.01), num_steps=50, key=2)
+    return {"losses": fit.losses, **{f"params/{k}": np.asarray(v) for k, v in fit.params.items()}}
+
+
+def streamed_sghmc(devices: int | None) -> dict[str, np.ndarray]:
+    """BSGP's adaptive SGHMC over minibatches of 64 rows streamed from .npy files: 30 warmup steps, 20 draws of a
+    Bayesian linear regression whose data term is scaled by N/B."""
+    import tempfile
+    from pathlib import Path
+
+    import numpyro
+    import numpyro.distributions as dist
+
+    from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
+    from ppl_sparsegp.infer.sharding import data_mesh
+    from ppl_sparsegp.infer.streaming import NpyBatches, sample_streamed
+
+    _, X, y = svgp_problem()
+    N = X.shape[0]
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+        with numpyro.handlers.scale(scale=N / y.shape[0]), numpyro.plate("data", y.shape[0]):
+            numpyro.sample("y", dist.Normal(X @ w, 0.5), obs=y)
+
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(Path(folder) / "X.npy", X)
+        np.save(Path(folder) / "y.npy", y)
+        batches = NpyBatches(Path(folder) / "X.npy", Path(folder) / "y.npy", 64, seed=4, mesh=data_mesh(devices))
+        kernel = AdaptiveSGHMC(model, step_size=0.01, num_data=N)
+        result = sample_streamed(kernel, batches, num_warmup=30, num_samples=20, key=jax.random.PRNGKey(3))
+    return {"samples/w": result.samples["w"], "potential": result.extra_fields["potential_energy"]}
 
 
 CASES = {
     "resumed": resumed,
     "streamed": streamed,
+    "streamed_sghmc": streamed_sghmc,
     "refusals": refusals,
     "elbo": elbo_and_gradient,
     "sgd": lambda d: svi_steps(d, "sgd"),

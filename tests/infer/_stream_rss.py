@@ -1,10 +1,10 @@
 """Run by tests/infer/test_streaming.py: ``python _stream_rss.py X.npy y.npy BATCHES`` streams BATCHES minibatches
-of 4096 rows through NpyBatches and prints JSON: the peak resident set (ru_maxrss, bytes) before the first batch
+of 4096 rows through NpyBatches and prints JSON: the peak resident set (VmHWM, bytes) before the first batch
 and after the last, and the mean of the streamed y."""
 
 import json
-import resource
 import sys
+from pathlib import Path
 
 import jax
 
@@ -12,7 +12,12 @@ from ppl_sparsegp.infer.streaming import NpyBatches
 
 
 def peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+    """This process's peak resident set (VmHWM, bytes). Not ``getrusage``'s ru_maxrss: Linux carries that over
+    ``exec`` from the forking process (here pytest, some 700 MiB), which hid everything below it."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 X_path, y_path, count = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -390,3 +390,19 @@ def test_vectorized_point_chains_killed_in_warmup_resume_to_the_uninterrupted_dr
     resumed = _point_chains(noisy_data, "vectorized", warmup_chunk_size=23, checkpoint=path)
     for site in ("mu", "noise"):
         np.testing.assert_array_equal(resumed.samples[site], vectorized_point_chains.samples[site])
+
+
+def test_run_mcmc_keeps_deterministic_sites_of_a_subsampling_model():
+    """run_mcmc compiles the kernel's init; the model's seed is made per call, so the postprocessing that computes a
+    deterministic site after that trace has ended holds no leaked tracer (it raised UnexpectedTracerError before)."""
+    X = np.random.default_rng(0).normal(size=(50, 2))
+    y = X.sum(axis=1)
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        numpyro.deterministic("w_sum", w.sum())
+        with numpyro.plate("data", 50, subsample_size=10) as i:
+            numpyro.sample("y", dist.Normal(jnp.asarray(X)[i] @ w, 1.0), obs=jnp.asarray(y)[i])
+
+    result = run_mcmc(SGLD(model, step_size=1e-3), X, y, num_warmup=5, num_samples=5, key=random.PRNGKey(0))
+    np.testing.assert_allclose(result.samples["w_sum"], result.samples["w"].sum(axis=-1), rtol=1e-12)

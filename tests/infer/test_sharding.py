@@ -85,6 +85,13 @@ def test_streamed_batches_split_over_devices_equal_one_device(tmp_path):
     assert_same(single, sharded, atol=1e-6)
 
 
+def test_streamed_sghmc_split_over_devices_equals_one_device(tmp_path):
+    """Adaptive SGHMC over batches streamed from .npy files, each split over 4 devices: the draws as on one."""
+    single, sharded = on_four_devices("streamed_sghmc", tmp_path)
+    assert single["samples/w"].shape == (1, 20, 2)
+    assert_same(single, sharded, atol=1e-9)
+
+
 def test_nuts_chains_go_across_devices(tmp_path):
     """Four NUTS chains, one per device under shard_map: the state is split by chain, and the draws target the same
     posterior (a chain's tree decisions can flip on a round-off difference, so draws are compared in law)."""
