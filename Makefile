@@ -24,10 +24,10 @@ demo: $(VENV)/.installed
 	$(BIN)/ppl-sparsegp fit svgp --out demo_out
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=0 --durations-min=1.0
 
 test-slow: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow --durations=30
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m slow --durations=0 --durations-min=1.0
 
 # The suite on an accelerator: jax on GPU_PLATFORM (install the `cuda` extra first: .venv/bin/pip install -e ".[cuda]"),
 # one pytest worker for the one device. `make test-gpu GPU_PLATFORM=cpu TEST_ARGS=tests/infer` runs the same path here.
