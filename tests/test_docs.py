@@ -18,6 +18,7 @@ def _builder():
     return module
 
 
+@pytest.mark.slow
 def test_the_site_has_the_guide_the_api_reference_and_the_notebooks(tmp_path):
     site = tmp_path / "site"
     pages = _builder().build(site)

@@ -140,6 +140,7 @@ def _svgp_update(rng, dtype, M=600, N=300, B=64):
     return svi, state, X, y
 
 
+@pytest.mark.slow
 def test_svgp_elbo_and_gradient_are_the_same_with_the_blocked_path(rng, monkeypatch):
     svi, state, X, y = _svgp_update(rng, np.float64)
     params = dict(svi.get_params(state))

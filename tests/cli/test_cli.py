@@ -118,6 +118,7 @@ def test_float32_run_stores_float32_parameters(tmp_path):
         assert params["u_loc"].dtype == np.float32 and params["kernel.lengthscale"].dtype == np.float32
 
 
+@pytest.mark.slow
 def test_the_default_float64_run_computes_in_64_bits_in_a_process_without_x64(tmp_path):
     # The test session enables x64 (conftest); a user's shell does not. The CLI sets it for the run from --dtype.
     out = tmp_path / "out"

@@ -48,6 +48,7 @@ def fit(folder, *args: str) -> dict:
 
 
 @needs_yacht
+@pytest.mark.slow
 def test_bsgp_on_yacht_end_to_end(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "out"
     record = fit(folder, "--data", "yacht", "--split", "0", "--chains", "2", *TINY)

@@ -24,6 +24,7 @@ def test_a_rate_outside_zero_to_one_is_refused_before_any_work(rate, tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_dropout_run_records_the_rate_trains_with_it_and_loads(tmp_path):
     records = {}
     for rate in ("0", "0.5"):

@@ -252,6 +252,7 @@ def test_a_damaged_manifest_is_a_data_error_naming_it_not_blamed_on_the_data_opt
 # Outputs as one set
 
 
+@pytest.mark.slow
 def test_a_write_failing_midway_leaves_the_old_outputs_byte_identical(tmp_path, capsys, monkeypatch):
     folder = tmp_path / "out"
     assert main(command("sgpr", folder)) == 0

@@ -25,9 +25,7 @@ def _fit(folder, *options: str) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
-@pytest.mark.parametrize(
-    "method", [pytest.param("gpr", marks=pytest.mark.slow), pytest.param("sgpr", marks=pytest.mark.slow), "svgp"]
-)
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) for m in ("gpr", "sgpr", "svgp")])
 def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(method, tmp_path):
     options = ("--steps", "30", "--lr", "0.05") + (("--inducing", "8") if method != "gpr" else ())
     pyro_run = _fit(tmp_path / "pyro", method, *options, "--backend", "pyro")
@@ -83,6 +81,7 @@ def test_a_loaded_pyro_run_predicts_as_the_run_did(tmp_path):
 SGPMC = ("--inducing", "5", "--steps", "20", "--warmup", "10", "--samples", "10", "--chains", "2")
 
 
+@pytest.mark.slow
 def test_a_pyro_sgpmc_run_writes_the_numpyro_runs_outputs_and_resumes_from_its_chains(tmp_path):
     record = _fit(tmp_path / "pyro", "sgpmc", *SGPMC, "--backend", "pyro")
     numpyro_run = _fit(tmp_path / "numpyro", "sgpmc", *SGPMC)

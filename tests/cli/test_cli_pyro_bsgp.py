@@ -25,6 +25,7 @@ def _fit(folder, *options: str) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_pyro_bsgp_run_writes_the_numpyro_runs_outputs_scores_alike_and_resumes(tmp_path, capsys):
     record = _fit(tmp_path / "pyro", *SMALL, "--backend", "pyro")
     numpyro_run = _fit(tmp_path / "numpyro", *SMALL)

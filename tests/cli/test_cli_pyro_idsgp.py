@@ -25,6 +25,7 @@ def _fit(folder, *options: str) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(tmp_path):
     full_batch = (*SMALL, "--batch-size", "400", "--epochs", "8")  # diabetes has N = 353: one step an epoch
     pyro_run = _fit(tmp_path / "pyro", *full_batch, *PYRO)

@@ -12,6 +12,7 @@ RUN = ("fit", "sas", "--data", "oilflow", "--active", "50", "--batch", "200", "-
        "--conditioning", "800", "--bayesian", "--no-progress", "--quiet")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_bayesian_sas_on_oil_flow_separates_the_regimes_and_resumes(tmp_path):
     folder = tmp_path / "out"
     assert main([*RUN, "--epochs", "600", "--out", str(folder)]) == 0

@@ -69,6 +69,7 @@ def check_selection(folder, record: dict, K: int, D: int) -> None:
     np.testing.assert_allclose(record["count_variance"], np.sum(probs * (1 - probs)))
 
 
+@pytest.mark.slow
 def test_selective_on_diabetes_end_to_end(tmp_path, capsys):
     folder = tmp_path / "out"
     record = fit(folder, *TINY)

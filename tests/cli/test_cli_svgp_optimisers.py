@@ -64,9 +64,10 @@ def engine_calls(monkeypatch) -> list[dict]:
     return calls
 
 
-SLOW_HERE = {"adam", "lbfgs"}
+SLOW_HERE = {"adam", "lbfgs", "natgrad"}
 """Optimisers whose run of the test below goes to the slow step (a minute each on 2 loaded cores): Adam fits in
-most command-line tests, and fit_svi's L-BFGS and freeze have their own tests in tests/infer."""
+most command-line tests, fit_svi's L-BFGS and freeze have their own tests in tests/infer, and the natural step
+its one-step test below."""
 
 
 @pytest.mark.parametrize(

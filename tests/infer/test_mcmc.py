@@ -230,6 +230,7 @@ def test_bad_arguments_are_named(data, kwargs, match):
         _run(data, **kwargs)
 
 
+@pytest.mark.slow
 def test_engines_by_name_and_plain_hmc_runs(data):
     from numpyro.infer import HMC, MCMC
 

@@ -21,7 +21,11 @@ Z = np.linspace(-3, 3, 10)[:, None]
 HYPERPARAMETERS = ("kernel.lengthscale", "kernel.variance")
 
 
-@pytest.mark.parametrize("likelihood", [Gaussian(variance=0.5), Bernoulli()], ids=["gaussian", "probit"])
+@pytest.mark.parametrize(
+    "likelihood",
+    [pytest.param(Gaussian(variance=0.5), marks=pytest.mark.slow), Bernoulli()],
+    ids=["gaussian", "probit"],
+)
 def test_lbfgs_reaches_adams_optimum_and_never_goes_uphill(likelihood):
     y = Y if isinstance(likelihood, Gaussian) else (Y > 0).astype(float)
     gp = SVGP(RBF(), likelihood, Z=Z)
@@ -54,7 +58,7 @@ def test_frozen_params_keep_their_initial_values_for_their_steps_then_move(optim
 
 @pytest.mark.parametrize(
     "likelihood",
-    [pytest.param(Gaussian(variance=0.5), marks=pytest.mark.slow), Bernoulli()],
+    [pytest.param(Gaussian(variance=0.5), marks=pytest.mark.slow), pytest.param(Bernoulli(), marks=pytest.mark.slow)],
     ids=["gaussian", "probit"],
 )  # without the restart the probit fit's loss jumps at the thaw
 def test_lbfgs_restarts_when_a_freeze_ends_and_never_goes_uphill(likelihood):

@@ -71,6 +71,7 @@ def test_a_checkpoint_written_on_one_device_resumes_on_four(tmp_path):
     assert_same(single, sharded, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_sharded_sghmc_draws_equal_one_device(tmp_path):
     """The same key gives the same minibatches and noise on one device or four, so the same draws, up to the order
     of the minibatch sums (measured: 1e-14)."""
@@ -92,6 +93,7 @@ def test_streamed_sghmc_split_over_devices_equals_one_device(tmp_path):
     assert_same(single, sharded, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_nuts_chains_go_across_devices(tmp_path):
     """Four NUTS chains, one per device under shard_map: the state is split by chain, and the draws target the same
     posterior (a chain's tree decisions can flip on a round-off difference, so draws are compared in law)."""

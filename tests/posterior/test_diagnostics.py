@@ -213,6 +213,7 @@ def test_local_sites_are_drawn_for_the_log_likelihood_but_not_kept(problem, svi_
     assert idata.log_likelihood["y"].shape == (1, 4, 30)
 
 
+@pytest.mark.slow
 def test_to_inference_data_takes_the_result_of_either_engine(problem, svi_fit):
     """psg.to_inference_data dispatches on the result: an SVIResult to from_svi, an MCMC run to from_mcmc."""
     X, y, model = problem

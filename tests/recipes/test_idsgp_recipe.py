@@ -32,6 +32,7 @@ def test_the_white_floor_is_a_fixed_third_part_of_the_kernel():
     assert build_idsgp(IDSGPConfig(), X, Gaussian(0.1)).fixed == ()
 
 
+@pytest.mark.slow
 def test_a_fit_runs_epochs_of_ceil_n_over_b_steps_and_resumes_with_more(tmp_path):
     config = IDSGPConfig(num_inducing=3, hidden=(6,), batch_size=10, num_epochs=2, white_floor=1e-3)
     checkpoint = str(tmp_path / "idsgp.npz")
@@ -44,6 +45,7 @@ def test_a_fit_runs_epochs_of_ceil_n_over_b_steps_and_resumes_with_more(tmp_path
     assert np.all(np.isfinite(mean)) and np.all(var > 0)
 
 
+@pytest.mark.slow
 def test_a_dropout_fit_resumes_to_the_steps_of_an_uninterrupted_one(tmp_path):
     config = IDSGPConfig(num_inducing=3, hidden=(6,), batch_size=10, num_epochs=2, dropout=0.5)
     checkpoint = str(tmp_path / "idsgp.npz")

@@ -91,6 +91,7 @@ def test_with_learning_rate_zero_v_samples_its_posterior_at_the_held_point_estim
     np.testing.assert_allclose(v.std(0), sd, rtol=0.15)
 
 
+@pytest.mark.slow
 def test_killed_in_warmup_resumes_to_the_uninterrupted_draws_and_refuses_other_settings(tmp_path):
     config = SGHMCDGPConfig(num_inducing=M, num_iterations=60, num_kept=5, thinning=3, warmup_chunk_size=25)
     straight = fit_sghmc_dgp(X, Y, config, key=jax.random.PRNGKey(2), progress=False)
