@@ -6,6 +6,8 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/selective_square_wave.py                # seeds 0 1 2 (finished seeds are skipped)
     .venv/bin/python benchmarks/selective_square_wave.py --seeds 0      # one seed
     .venv/bin/python benchmarks/selective_square_wave.py --quick        # a few steps, written to results/..._runs/
+    .venv/bin/python benchmarks/selective_square_wave.py --pre-steps 3000   # a longer joint phase, written to
+                                                     # results/selective_square_wave_pre3000.json
 
 Claim (B5; the paper's Fig. 5 is qualitative, the numbers are the released notebook's output, not the paper's):
 after selection and pruning, layer 1 keeps more inducing points than layers 2 and 3 (M1 > M2, M1 > M3; the notebook:
@@ -33,9 +35,9 @@ Protocol (the released notebook ``02_DeepGaussianProcess`` and demo ``03_regress
   frozen), "after" the pruned, post-trained one.
 
 Output: ``benchmarks/results/selective_square_wave.json``, rewritten atomically after every seed; each seed
-checkpoints its phases to ``results/selective_square_wave_runs/seed<seed>/`` (``--quick``: ``.../quick/seed0/``), so
-the same command resumes a killed seed (delete that folder after changing a setting). A results file written with
-other settings is refused.
+checkpoints its phases to ``results/selective_square_wave_runs/seed<seed>/`` (``--quick``: ``.../quick/seed0/``,
+``--pre-steps N``: ``.../preN/seed<seed>/``), so the same command resumes a killed seed (delete that folder after
+changing a setting). A results file written with other settings is refused.
 """
 
 from __future__ import annotations
@@ -170,13 +172,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--quick", action="store_true", help="a few steps, seed 0, output in the runs folder")
+    parser.add_argument(
+        "--pre-steps", type=int, default=SCHEDULE["pre_steps"], help="joint pre-training steps after the layer-wise"
+    )
     parser.add_argument("--output", type=Path, help=f"results JSON (default {RESULTS.relative_to(ROOT.parent)})")
     args = parser.parse_args(argv)
     if any(s < 0 for s in args.seeds):
         parser.error(f"--seeds: expected non-negative integers, got {args.seeds}")
-    schedule = QUICK_SCHEDULE if args.quick else SCHEDULE
+    if args.pre_steps < 0:
+        parser.error(f"--pre-steps: expected a non-negative integer, got {args.pre_steps}")
+    longer = not args.quick and args.pre_steps != SCHEDULE["pre_steps"]
+    schedule = QUICK_SCHEDULE if args.quick else SCHEDULE | {"pre_steps": args.pre_steps}
     seeds = args.seeds[:1] if args.quick else args.seeds
-    output = args.output or (RUNS / "quick.json" if args.quick else RESULTS)
+    tag = "quick" if args.quick else (f"pre{args.pre_steps}" if longer else "")
+    default_output = RESULTS.with_name(f"{RESULTS.stem}_{tag}.json") if longer else RESULTS
+    output = args.output or (RUNS / "quick.json" if args.quick else default_output)
     command = " ".join(
         ["python", "benchmarks/selective_square_wave.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
     )
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         if f"seed{seed}" in cells:
             continue
-        cells[f"seed{seed}"] = run_seed(seed, schedule, RUNS / "quick" if args.quick else RUNS)
+        cells[f"seed{seed}"] = run_seed(seed, schedule, RUNS / tag)
         save()
         print(json.dumps(cells[f"seed{seed}"]), flush=True)
     save()

@@ -96,3 +96,21 @@ def test_layerwise_refuses_init_params_and_several_outputs(square_wave):
         fit_selective_deep(X, y, init_params={}, **options)
     with pytest.raises(ValueError, match="y: layer-wise"):
         fit_selective_deep(X, np.stack([y, y], axis=1), **options)
+
+
+def test_layerwise_phases_checkpoint_and_a_second_call_resumes_them(square_wave, tmp_path):
+    X, y = square_wave
+    options = {
+        "candidates": 4, "num_layers": 2, "inner_mean": "zero", "pretraining": "layerwise", "layerwise_steps": 20,
+        "jitter": 1e-3, "pre_steps": 0, "selection_steps": 1, "post_steps": 0, "batch_size": None, "key": 1,
+        "progress": False, "checkpoint_dir": tmp_path,
+    }  # fmt: skip
+    first = fit_selective_deep(X, y, **options)
+    layers = [tmp_path / f"selective_layer{i}.npz" for i in range(2)]
+    written = [path.stat().st_mtime_ns for path in layers]
+    again = fit_selective_deep(X, y, **options)
+    assert [path.stat().st_mtime_ns for path in layers] == written  # read back, not run again
+    for before, after in zip(first.layerwise_params, again.layerwise_params, strict=True):
+        assert before.keys() == after.keys()
+        for name in before:
+            np.testing.assert_array_equal(np.asarray(after[name]), np.asarray(before[name]))
