@@ -390,16 +390,16 @@ def rbf_ard(input_dim: int) -> RBF:
 
 def check_deep_settings(model: Any) -> None:
     """The eager checks of a DeepSVGP's settings (NumPyro's and Pyro's), after :func:`checked_layers`:
-    ``add_input`` only with inner widths equal to D, ``add_input`` and ``whiten`` booleans, ``num_samples`` a
-    positive integer, ``batch_size`` and ``num_data`` None or positive integers and not both, ``inner_scale`` a
-    positive number.
+    ``add_input`` only with inner widths equal to D, ``add_input``, ``whiten`` and ``sum_outputs`` booleans,
+    ``num_samples`` a positive integer, ``batch_size`` and ``num_data`` None or positive integers and not both,
+    ``inner_scale`` a positive number.
 
     Raises:
         ValueError: naming the setting and what was expected.
     """
     if model.add_input and any(w != model.input_dims[0] for w in model.widths[:-1]):
         raise ValueError(f"add_input: needs every inner width equal to D = {model.input_dims[0]}")
-    for name in ("add_input", "whiten"):
+    for name in ("add_input", "whiten", "sum_outputs"):
         if not isinstance(getattr(model, name), bool):
             raise ValueError(f"{name}: expected True or False, got {getattr(model, name)!r}")
     validation.check_count("num_samples", model.num_samples, minimum=1)

@@ -86,6 +86,8 @@ class DeepSVGP:
         num_data: the full N when the caller passes minibatches itself.
         inner_scale: initial q(u) square root of inner layers, as a multiple of the prior's (the last layer's is
             the prior's), so that inner layers start close to their mean path.
+        sum_outputs: the likelihood sees the sum of the last layer's widths[-1] outputs (one column): the released
+            code's partial stacks in layer-wise pre-training (``recipes.selective``), whose last layer is an inner one.
         jitter: relative jitter of the model's Cholesky factorisations (keyword only; see :mod:`models.numpyro._base`).
     """
 
@@ -100,6 +102,7 @@ class DeepSVGP:
     batch_size: int | None = None
     num_data: int | None = None
     inner_scale: float = 1e-3
+    sum_outputs: bool = False
     jitter: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
@@ -130,7 +133,8 @@ class DeepSVGP:
 
     @property
     def num_latent(self) -> int:
-        return self.widths[-1]
+        """P, the output columns the likelihood sees: widths[-1], or 1 with ``sum_outputs``."""
+        return 1 if self.sum_outputs else self.widths[-1]
 
     # ---- sites ----------------------------------------------------------------------------------------------
     def hyperparameters(self) -> tuple[list[Kernel], Likelihood]:
@@ -222,6 +226,7 @@ class DeepSVGP:
         return deep.propagate(
             layers, X, self._noise(key), num_samples,
             whiten=self.whiten, mean_weights=self.mean_weights, add_input=self.add_input,
+            sum_outputs=self.sum_outputs,
         )  # fmt: skip
 
     def _noise(self, key: Array) -> deep.Noise:
@@ -270,12 +275,12 @@ class DeepSVGP:
         return data - divergence
 
     def check_data(self, X: Array, y: Array | None = None, *, init_params: Mapping[str, Array] | None = None) -> None:
-        """Eager checks (skipped for traced values): finite X [N, D_0], y [N] or [N, P] with P = widths[-1]."""
+        """Eager checks (skipped for traced values): finite X [N, D_0], y [N] or [N, P] with P = ``num_latent``."""
         if _is_concrete(X, y):
             validation.check_inputs(X, y)
             validation.check_same_dim(self.Z[0], X, z_name="Z[0]")
             if y is not None and (1 if np.ndim(y) == 1 else np.shape(y)[1]) != self.num_latent:
-                raise ValueError(f"y: expected {self.num_latent} output column(s) (widths[-1])")
+                raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
 
     # ---- prediction ------------------------------------------------------------------------------------------
     def predict_f(

@@ -62,6 +62,7 @@ class DeepSVGP:
     batch_size: int | None = None
     num_data: int | None = None
     inner_scale: float = 1e-3
+    sum_outputs: bool = False
     jitter: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
@@ -92,7 +93,8 @@ class DeepSVGP:
 
     @property
     def num_latent(self) -> int:
-        return self.widths[-1]
+        """P, the output columns the likelihood sees: widths[-1], or 1 with ``sum_outputs``."""
+        return 1 if self.sum_outputs else self.widths[-1]
 
     def hyperparameters(self) -> tuple[list[Kernel], Likelihood]:
         """Every kernel and likelihood hyperparameter as a positive param; the rebuilt kernels and likelihood."""
@@ -180,6 +182,7 @@ class DeepSVGP:
         return deep.propagate(
             layers, X, self._noise(), num_samples,
             whiten=self.whiten, mean_weights=self.mean_weights, add_input=self.add_input,
+            sum_outputs=self.sum_outputs,
         )  # fmt: skip
 
     def _noise(self) -> deep.Noise:
@@ -226,11 +229,11 @@ class DeepSVGP:
         return data - divergence
 
     def check_data(self, X: Array, y: Array | None = None) -> None:
-        """Eager checks: finite X [N, D_0], y [N] or [N, P] with P = widths[-1]."""
+        """Eager checks: finite X [N, D_0], y [N] or [N, P] with P = ``num_latent``."""
         validation.check_inputs(X, y)
         validation.check_same_dim(self.Z[0], X, z_name="Z[0]")
         if y is not None and (1 if y.ndim == 1 else y.shape[1]) != self.num_latent:
-            raise ValueError(f"y: expected {self.num_latent} output column(s) (widths[-1])")
+            raise ValueError(f"y: expected {self.num_latent} output column(s) (num_latent)")
 
     def predict_f(
         self, params: Mapping[str, Array], X_new: Array, *, num_samples: int | None = None

@@ -7,9 +7,10 @@ Layer ℓ = 0..L-1 maps H^ℓ [S N, D_ℓ] (H^0 = X repeated S times, sample-maj
 H^ℓ_n) = N(μ_n, σ²_n) is the sparse conditional of q(u^ℓ) (:func:`ppl_sparsegp.core.conditionals.conditional`, or
 :func:`~ppl_sparsegp.core.masking.masked_conditional` on a subset of the inducing inputs); an inner layer draws
 F = μ + σ ε (Eq. 10-11 of Salimbeni & Deisenroth, ε the given noise), adds the fixed linear mean H W^ℓ and, with
-``add_input``, X; the last layer's marginals are returned. Randomness stays with the caller: ``noise(ℓ, shape,
-dtype)`` returns ε^ℓ (JAX keys on the NumPyro side, torch's generator on the Pyro side, fixed arrays in the parity
-tests).
+``add_input``, X; the last layer's marginals are returned (with ``sum_outputs``, the marginal of the sum of its
+independent outputs: means and variances summed, as the released code's partial stacks in layer-wise training).
+Randomness stays with the caller: ``noise(ℓ, shape, dtype)`` returns ε^ℓ (JAX keys on the NumPyro side, torch's
+generator on the Pyro side, fixed arrays in the parity tests).
 
 Backend-neutral (jax, torch, numpy) through the array API and :mod:`ppl_sparsegp.core.ops`.
 """
@@ -59,14 +60,17 @@ def propagate(
     whiten: bool,
     mean_weights: Sequence[Array | None],
     add_input: bool,
+    sum_outputs: bool = False,
 ) -> tuple[Array, Array]:
     """S doubly-stochastic passes through ``layers`` (module docstring): the last layer's marginal mean and variance
-    [S, P, N] given one draw of every inner layer per pass.
+    [S, P, N] given one draw of every inner layer per pass ([S, 1, N], the sum of its P outputs, with
+    ``sum_outputs``).
 
     Args:
         layers: L layers (:class:`Layer`); X: inputs [N, D_0]; noise: ε^ℓ of each inner layer (:data:`Noise`).
         num_samples: S; whiten: q(u) over v = L⁻¹u; mean_weights: W^ℓ [D_ℓ, D_{ℓ+1}] or None (zero mean) for the
-            L − 1 inner layers; add_input: X added to the input of every later layer.
+            L − 1 inner layers; add_input: X added to the input of every later layer; sum_outputs: return the
+            marginal of Σ_p F^L_p (given the inner draws the outputs are independent: means and variances add).
     """
     xp = ops.namespace(X)
     N = X.shape[0]
@@ -80,6 +84,8 @@ def propagate(
             mean, var = masked_conditional(Kmn, layer.Lmm, Knn, layer.mask, layer.q_mu, layer.q_sqrt)
         xp = ops.namespace(mean, var)  # X may be numpy while the layers' values are traced (Predictive's vmap)
         if i == len(layers) - 1:
+            if sum_outputs:
+                mean, var = xp.sum(mean, axis=0, keepdims=True), xp.sum(var, axis=0, keepdims=True)
             shape = (mean.shape[0], num_samples, N)
             return xp.permute_dims(xp.reshape(mean, shape), (1, 0, 2)), xp.permute_dims(
                 xp.reshape(var, shape), (1, 0, 2)

@@ -8,7 +8,7 @@
   :class:`SGPR` / :class:`SVGP` usable by every predict, ArviZ and CLI path. Defaults follow the paper (App. C.1,
   C.3.2): Adam 0.01 for the GP, 0.2 for λ, S = 4 draws, λ₀ = 0.5, the UCI schedule 2500 / 1500 / 1000 steps.
 * :func:`fit_selective_deep` (§5.2): the same phases for a deep GP, one candidate set and λ per layer, one joint
-  subset of every layer.
+  subset of every layer; its pre-training is joint, or layer-wise then joint (:func:`fit_layerwise`, App. C.4).
 * :func:`fit_selective_gplvm` (§5.3): the GP-LVM with its inducing inputs selected from a fixed latent grid,
   trained **jointly, without phases** (λ by the score-function estimator, the rest pathwise), recording λ along
   the way; with ``pre_steps`` it first fits the GP-LVM on every grid point, as the released demo does.
@@ -24,16 +24,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
+from numpyro import handlers
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core import deep, ops
 from ppl_sparsegp.core.kernels import RBF, Kernel
 from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.inducing.initialise import kmeans, random_subset
@@ -58,6 +61,7 @@ from ppl_sparsegp.results import write_npz
 from ppl_sparsegp.validation import check_count, check_positive_float
 
 from .phases import (
+    PHASES,
     InclusionCounts,
     PhaseCheckpoints,
     check_choice,
@@ -73,7 +77,12 @@ Array = Any
 
 BOUNDS = ("collapsed", "uncollapsed")
 SELECTION_MODES = ("frozen", "joint")
+PRETRAINING = ("joint", "layerwise")
 INITIALISATIONS = ("random", "kmeans")
+ADDED_LAYER_VARIANCE = 0.1
+"""Kernel variance of a layer added in layer-wise pre-training (the released code's outputscale 0.1)."""
+ADDED_LAYER_SCALE = 1e-3
+"""q(u)'s square root of an added layer as a multiple of chol K(Z, Z) (the released code's Cholesky × 1e-3)."""
 GRID_MARGIN = 0.1
 """Default padding of the GP-LVM's grid beyond the latents' range, as a fraction of that range per dimension."""
 TRACE_FILE = "selective_gplvm_trace.npz"
@@ -324,8 +333,15 @@ class SelectiveDeepConfig(SelectionConfig):
     α_ℓ × D_{ℓ+1}. add_input, inner_mean: the architecture (:func:`models.numpyro.deep_svgp.deep_svgp`; the paper's
     kin8nm model is ``add_input=True, inner_mean="zero"``). noise_variance: of the default Gaussian likelihood (paper
     App. C.1). num_samples: propagated samples of the data term per evaluation. batch_size: minibatch of the pre-
-    and post-training bound; selection_batch_size: of the selection bound (None: full batch). The rest as
-    :class:`SelectiveConfig` and :class:`SelectionConfig`.
+    and post-training bound; selection_batch_size: of the selection bound (None: full batch). pretraining:
+    ``"joint"`` (``pre_steps`` Adam steps on every layer at once) or ``"layerwise"`` (the paper's App. C.4 and the
+    released code's ``fit_layerwise``: the layers are added one at a time and layer ℓ alone is trained for
+    ``layerwise_steps`` steps, :func:`fit_layerwise`, then ``pre_steps`` joint steps; needs ``inner_mean="zero"``
+    and one output column). layerwise_steps: Adam steps per layer of that phase (default 200: the paper's 200 epochs
+    per layer on kin8nm, spec 000 §5.5b; the released code runs 300-500). The rest as :class:`SelectiveConfig` and
+    :class:`SelectionConfig`. jitter: the deep GP's relative Cholesky jitter (None: the library's default; the
+    released code's GPyTorch adds 1e-3 to K(Z, Z), which keeps many close inducing inputs trainable, e.g. the
+    propagated means that start a layer in layer-wise pre-training).
     """
 
     candidates: int | Sequence[Array] = 150
@@ -343,6 +359,9 @@ class SelectiveDeepConfig(SelectionConfig):
     post_steps: int = 1500
     batch_size: int | None = 1000
     selection_batch_size: int | None = None
+    pretraining: str = "joint"
+    layerwise_steps: int = 200
+    jitter: float | None = None
     checkpoint_every: int = 500
 
     def __post_init__(self) -> None:
@@ -350,6 +369,15 @@ class SelectiveDeepConfig(SelectionConfig):
         _check_schedule(self)
         check_count("num_layers", self.num_layers, 1)
         check_count("selection_batch_size", self.selection_batch_size, 1, optional=True)
+        check_choice("pretraining", self.pretraining, PRETRAINING)
+        check_count("layerwise_steps", self.layerwise_steps, 1)
+        if self.jitter is not None:
+            ops.check_jitter(self.jitter)
+        if self.pretraining == "layerwise" and self.inner_mean != "zero":
+            raise ValueError(
+                "pretraining: 'layerwise' trains each inner layer as the top of a partial stack, which has no mean "
+                f"function; it needs inner_mean='zero', got inner_mean={self.inner_mean!r}"
+            )
 
 
 @dataclass
@@ -362,7 +390,10 @@ class SelectiveDeepFit:
         pretrained_params: the values after pre-training (pass as ``init_params`` with ``pre_steps=0`` to select
             again from them, e.g. with another α).
         masks: the drawn subset of every layer, [K_ℓ] 0/1 each.
-        losses: phase ("pre", "selection", "post") -> loss trace; seconds: phase -> wall-clock seconds.
+        losses: phase ("pre", "selection", "post"; with layer-wise pre-training also "layer0", "layer1", ...) ->
+            loss trace; seconds: phase (and "layerwise") -> wall-clock seconds.
+        layerwise_params: with ``pretraining="layerwise"``, the values after each layer's phase (entry ℓ holds
+            layers 0..ℓ and the likelihood); empty otherwise.
     """
 
     model: DeepSVGP
@@ -373,6 +404,7 @@ class SelectiveDeepFit:
     masks: list[np.ndarray]
     losses: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    layerwise_params: list[dict[str, Array]] = field(default_factory=list)
 
     @property
     def inclusion_probs(self) -> list[np.ndarray]:
@@ -404,6 +436,109 @@ def _layer_candidates(X: np.ndarray, candidates: Any, num_layers: int, init: str
     return [candidate_inputs(X, np.asarray(c), init, seed=s) for c, s in zip(candidates, seeds, strict=True)]
 
 
+def partial_stack(model: DeepSVGP, layer: int) -> DeepSVGP:
+    """Layers 0..``layer`` of ``model`` as a deep GP of their own, the likelihood seeing the sum of layer ``layer``'s
+    outputs (``sum_outputs``; the released code's ``DeepGPModel.forward`` on a partial stack); ``model`` itself for
+    its last layer."""
+    if layer == model.num_layers - 1:
+        return model
+    return dataclasses.replace(
+        model, Z=model.Z[: layer + 1], widths=model.widths[: layer + 1], kernels=model.kernels[: layer + 1],
+        mean_weights=model.mean_weights[:layer], sum_outputs=True,
+    )  # fmt: skip
+
+
+def added_layer_start(
+    model: DeepSVGP, params: Mapping[str, Array], layer: int, X: np.ndarray, key: Array
+) -> dict[str, Array]:
+    """The start of layer ``layer`` >= 1 when it is added on top of the trained layers 0..layer-1 in ``params``
+    (the released code's ``fit_layerwise``): its M inducing inputs are the mean path F^ℓ [M, D_ℓ] of M random rows
+    of X [N, D] through the layers below (plus those rows with ``add_input``), its kernel variance 0.1 and q(u)'s
+    square root 1e-3 × chol K(Z, Z); q(u)'s mean is F^ℓ for a layer of the same width (the identity at Z) and Σ_d
+    F^ℓ_d for the last layer of one output (so the stack starts out predicting what the partial stack below did),
+    zero otherwise. Returns the params ``"layer<ℓ>.*"``."""
+    M, width = model.num_inducing[layer], model.widths[layer]
+    rows = np.asarray(X)[np.asarray(jax.random.choice(key, X.shape[0], (M,), replace=False))]
+    below = partial_stack(model, layer - 1).layers(params)
+    mean, _ = deep.propagate(
+        below, jnp.asarray(rows), lambda i, shape, dtype: jnp.zeros(shape, dtype), 1, whiten=model.whiten,
+        mean_weights=model.mean_weights[: layer - 1], add_input=model.add_input,
+    )  # fmt: skip
+    F = mean[0].T  # [M, D_ℓ]
+    Z = F + rows if model.add_input else F
+    kernel = model.kernels[layer]
+    values = {
+        **kernel.parameters(),
+        **({"variance": ADDED_LAYER_VARIANCE} if "variance" in kernel.parameters() else {}),
+    }
+    root = ADDED_LAYER_SCALE * ops.cholesky(kernel.with_parameters(values)(Z))
+    if width == F.shape[1]:
+        loc = F.T
+    elif layer == model.num_layers - 1 and width == 1:
+        loc = jnp.sum(F, axis=1)[None]
+    else:
+        loc = jnp.zeros((width, M), F.dtype)
+    start = {f"layer{layer}.kernel.{name}": jnp.asarray(v, F.dtype) for name, v in values.items()}
+    return start | {
+        f"layer{layer}.Z": Z, f"layer{layer}.u_loc": loc,
+        f"layer{layer}.u_scale_tril": jnp.broadcast_to(root, (width, M, M)),
+    }  # fmt: skip
+
+
+def fit_layerwise(
+    model: DeepSVGP,
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    steps: int,
+    learning_rate: float,
+    key: Array,
+    checkpoints: PhaseCheckpoints,
+    progress: bool | None = None,
+) -> tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray]]:
+    """Layer-wise pre-training (Uhrenholt et al. 2021 App. C.4; the released code's ``fit_layerwise``): for ℓ = 0..L-1,
+    add layer ℓ on top of the trained layers 0..ℓ-1 (:func:`added_layer_start` for ℓ >= 1; layer 0 at the model's
+    own start) and fit the partial stack 0..ℓ (:func:`partial_stack`) on X [N, D], y [N] by ``steps`` Adam steps at
+    ``learning_rate`` in which only layer ℓ's params and the likelihood's learn: the layers below are constants of
+    that fit (substituted and hidden from SVI, so they stay bitwise unchanged). The released code trains every layer
+    present after each addition; here each layer is fitted alone, and the joint pre-training that follows
+    (``pre_steps`` of :func:`fit_selective_deep`) trains them together.
+
+    Each layer's fit checkpoints as phase ``"layer<ℓ>"`` in ``checkpoints``' folder; one that ran any step deletes
+    the later layers' and the three phases' checkpoints.
+
+    Returns:
+        The params of every layer and the likelihood after the last layer's fit; the params after each layer's
+        fit (entry ℓ: layers 0..ℓ and the likelihood); layer name ``"layer<ℓ>"`` -> its loss trace [steps].
+    """
+    params: dict[str, Array] = {}
+    stages, losses = [], {}
+    for layer, k in enumerate(jax.random.split(key, model.num_layers)):
+        start_key, fit_key = jax.random.split(k)
+        if layer:
+            params = params | added_layer_start(model, params, layer, X, start_key)
+        part = partial_stack(model, layer)
+        frozen = {name: v for name, v in params.items() if name.startswith(tuple(f"layer{i}." for i in range(layer)))}
+
+        def constant(program: Callable, frozen: dict[str, Array] = frozen) -> Callable:
+            return handlers.block(handlers.substitute(program, data=frozen), hide=list(frozen))
+
+        free = {name: v for name, v in params.items() if name not in frozen}
+        result = fit_svi(
+            constant(part.model), constant(part.guide), X, y, optimizer=optax.adam(learning_rate), num_steps=steps,
+            key=fit_key, init_params=free or None, progress=progress,
+            label=f"layer-wise {layer + 1}/{model.num_layers}", validate=part.check_data,
+            **checkpoints.options(f"layer{layer}"),
+        )  # fmt: skip
+        params = params | dict(result.params)
+        stages.append(dict(params))
+        losses[f"layer{layer}"] = result.losses
+        if checkpoints.folder is not None and result.steps_run:
+            for later in [*(f"layer{j}" for j in range(layer + 1, model.num_layers)), *PHASES]:
+                phase_checkpoint(checkpoints.folder, later).unlink(missing_ok=True)
+    return params, stages, losses
+
+
 def fit_selective_deep(
     X: Array,
     y: Array,
@@ -422,9 +557,11 @@ def fit_selective_deep(
         X: inputs [N, D]; y: targets [N] or [N, P].
         config: the settings (:class:`SelectiveDeepConfig`); ``overrides``: fields of it.
         likelihood: default ``Gaussian(config.noise_variance)``.
-        init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``).
+        init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``); not with
+            ``pretraining="layerwise"``, which starts every layer itself.
         key: integer seed or JAX key; progress: show progress bars (None: in a terminal or notebook).
-        checkpoint_dir: a folder for the phases' checkpoints, or None (as :func:`fit_selective`).
+        checkpoint_dir: a folder for the phases' checkpoints, or None (as :func:`fit_selective`; the layer-wise
+            phases as ``selective_layer<ℓ>.npz``).
 
     Returns:
         A :class:`SelectiveDeepFit`.
@@ -439,9 +576,20 @@ def fit_selective_deep(
     *keys, init_key = jax.random.split(_as_key(key), 5)
     Z = _layer_candidates(X, c.candidates, c.num_layers, c.init, init_key)
     outputs = 1 if y.ndim == 1 else y.shape[1]
+    layerwise = c.pretraining == "layerwise"
+    if layerwise and init_params is not None:
+        raise ValueError("init_params: layer-wise pre-training starts every layer itself; use pretraining='joint'")
+    if layerwise and outputs != 1:
+        raise ValueError(
+            f"y: layer-wise pre-training sums a partial stack's outputs into one column (as the released code); "
+            f"y has {outputs} columns"
+        )
     architecture = {"num_layers": c.num_layers, "add_input": c.add_input, "inner_mean": c.inner_mean}
     likelihood = likelihood or Gaussian(c.noise_variance)
-    base = deep_svgp(X, outputs, likelihood, Z=Z, **architecture, num_samples=c.num_samples, batch_size=c.batch_size)
+    base = deep_svgp(
+        X, outputs, likelihood, Z=Z, **architecture, num_samples=c.num_samples, batch_size=c.batch_size,
+        jitter=c.jitter,
+    )  # fmt: skip
     selective = SelectiveDeepSVGP(
         dataclasses.replace(base, batch_size=c.selection_batch_size),
         alpha=c.alpha,
@@ -456,6 +604,14 @@ def fit_selective_deep(
         pruned, pruned_params = selective.prune(params, masks)
         return masks, dataclasses.replace(pruned, batch_size=c.batch_size), pruned_params
 
+    layer_params, layer_losses, layer_seconds = [], {}, {}
+    if layerwise:
+        t0 = time.perf_counter()
+        init_params, layer_params, layer_losses = fit_layerwise(
+            base, X, y, steps=c.layerwise_steps, learning_rate=c.learning_rate, key=jax.random.fold_in(init_key, 1),
+            checkpoints=checkpoints, progress=progress,
+        )  # fmt: skip
+        layer_seconds = {"layerwise": time.perf_counter() - t0}
     done = run_phases(
         base, selective, X, y, key=keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
         post_steps=c.post_steps, learning_rate=c.learning_rate, selection_learning_rate=c.selection_learning_rate,
@@ -463,8 +619,8 @@ def fit_selective_deep(
         prune=prune, checkpoints=checkpoints, init_params=init_params, progress=progress,
     )  # fmt: skip
     return SelectiveDeepFit(
-        done.model, done.params, selective, done.selective_params, done.pretrained_params, done.masks, done.losses,
-        done.seconds,
+        done.model, done.params, selective, done.selective_params, done.pretrained_params, done.masks,
+        layer_losses | done.losses, layer_seconds | done.seconds, layer_params,
     )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ def _fixed_noise(i: int, shape: tuple[int, ...]) -> np.ndarray:
 def _models(case: dict, p: dict) -> tuple[np_deep.DeepSVGP, pyro_deep.DeepSVGP]:
     num_layers, P = case.pop("num_layers", 2), case.pop("num_outputs", 1)
     Z = [p["Z"] + 0.1 * i for i in range(num_layers)]
-    widths = [D] * (num_layers - 1) + [P]
+    widths = [D] * (num_layers - 1) + [D if case.get("sum_outputs") else P]  # summed to P = 1
     kerns = [kernels.RBF(variance=1.0 - 0.2 * i, lengthscale=np.array([0.9, 1.2])) for i in range(num_layers)]
     W = [np.array([[1.0, 0.2], [-0.1, 0.8]])] * (num_layers - 1)
     common = {"Z": Z, "widths": widths, "likelihood": p["likelihood"], "kernels": kerns, "mean_weights": W, **case}
@@ -80,6 +80,7 @@ DEEP_CASES = [
     {"likelihood": "gaussian", "num_layers": 1},
     {"likelihood": "gaussian", "num_samples": 2, "batch_size": B},
     {"likelihood": "gaussian", "num_data": 100},
+    {"likelihood": "gaussian", "num_samples": 2, "sum_outputs": True},
 ]
 
 
