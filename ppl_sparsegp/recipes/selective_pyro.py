@@ -52,7 +52,14 @@ from .phases import (
     empty_subsets,
     sequence_phases,
 )
-from .selective import SelectiveConfig, SelectiveFit, build_selective, selective_settings
+from .selective import (
+    SelectiveConfig,
+    SelectiveFit,
+    build_selective,
+    lengthscale_starts,
+    selective_fit,
+    selective_settings,
+)
 
 Array = Any
 
@@ -135,10 +142,11 @@ def fit_selective(
     X, y = np.asarray(X), np.asarray(y)
     _, numpyro_selective = build_selective(X, y, c, likelihood=likelihood, kernel=kernel, key=seed)
     selective = twin_of(numpyro_selective)
+    starts = lengthscale_starts(c, numpyro_selective.ordinary)
     checkpoints.create()
     steps = dict(zip(PHASES, (c.pre_steps, c.selection_steps, c.post_steps), strict=True))
 
-    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int) -> SVIResult:
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
         optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
         if phase == "selection":
             optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
@@ -148,7 +156,7 @@ def fit_selective(
         return fit_svi(
             model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
             init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
-            **checkpoints.options(phase),
+            **checkpoints.options(checkpoint),
         )  # fmt: skip
 
     def prune(params: dict[str, Array], phase_seed: int) -> tuple[np.ndarray, Any, dict[str, Array]]:
@@ -157,8 +165,6 @@ def fit_selective(
 
     done = sequence_phases(
         fit, selective.ordinary, selective, steps, key=[seed + i for i in range(4)], prune=prune,
-        checkpoints=checkpoints,
+        checkpoints=checkpoints, starts=starts,
     )  # fmt: skip
-    return SelectiveFit(
-        done.model, done.params, selective, done.selective_params, done.masks, done.losses, done.seconds
-    )
+    return selective_fit(c, selective, done)
