@@ -172,6 +172,18 @@ def _trend(intensities: list[float], counts: list[float]) -> tuple[float, int]:
     return float(spearmanr(intensities, counts).statistic), sum(b > a for a, b in zip(counts, counts[1:], strict=False))
 
 
+def _per_seed(cells: dict, condition: str, grid: tuple[float, ...]) -> dict:
+    """Seed -> E|S| at each intensity of ``grid`` (low to high) and its Spearman ρ, for each seed that has them all."""
+    out = {}
+    for seed in sorted({c["seed"] for c in cells.values() if c["condition"] == condition}):
+        found = {c["intensity"]: c["expected_count"] for c in cells.values()
+                 if c["condition"] == condition and c["seed"] == seed}  # fmt: skip
+        if set(found) == set(grid):
+            counts = [found[i] for i in grid]
+            out[str(seed)] = {"expected_counts": counts, "spearman_rho": _trend(list(grid), counts)[0]}
+    return out
+
+
 def summarise(cells: dict) -> dict:
     """Per condition: mean and median E|S| over seeds at each intensity, Spearman ρ(intensity, E|S|) and adjacent
     inversions of each; ``noise_only_cells`` lists the fits that ended explaining the data as noise."""
@@ -202,6 +214,7 @@ def summarise(cells: dict) -> dict:
                 "adjacent_inversions": inversions,
                 "spearman_rho_median": rho_median,
                 "adjacent_inversions_median": inversions_median,
+                "per_seed": _per_seed(cells, condition, grid),
             }
     out["noise_only_cells"] = sorted(k for k, c in cells.items() if c["noise_variance"] > NOISE_ONLY_VARIANCE)
     return out
