@@ -5,7 +5,8 @@ twin of :func:`ppl_sparsegp.recipes.selective.fit_selective` with the same setti
 the same fingerprint settings):
 
 * pre-train the Pyro SGPR (``bound="collapsed"``) or unwhitened SVGP (``"uncollapsed"``) on all K candidates by Adam
-  (:func:`ppl_sparsegp.pyro.svi.fit_svi`);
+  (:func:`ppl_sparsegp.pyro.svi.fit_svi`), from each of ``lengthscale_starts`` (the NumPyro recipe's starts,
+  :func:`~ppl_sparsegp.recipes.selective.lengthscale_starts`), the one of highest final bound going on;
 * learn λ of the Pyro selective model (:mod:`models.pyro.selective`) by ``pyro.infer.TraceGraph_ELBO`` with S =
   ``num_particles`` draws per step: the score-function gradient of λ against the guide site's decaying-average
   baseline (:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), KL[q_λ ‖ p_α] estimated by the draws where the
