@@ -5,6 +5,8 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/selective_synthetic.py                  # 3 conditions x 5 intensities x 3 seeds
     .venv/bin/python benchmarks/selective_synthetic.py --seeds 0        # one seed (resumes: finished cells skipped)
     .venv/bin/python benchmarks/selective_synthetic.py --quick          # smoke test, written to results/..._runs/
+    .venv/bin/python benchmarks/selective_synthetic.py --conditions noise --lengthscale-starts given spacing \
+        --baseline-seeds --output benchmarks/results/selective_synthetic_noise_starts.json  # pre-training restarts
 
 Claim to reproduce: the number of inducing points the point process selects **decreases monotonically** as the
 points become less informative, through (i) more observation noise σ, (ii) a smoother function (longer lengthscale
@@ -21,6 +23,8 @@ Protocol (paper App. C.3.1; intensity grids from the released code, which the pa
   α = 0.05, λ₀ = 0.5, S = 4, Adam 0.01 (GP) / 0.2 (λ), frozen GP while selecting, then one subset sampled, pruned
   and post-trained. Schedule: 1000 pre-training steps (the paper's 200 do not bring the lengthscale from its
   initial 1 down to ~0.035 in standardised units at this learning rate), 600 selection and 200 post-training steps.
+  ``--lengthscale-starts given spacing`` pre-trains from the unit lengthscale and from the candidates' spacing and
+  goes on from the higher bound (``SelectiveConfig.lengthscale_starts``); default: the unit start only.
 * baseline: SGPR with fixed M ∈ {20, 40, 80} k-means inducing inputs, 1200 Adam steps (one seed).
 * metric: E|S| = Σλ and Var|S| after selection, |S| of the sampled subset, and the gap log p*(y) − ELBO in nats,
   where log p*(y) is the log marginal likelihood of an exact GP fitted by Adam (300 steps at 0.05).
@@ -54,7 +58,7 @@ from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
 from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
 from ppl_sparsegp.models.numpyro.gpr import GPR  # noqa: E402
 from ppl_sparsegp.models.numpyro.sgpr import SGPR  # noqa: E402
-from ppl_sparsegp.recipes.selective import fit_selective  # noqa: E402
+from ppl_sparsegp.recipes.selective import LENGTHSCALE_STARTS, fit_selective  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_synthetic.json"
@@ -126,13 +130,15 @@ def baseline_bound(X: np.ndarray, y: np.ndarray, M: int, seed: int) -> float:
     return float(gp.elbo(fit.params, X, y))
 
 
-def run_cell(condition: str, intensity: float, seed: int, schedule: dict, baseline: bool) -> dict:
+def run_cell(
+    condition: str, intensity: float, seed: int, schedule: dict, baseline: bool, starts: tuple[str, ...] = ("given",)
+) -> dict:
     X, y = synthetic_data(condition, intensity, seed)
     t0 = time.perf_counter()
     log_marginal = exact_log_marginal(X, y, seed)
     fit = fit_selective(
         X, y, candidates=K, alpha=ALPHA, init="kmeans", kernel=_kernel(), likelihood=likelihoods.Gaussian(1.0),
-        key=seed, **schedule,
+        key=seed, lengthscale_starts=starts, **schedule,
     )  # fmt: skip
     post_bound = float(fit.model.elbo(fit.params, X, y))
     record = {
@@ -147,6 +153,8 @@ def run_cell(condition: str, intensity: float, seed: int, schedule: dict, baseli
         "gap_nats": log_marginal - post_bound,
         "lengthscale": float(np.asarray(fit.params["kernel.lengthscale"])[0]),
         "noise_variance": float(fit.params["likelihood.variance"]),
+        "pre_start": fit.pre_start,
+        "pre_start_final_loss": {name: float(trace[-1]) for name, trace in fit.pre_start_losses.items()},
         "seconds": {**fit.seconds, "total": time.perf_counter() - t0},
         "loadavg": _loadavg(),
     }
@@ -162,6 +170,18 @@ NOISE_ONLY_VARIANCE = 0.9
 def _trend(intensities: list[float], counts: list[float]) -> tuple[float, int]:
     """(Spearman ρ between intensity and count, number of adjacent increases of the count)."""
     return float(spearmanr(intensities, counts).statistic), sum(b > a for a, b in zip(counts, counts[1:], strict=False))
+
+
+def _per_seed(cells: dict, condition: str, grid: tuple[float, ...]) -> dict:
+    """Seed -> E|S| at each intensity of ``grid`` (low to high) and its Spearman ρ, for each seed that has them all."""
+    out = {}
+    for seed in sorted({c["seed"] for c in cells.values() if c["condition"] == condition}):
+        found = {c["intensity"]: c["expected_count"] for c in cells.values()
+                 if c["condition"] == condition and c["seed"] == seed}  # fmt: skip
+        if set(found) == set(grid):
+            counts = [found[i] for i in grid]
+            out[str(seed)] = {"expected_counts": counts, "spearman_rho": _trend(list(grid), counts)[0]}
+    return out
 
 
 def summarise(cells: dict) -> dict:
@@ -194,6 +214,7 @@ def summarise(cells: dict) -> dict:
                 "adjacent_inversions": inversions,
                 "spearman_rho_median": rho_median,
                 "adjacent_inversions_median": inversions_median,
+                "per_seed": _per_seed(cells, condition, grid),
             }
     out["noise_only_cells"] = sorted(k for k, c in cells.items() if c["noise_variance"] > NOISE_ONLY_VARIANCE)
     return out
@@ -225,19 +246,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--conditions", nargs="+", choices=list(GRIDS), default=list(GRIDS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--baseline-seeds", nargs="+", type=int, default=[0], help="seeds that also fit baselines")
+    parser.add_argument(
+        "--baseline-seeds", nargs="*", type=int, default=[0], help="seeds that also fit baselines (none: give no seed)"
+    )
+    parser.add_argument(
+        "--lengthscale-starts", nargs="+", choices=LENGTHSCALE_STARTS, default=["given"],
+        help="pre-training lengthscale starts, the best bound going on (default: given, the unit start)",
+    )  # fmt: skip
+    parser.add_argument("--output", type=Path, help=f"results file (default {RESULTS.relative_to(ROOT.parent)})")
     parser.add_argument("--quick", action="store_true", help="10x shorter schedule, written to the runs folder")
     args = parser.parse_args(argv)
-    path = QUICK_RESULTS if args.quick else RESULTS
+    path = QUICK_RESULTS if args.quick else (args.output or RESULTS)
     schedule = {k: v // 10 for k, v in SCHEDULE.items()} if args.quick else SCHEDULE
+    starts = tuple(args.lengthscale_starts)
     settings = {"N": N, "K": K, "alpha": ALPHA, **schedule, "baseline_M": BASELINE_M}
+    if starts != ("given",):  # recorded when not the default, as runs from before the option have none
+        settings["lengthscale_starts"] = list(starts)
     for seed in args.seeds:
         for condition in args.conditions:
             for intensity in GRIDS[condition]:
                 key = f"{condition}/{intensity}/{seed}"
                 if has_cell(path, key):
                     continue
-                record = run_cell(condition, intensity, seed, schedule, seed in args.baseline_seeds)
+                record = run_cell(condition, intensity, seed, schedule, seed in args.baseline_seeds, starts)
                 print(key, {k: record[k] for k in ("expected_count", "selected_count", "gap_nats")}, flush=True)
                 add_cell(path, key, record, settings)  # other runs may have added cells since this one started
     if not path.exists():

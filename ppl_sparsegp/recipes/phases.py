@@ -178,12 +178,24 @@ class Phases:
     params: dict[str, Array]
     losses: dict[str, np.ndarray]
     seconds: dict[str, float]
+    start: int = 0
+    start_losses: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
-PhaseFit = Callable[[str, Any, dict[str, Array] | None, Any], SVIResult]
-"""``fit(phase, model, init_params, key)``: one phase's fit of ``model`` (its model and guide) from ``init_params``
-(None: the model's own start) with ``key`` (a JAX key, or the Pyro engine's integer seed), checkpointed as
-``phase``; :func:`run_phases` builds NumPyro's, :func:`ppl_sparsegp.recipes.selective_pyro.fit_selective` Pyro's."""
+PhaseFit = Callable[[str, Any, dict[str, Array] | None, Any, str], SVIResult]
+"""``fit(phase, model, init_params, key, checkpoint)``: one phase's fit of ``model`` (its model and guide) from
+``init_params`` (None: the model's own start) with ``key`` (a JAX key, or the Pyro engine's integer seed),
+checkpointed as ``checkpoint`` (:meth:`PhaseCheckpoints.options`; the phase's name, or ``pre<i>`` for the i-th
+pre-training start, i >= 1); :func:`run_phases` builds NumPyro's,
+:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective` Pyro's."""
+
+
+def final_loss(losses: np.ndarray) -> float:
+    """The mean of the last tenth (at least one) of a loss trace [steps]: how :func:`sequence_phases` ranks
+    pre-training starts (the last value of a deterministic bound; a tenth of the steps of a stochastic one)."""
+    losses = np.asarray(losses)
+    return float(np.mean(losses[-max(1, len(losses) // 10) :]))
+
 
 LABELS = {"pre": "pre-train", "selection": "selection", "post": "post-train"}
 """The progress bar's label of each phase."""
@@ -206,6 +218,7 @@ def run_phases(
     prune: Callable[[dict[str, Array], Array], tuple[Any, Any, dict[str, Array]]],
     checkpoints: PhaseCheckpoints,
     init_params: Mapping[str, Array] | None = None,
+    starts: Sequence[Mapping[str, Array]] = ({},),
     progress: bool | None = None,
 ) -> Phases:
     """Pre-train ``base``, select with ``selective`` (GP frozen unless ``joint``), prune and post-train by NumPyro's
@@ -214,22 +227,22 @@ def run_phases(
     ``key`` is split into the pre-training, selection, subset and post-training keys; ``prune(params, key)`` draws
     the subset from the selected ``params`` and returns (masks, pruned model, its parameters); ``loss`` is the
     selection phase's score-function ELBO; Adam at ``learning_rate`` for the GP, at ``selection_learning_rate`` for
-    λ. The arguments are checked by the caller.
+    λ; ``starts``: the pre-training starts of :func:`sequence_phases`. The arguments are checked by the caller.
     """
     steps = dict(zip(PHASES, (pre_steps, selection_steps, post_steps), strict=True))
 
-    def fit(phase: str, model: Any, params: dict[str, Array] | None, k: Array) -> SVIResult:
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, k: Array, checkpoint: str) -> SVIResult:
         optimizer, options = optax.adam(learning_rate), {}
         if phase == "selection":
             gp_update = optimizer if joint else optax.set_to_zero()
             optimizer, options = selection_optimizer(gp_update, selection_learning_rate), {"loss": loss}
         return fit_phase(
             model, X, y, optimizer, steps[phase], k, init_params=params, progress=progress, label=LABELS[phase],
-            **options, **checkpoints.options(phase),
+            **options, **checkpoints.options(checkpoint),
         )  # fmt: skip
 
     return sequence_phases(fit, base, selective, steps, key=key, prune=prune, checkpoints=checkpoints,
-                           init_params=init_params)  # fmt: skip
+                           init_params=init_params, starts=starts)  # fmt: skip
 
 
 def sequence_phases(
@@ -242,25 +255,37 @@ def sequence_phases(
     prune: Callable[[dict[str, Array], Any], tuple[Any, Any, dict[str, Array]]],
     checkpoints: PhaseCheckpoints,
     init_params: Mapping[str, Array] | None = None,
+    starts: Sequence[Mapping[str, Array]] = ({},),
 ) -> Phases:
     """The phases in order, whatever engine ``fit`` runs (:data:`PhaseFit`): pre-train ``base`` from
     ``init_params`` (skipped for ``steps["pre"] == 0``), select with ``selective`` from there, ``prune(params, key)``
     the selected params to (masks, pruned model, its params), post-train the pruned model (skipped for
     ``steps["post"] == 0``). ``key``: the pre-training, selection, subset and post-training keys (or seeds); a phase
     that ran any step deletes the later phases' checkpoints (:meth:`PhaseCheckpoints.finished`).
+
+    ``starts``: restarts of the pre-training, each a dict of initial values laid over ``init_params`` (one empty
+    dict: ``init_params`` alone). Each is pre-trained for ``steps["pre"]`` steps with the same key (checkpointed as
+    ``pre``, ``pre1``, ...) and the one of lowest :func:`final_loss` (highest bound) goes on to the selection;
+    ``Phases.start`` is its index, ``Phases.start_losses`` every start's loss trace. With no pre-training only the
+    first start is used.
     """
     pre_key, selection_key, prune_key, post_key = key
     losses, seconds = {}, {}
-    params = dict(init_params or {})
+    begins = [{**dict(init_params or {}), **dict(start)} for start in starts]
+    params, best, start_losses = begins[0], 0, []
     t0 = time.perf_counter()
     if steps["pre"]:
-        pre = fit("pre", base, params or None, pre_key)
-        params, losses["pre"] = pre.params, pre.losses
-        checkpoints.finished("pre", pre)
+        pres = []
+        for i, begin in enumerate(begins):
+            pres.append(fit("pre", base, begin or None, pre_key, "pre" if i == 0 else f"pre{i}"))
+            checkpoints.finished("pre", pres[-1])
+        start_losses = [np.asarray(pre.losses) for pre in pres]
+        best = int(np.argmin([final_loss(trace) for trace in start_losses]))
+        params, losses["pre"] = pres[best].params, pres[best].losses
     seconds["pre"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    chosen = fit("selection", selective, params or None, selection_key)
+    chosen = fit("selection", selective, params or None, selection_key, "selection")
     losses["selection"] = chosen.losses
     checkpoints.finished("selection", chosen)
     seconds["selection"] = time.perf_counter() - t0
@@ -269,7 +294,7 @@ def sequence_phases(
     masks, pruned, pruned_params = prune(chosen.params, prune_key)
     fitted, losses["post"] = dict(pruned_params), np.zeros(0)
     if steps["post"]:
-        post = fit("post", pruned, pruned_params, post_key)
+        post = fit("post", pruned, pruned_params, post_key, "post")
         fitted, losses["post"] = post.params, post.losses
     seconds["post"] = time.perf_counter() - t0
-    return Phases(params, chosen.params, masks, pruned, fitted, losses, seconds)
+    return Phases(params, chosen.params, masks, pruned, fitted, losses, seconds, best, start_losses)

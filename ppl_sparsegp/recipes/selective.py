@@ -64,6 +64,7 @@ from .phases import (
     PHASES,
     InclusionCounts,
     PhaseCheckpoints,
+    Phases,
     check_choice,
     configure,
     phase_checkpoint,
@@ -83,6 +84,8 @@ ADDED_LAYER_VARIANCE = 0.1
 """Kernel variance of a layer added in layer-wise pre-training (the released code's outputscale 0.1)."""
 ADDED_LAYER_SCALE = 1e-3
 """q(u)'s square root of an added layer as a multiple of chol K(Z, Z) (the released code's Cholesky × 1e-3)."""
+LENGTHSCALE_STARTS = ("given", "spacing")
+"""The lengthscale starts of the pre-training of :func:`fit_selective` (:attr:`SelectiveConfig.lengthscale_starts`)."""
 GRID_MARGIN = 0.1
 """Default padding of the GP-LVM's grid beyond the latents' range, as a fraction of that range per dimension."""
 TRACE_FILE = "selective_gplvm_trace.npz"
@@ -134,6 +137,15 @@ class SelectiveConfig(SelectionConfig):
     steps of the phases (pre and post may be 0). noise_variance: of the default Gaussian likelihood.
     checkpoint_every: steps between checkpoint writes within a phase. initial_inclusion, num_particles,
     learning_rate, selection_learning_rate: as :class:`SelectionConfig`.
+
+    lengthscale_starts: where the pre-training starts the kernel's lengthscales, one or more of
+    :data:`LENGTHSCALE_STARTS`: ``"given"``, the kernel's own (default RBF: 1, the paper's App. C.1 start);
+    ``"spacing"``, every lengthscale at the candidates' spacing (:func:`candidate_spacing`), the shortest scale
+    the candidates can resolve. With several, each is pre-trained for ``pre_steps`` and the one with the highest
+    final bound (:func:`.phases.final_loss`) goes on, at the cost of that many pre-trainings. Default
+    ``("given",)``, the paper's. From a long lengthscale the pre-training can end in the optimum that explains
+    the data as noise (noise variance ≈ var(y), a flat function), from which no gradient leads out; use
+    ``("given", "spacing")`` when the data may vary on a scale far below the inputs' range (spec 000 §5.3, B2).
     """
 
     candidates: int | Array = 100
@@ -147,12 +159,25 @@ class SelectiveConfig(SelectionConfig):
     post_steps: int = 1000
     batch_size: int | None = None
     noise_variance: float = 1.0
+    lengthscale_starts: tuple[str, ...] = ("given",)
     checkpoint_every: int = 500
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("bound", self.bound, BOUNDS)
         _check_schedule(self)
+        starts = self.lengthscale_starts
+        if isinstance(starts, str) or not isinstance(starts, Sequence) or not starts:
+            raise ValueError(
+                f"lengthscale_starts: expected a non-empty sequence of {LENGTHSCALE_STARTS}, got {starts!r}"
+            )
+        for start in starts:
+            check_choice("lengthscale_starts", start, LENGTHSCALE_STARTS)
+        if len(set(starts)) < len(starts):
+            raise ValueError(f"lengthscale_starts: each start at most once, got {starts!r}")
+        if len(starts) > 1 and self.pre_steps == 0:
+            raise ValueError(f"lengthscale_starts: choosing among {starts!r} needs pre_steps > 0, got 0")
+        object.__setattr__(self, "lengthscale_starts", tuple(starts))
         check_alpha(self.alpha)
         validation.check_positive("noise_variance", self.noise_variance)
         if not isinstance(self.learn_candidates, bool | np.bool_):
@@ -171,6 +196,8 @@ class SelectiveFit(InclusionCounts):
         mask: the drawn subset [K] (0/1) that was kept.
         losses: phase ("pre", "selection", "post") -> loss trace (negative bound) of that phase.
         seconds: phase -> wall-clock seconds (compilation included).
+        pre_start: the lengthscale start (``config.lengthscale_starts``) whose pre-training went on.
+        pre_start_losses: each start -> its pre-training's loss trace [pre_steps] (empty without pre-training).
     """
 
     model: SGPR | SVGP
@@ -180,6 +207,8 @@ class SelectiveFit(InclusionCounts):
     mask: np.ndarray
     losses: dict[str, np.ndarray] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    pre_start: str = "given"
+    pre_start_losses: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def inclusion_probs(self) -> np.ndarray:
@@ -202,6 +231,36 @@ def candidate_inputs(X: Array, candidates: int | Array, init: str, seed: int) ->
     validation.check_inputs(Z, x_name="candidates")
     validation.check_same_dim(Z, X, z_name="candidates")
     return Z
+
+
+def candidate_spacing(Z: Array) -> float:
+    """The median over candidates Z [K, D] (K >= 2) of the Euclidean distance to the nearest other candidate."""
+    Z = np.asarray(Z, dtype=float)
+    d2 = np.sum((Z[:, None, :] - Z[None, :, :]) ** 2, axis=-1)
+    np.fill_diagonal(d2, np.inf)
+    return float(np.median(np.sqrt(np.min(d2, axis=1))))
+
+
+def lengthscale_starts(config: SelectiveConfig, base: SGPR | SVGP) -> list[dict[str, np.ndarray]]:
+    """The initial values of each of ``config.lengthscale_starts`` for the pre-training of ``base`` (the model on
+    all K candidates): ``"given"`` none (the kernel's own), ``"spacing"`` ``kernel.lengthscale`` at
+    :func:`candidate_spacing` of ``base.Z``, of the kernel's lengthscale's shape. Raises ValueError, naming
+    ``lengthscale_starts``, for ``"spacing"`` with a kernel without a lengthscale, fewer than 2 candidates or
+    candidates that coincide."""
+    starts = []
+    for start in config.lengthscale_starts:
+        if start == "given":
+            starts.append({})
+            continue
+        if "lengthscale" not in getattr(base.kernel, "param_names", ()):
+            raise ValueError(f"lengthscale_starts: 'spacing' needs a kernel with a lengthscale, got {base.kernel!r}")
+        Z = np.asarray(base.Z)
+        spacing = candidate_spacing(Z) if len(Z) >= 2 else 0.0
+        if not spacing > 0:
+            raise ValueError(f"lengthscale_starts: 'spacing' needs at least 2 distinct candidates, got {len(Z)}")
+        shape = np.shape(base.kernel.lengthscale)
+        starts.append({"kernel.lengthscale": np.full(shape, spacing, dtype=Z.dtype)})
+    return starts
 
 
 def _as_key(key: int | Array) -> Array:
@@ -234,6 +293,8 @@ def selective_settings(
         "selective.selection_learning_rate": c.selection_learning_rate,
         "selective.batch_size": c.batch_size,
         "selective.key": key_data(key),
+        # recorded when not the default, so that checkpoints written before the option existed still resume
+        **({} if c.lengthscale_starts == ("given",) else {"selective.lengthscale_starts": list(c.lengthscale_starts)}),
         **dict(fingerprint or {}),
     }
 
@@ -303,6 +364,7 @@ def fit_selective(
     X, y = np.asarray(X), np.asarray(y)
     keys, selective = build_selective(X, y, c, likelihood=likelihood, kernel=kernel, key=key)
     base = selective.ordinary
+    starts = lengthscale_starts(c, base)
     checkpoints.create()
 
     def prune(params: dict[str, Array], k: Array) -> tuple[np.ndarray, Any, dict[str, Array]]:
@@ -313,11 +375,18 @@ def fit_selective(
         base, selective, X, y, key=keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
         post_steps=c.post_steps, learning_rate=c.learning_rate, selection_learning_rate=c.selection_learning_rate,
         joint=c.selection == "joint", loss=ScoreFunctionELBO(c.num_particles, pathwise=c.selection == "joint"),
-        prune=prune, checkpoints=checkpoints, progress=progress,
+        prune=prune, checkpoints=checkpoints, starts=starts, progress=progress,
     )  # fmt: skip
+    return selective_fit(c, selective, done)
+
+
+def selective_fit(config: SelectiveConfig, selective: Any, done: Phases) -> SelectiveFit:
+    """The :class:`SelectiveFit` of :func:`fit_selective` (or its Pyro twin) from the phases' results."""
+    names = config.lengthscale_starts
     return SelectiveFit(
-        done.model, done.params, selective, done.selective_params, done.masks, done.losses, done.seconds
-    )
+        done.model, done.params, selective, done.selective_params, done.masks, done.losses, done.seconds,
+        names[done.start], dict(zip(names, done.start_losses, strict=False)),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ twin of :func:`ppl_sparsegp.recipes.selective.fit_selective` with the same setti
 the same fingerprint settings):
 
 * pre-train the Pyro SGPR (``bound="collapsed"``) or unwhitened SVGP (``"uncollapsed"``) on all K candidates by Adam
-  (:func:`ppl_sparsegp.pyro.svi.fit_svi`);
+  (:func:`ppl_sparsegp.pyro.svi.fit_svi`), from each of ``lengthscale_starts`` (the NumPyro recipe's starts,
+  :func:`~ppl_sparsegp.recipes.selective.lengthscale_starts`), the one of highest final bound going on;
 * learn λ of the Pyro selective model (:mod:`models.pyro.selective`) by ``pyro.infer.TraceGraph_ELBO`` with S =
   ``num_particles`` draws per step: the score-function gradient of λ against the guide site's decaying-average
   baseline (:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), KL[q_λ ‖ p_α] estimated by the draws where the
@@ -53,7 +54,14 @@ from .phases import (
     empty_subsets,
     sequence_phases,
 )
-from .selective import SelectiveConfig, SelectiveFit, build_selective, selective_settings
+from .selective import (
+    SelectiveConfig,
+    SelectiveFit,
+    build_selective,
+    lengthscale_starts,
+    selective_fit,
+    selective_settings,
+)
 
 Array = Any
 
@@ -136,10 +144,11 @@ def fit_selective(
     X, y = np.asarray(X), np.asarray(y)
     _, numpyro_selective = build_selective(X, y, c, likelihood=likelihood, kernel=kernel, key=seed)
     selective = twin_of(numpyro_selective)
+    starts = lengthscale_starts(c, numpyro_selective.ordinary)
     checkpoints.create()
     steps = dict(zip(PHASES, (c.pre_steps, c.selection_steps, c.post_steps), strict=True))
 
-    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int) -> SVIResult:
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
         optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
         if phase == "selection":
             optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
@@ -149,7 +158,7 @@ def fit_selective(
         return fit_svi(
             model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
             init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
-            **checkpoints.options(phase),
+            **checkpoints.options(checkpoint),
         )  # fmt: skip
 
     def prune(params: dict[str, Array], phase_seed: int) -> tuple[np.ndarray, Any, dict[str, Array]]:
@@ -158,8 +167,6 @@ def fit_selective(
 
     done = sequence_phases(
         fit, selective.ordinary, selective, steps, key=[seed + i for i in range(4)], prune=prune,
-        checkpoints=checkpoints,
+        checkpoints=checkpoints, starts=starts,
     )  # fmt: skip
-    return SelectiveFit(
-        done.model, done.params, selective, done.selective_params, done.masks, done.losses, done.seconds
-    )
+    return selective_fit(c, selective, done)

@@ -4,13 +4,13 @@ import jax
 import numpy as np
 import pytest
 
-from ppl_sparsegp.core.kernels import RBF
+from ppl_sparsegp.core.kernels import RBF, Linear
 from ppl_sparsegp.core.likelihoods import Bernoulli
 from ppl_sparsegp.models.numpyro.sgpr import SGPR
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.recipes.phases import sample_subset
-from ppl_sparsegp.recipes.selective import fit_selective
+from ppl_sparsegp.recipes.selective import candidate_spacing, fit_selective
 
 CANDIDATES = np.linspace(0, 10, 15)[:, None]
 
@@ -116,6 +116,48 @@ def test_uncollapsed_classification_prunes_to_an_ordinary_svgp(rng):
     assert idata.posterior["u"].shape[-1] == M
 
 
+TRAP_X = np.random.default_rng(0).uniform(0, 10, size=(100, 1))
+TRAP_Y = np.sin(3 * TRAP_X[:, 0]) + 0.1 * np.random.default_rng(1).normal(size=100)
+TRAP = {"candidates": np.linspace(0, 10, 20)[:, None], "alpha": 0.01, "pre_steps": 200, "selection_steps": 1,
+        "post_steps": 0}  # fmt: skip
+"""A period of 2.1 on [0, 10] (var y ≈ 0.5, noise 0.01) and an RBF started at lengthscale 5: the constructed
+all-noise trap (spec 000 B2, the synthetic benchmark's seed 2 at σ = 0.3)."""
+
+
+def test_a_restart_at_the_candidates_spacing_escapes_the_all_noise_trap_of_a_long_start():
+    """From lengthscale 5 the pre-training ends explaining y as noise (σ² ≈ var y, the lengthscale grown beyond the
+    range); with ``("given", "spacing")`` the start at the candidates' spacing (0.53) wins by its bound and fits
+    the sine, and the given start's pre-training is the single-start one, step for step."""
+    trapped = fit_selective(TRAP_X, TRAP_Y, kernel=RBF(1.0, 5.0), **TRAP)
+    assert float(trapped.selective_params["likelihood.variance"]) > 0.4
+    assert float(np.asarray(trapped.selective_params["kernel.lengthscale"])) > 5.0
+    assert trapped.pre_start == "given" and set(trapped.pre_start_losses) == {"given"}
+
+    both = fit_selective(TRAP_X, TRAP_Y, kernel=RBF(1.0, 5.0), lengthscale_starts=("given", "spacing"), **TRAP)
+    assert both.pre_start == "spacing"
+    assert float(both.selective_params["likelihood.variance"]) < 0.2
+    assert 0.3 < float(np.asarray(both.selective_params["kernel.lengthscale"])) < 1.0
+    np.testing.assert_allclose(both.pre_start_losses["given"], trapped.losses["pre"], rtol=1e-10)
+    np.testing.assert_allclose(both.losses["pre"], both.pre_start_losses["spacing"], rtol=0)
+    assert both.losses["pre"][-1] < trapped.losses["pre"][-1] - 50.0  # nats of bound
+
+
+def test_restarts_checkpoint_apart_and_resume(tmp_path):
+    settings = {**TRAP, "pre_steps": 20, "lengthscale_starts": ("given", "spacing"), "checkpoint_dir": tmp_path}
+    first = fit_selective(TRAP_X, TRAP_Y, kernel=RBF(1.0, 5.0), **settings)
+    assert (tmp_path / "selective_pre.npz").exists() and (tmp_path / "selective_pre1.npz").exists()
+    again = fit_selective(TRAP_X, TRAP_Y, kernel=RBF(1.0, 5.0), **settings)
+    assert again.pre_start == first.pre_start
+    for name in ("given", "spacing"):
+        np.testing.assert_array_equal(again.pre_start_losses[name], first.pre_start_losses[name])
+    np.testing.assert_array_equal(again.selective_params["inclusion_probs"], first.selective_params["inclusion_probs"])
+
+
+def test_candidate_spacing_is_the_median_nearest_neighbour_distance():
+    assert candidate_spacing(np.array([[0.0], [2.0], [3.0], [7.0], [12.0]])) == pytest.approx(2.0)  # 2, 1, 1, 4, 5
+    assert candidate_spacing(np.array([[0.0, 0.0], [3.0, 4.0]])) == pytest.approx(5.0)
+
+
 def test_an_empty_q_is_redrawn_then_refused():
     with pytest.raises(ValueError, match="lower alpha"):
         sample_subset(np.full(5, 1e-12), jax.random.PRNGKey(0))
@@ -148,6 +190,12 @@ Y_OK = np.sin(X_OK[:, 0])
         ({"num_particles": 0}, "num_particles"),
         ({"checkpoint_every": 0}, "checkpoint_every"),
         ({"learn_candidates": "no"}, "learn_candidates"),
+        ({"lengthscale_starts": ()}, "lengthscale_starts"),
+        ({"lengthscale_starts": "spacing"}, "lengthscale_starts"),
+        ({"lengthscale_starts": ("given", "median")}, "lengthscale_starts"),
+        ({"lengthscale_starts": ("given", "given")}, "lengthscale_starts"),
+        ({"lengthscale_starts": ("given", "spacing"), "pre_steps": 0}, "lengthscale_starts"),
+        ({"lengthscale_starts": ("spacing",), "kernel": Linear()}, "lengthscale_starts"),
     ],
 )
 def test_bad_settings_are_refused_before_any_fit(overrides, name):

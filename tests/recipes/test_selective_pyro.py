@@ -11,6 +11,7 @@ import pyro
 import pytest
 import torch
 
+from ppl_sparsegp.core.kernels import RBF, Linear
 from ppl_sparsegp.core.likelihoods import Bernoulli
 from ppl_sparsegp.models.pyro.sgpr import SGPR
 from ppl_sparsegp.models.pyro.svgp import SVGP
@@ -110,6 +111,22 @@ def test_the_collapsed_pre_training_takes_the_numpyro_recipes_steps_from_the_sam
     assert by_numpyro.losses["pre"][-1] < by_numpyro.losses["pre"][0] - 1.0  # the steps went somewhere
 
 
+def test_the_lengthscale_restarts_choose_as_the_numpyro_recipe_does():
+    """The constructed all-noise trap of ``tests/recipes/test_selective.py`` (an RBF started at lengthscale 5 on a
+    sine of period 2.1): both recipes pre-train from both starts with the same steps and go on from the spacing."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 10, size=(100, 1))
+    y = np.sin(3 * x[:, 0]) + 0.1 * np.random.default_rng(1).normal(size=100)
+    settings = {"candidates": np.linspace(0, 10, 20)[:, None], "alpha": 0.01, "pre_steps": 200, "selection_steps": 1,
+                "post_steps": 0, "lengthscale_starts": ("given", "spacing"), "progress": False}  # fmt: skip
+    by_pyro = selective_pyro.fit_selective(x, y, kernel=RBF(1.0, 5.0), seed=0, **settings)
+    by_numpyro = selective.fit_selective(x, y, kernel=RBF(1.0, 5.0), key=0, **settings)
+    assert by_pyro.pre_start == by_numpyro.pre_start == "spacing"
+    for name in ("given", "spacing"):
+        np.testing.assert_allclose(by_pyro.pre_start_losses[name], by_numpyro.pre_start_losses[name], rtol=1e-6)
+    assert float(by_pyro.selective_params["likelihood.variance"]) < 0.2
+
+
 @pytest.mark.parametrize(
     ("overrides", "name"),
     [
@@ -122,6 +139,8 @@ def test_the_collapsed_pre_training_takes_the_numpyro_recipes_steps_from_the_sam
         ({"batch_size": 8}, "batch_size"),
         ({"seed": 1.5}, "seed"),
         ({"seed": True}, "seed"),
+        ({"lengthscale_starts": ("given", "spacing"), "pre_steps": 0}, "lengthscale_starts"),
+        ({"lengthscale_starts": ("spacing",), "kernel": Linear()}, "lengthscale_starts"),
     ],
 )
 def test_bad_settings_are_refused_before_anything_runs(overrides, name, tmp_path, monkeypatch):
