@@ -42,34 +42,48 @@ WEIGHTS = ("unbiased", "batch", "repo")
 """The schemes of :func:`conditional_weight`."""
 
 
-def active_set_log_marginal(L: Array, X_A: Array) -> Array:
+def inverse_factor(L: Array) -> Array:
+    """L⁻¹ [A, A] of a lower Cholesky factor L [A, A], by one triangular solve against the identity.
+
+    :func:`sas_terms` forms it once and applies it by matrix products: on jax's CPU backend the triangular solves
+    of [A, R] and [A, D] right-hand sides and their gradients cost more than the products (benchmarks/README.md,
+    "SAS-GP's step profiled")."""
+    xp = ops.namespace(L)
+    return ops.solve_triangular(L, xp.eye(L.shape[-1], dtype=L.dtype), lower=True)
+
+
+def active_set_log_marginal(L: Array, X_A: Array, *, L_inv: Array | None = None) -> Array:
     """log p(X_A | Z_A) = Σ_d log N(X_A[:, d] | 0, K_AA + σ² I) (paper eq 5) from L = chol(K_AA + σ² I).
 
     Args:
-        L: [A, A] lower Cholesky factor of K_AA + σ² I; X_A: [A, D] the active points' observations.
+        L: [A, A] lower Cholesky factor of K_AA + σ² I; X_A: [A, D] the active points' observations;
+        L_inv: L⁻¹ [A, A] when already formed (:func:`inverse_factor`), else solved here.
 
     Returns:
         scalar: −(A D / 2) log 2π − D Σ log diag L − ½ ‖L⁻¹ X_A‖²_F.
     """
     xp = ops.namespace(L, X_A)
     A, D = X_A.shape
-    W = ops.solve_triangular(L, X_A, lower=True)
+    W = _apply_inverse(L, L_inv, X_A)
     return -0.5 * A * D * math.log(2.0 * math.pi) - 0.5 * D * ops.logdet_from_cholesky(L) - 0.5 * xp.sum(W * W)
 
 
-def held_out_predictive(L: Array, K_AR: Array, k_RR: Array, X_A: Array, noise_variance: Array) -> tuple[Array, Array]:
+def held_out_predictive(
+    L: Array, K_AR: Array, k_RR: Array, X_A: Array, noise_variance: Array, *, L_inv: Array | None = None
+) -> tuple[Array, Array]:
     """The GP predictive of held-out points given the active set (R&W eq 2.22, with the noise).
 
     Args:
         L: [A, A] lower Cholesky factor of K_AA + σ² I; K_AR: k(Z_A, Z_R) [A, R]; k_RR: k(z_n, z_n) [R];
-        X_A: [A, D]; noise_variance: scalar σ².
+        X_A: [A, D]; noise_variance: scalar σ²; L_inv: L⁻¹ [A, A] when already formed (:func:`inverse_factor`),
+        else solved here.
 
     Returns:
         mean m_{n|A} [R, D] and variance c_{n|A} [R] (shared by the D outputs, at least σ²).
     """
     xp = ops.namespace(L, K_AR, X_A)
-    V = ops.solve_triangular(L, K_AR, lower=True)  # [A, R]
-    W = ops.solve_triangular(L, X_A, lower=True)  # [A, D]
+    V = _apply_inverse(L, L_inv, K_AR)  # [A, R]
+    W = _apply_inverse(L, L_inv, X_A)  # [A, D]
     mean = ops.matrix_transpose(V) @ W
     noise = xp.asarray(noise_variance, dtype=L.dtype)
     var = xp.maximum(k_RR + noise - xp.sum(V * V, axis=0), noise)
@@ -106,8 +120,14 @@ def sas_terms(
     xp = ops.namespace(K_AA, X_A)
     noise = xp.asarray(noise_variance, dtype=K_AA.dtype)
     L = ops.cholesky(K_AA + noise * xp.eye(K_AA.shape[-1], dtype=K_AA.dtype))
-    mean, var = held_out_predictive(L, K_AR, k_RR, X_A, noise)
-    return active_set_log_marginal(L, X_A), held_out_log_density(X_R, mean, var)
+    L_inv = inverse_factor(L)
+    mean, var = held_out_predictive(L, K_AR, k_RR, X_A, noise, L_inv=L_inv)
+    return active_set_log_marginal(L, X_A, L_inv=L_inv), held_out_log_density(X_R, mean, var)
+
+
+def _apply_inverse(L: Array, L_inv: Array | None, B: Array) -> Array:
+    """L⁻¹ B: a matrix product with ``L_inv`` when given, else a triangular solve."""
+    return ops.solve_triangular(L, B, lower=True) if L_inv is None else L_inv @ B
 
 
 def sas_objective(

@@ -56,9 +56,13 @@ def distinct_indices(key: Array, n: int, size: int) -> Array:
     the first 1024 of ``jax.random.permutation``). When the size-th and the next largest are equal (float32 ties,
     probability about 2n/2^24 a draw), the first ``size`` of a permutation instead: given no tie at that boundary the
     set is exchangeable, hence uniform, so the mixture is exactly uniform. The order within the set is not uniform
-    (sorted by the uniforms, equal ones by index); the callers use it as a set."""
+    (sorted by the uniforms, equal ones by index); the callers use it as a set. The top-k's outputs pass an
+    optimisation barrier: when the tie test reads its values, XLA's CPU compiler otherwise turns the top-k into a much
+    slower program (the draw of 1024 of 60,000 took 14.2 ms of CPU time, 1.4 ms with the barrier; benchmarks/README.md,
+    "SAS-GP's step profiled")."""
     uniforms_key, permutation_key = jax.random.split(key)
-    largest, indices = jax.lax.top_k(jax.random.uniform(uniforms_key, (n,), jnp.float32), size + 1)
+    top = jax.lax.top_k(jax.random.uniform(uniforms_key, (n,), jnp.float32), size + 1)
+    largest, indices = jax.lax.optimization_barrier(top)
     return jax.lax.cond(
         largest[size - 1] == largest[size],
         lambda: jax.random.permutation(permutation_key, n)[:size].astype(indices.dtype),
