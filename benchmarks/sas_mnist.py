@@ -32,9 +32,10 @@ code's initial values (variance, lengthscales and noise 0.5), Adam 1e-3, the unb
   that both see the same load); the medians and their ratio.
 
 * ``table2``: Table 2 in one run (one command, the same loop and clock): Bayesian SAS at A = ``--table2-active``,
-  then the VAE and the Bayesian GP-LVM at M = A, each for ``--epochs`` epochs at seed 0, with the metrics of
-  ``baselines``; every fit resumes from its checkpoint in ``--scratch`` and every finished row is kept there, so a
-  killed run started again with the same command carries on.
+  then the VAE and the Bayesian GP-LVM at M = A (``--table2-models``: all three by default), each for ``--epochs``
+  epochs at seed ``--seed`` (the encoders' initial weights, the GP-LVM's inducing inputs, the batches and splits),
+  with the metrics of ``baselines``; every fit resumes from its checkpoint in ``--scratch`` and every finished row
+  is kept there, so a killed run started again with the same command carries on.
 
 Writes ``benchmarks/results/sas_mnist.json`` and ``sas_mnist.png`` (the fidelity curves), one part at a time into
 the same JSON (the parts not run keep their earlier values).
@@ -64,6 +65,7 @@ from ppl_sparsegp.recipes.sas_gplvm import SASConfig, build_sas, encode_rows, ev
 
 ROOT = Path(__file__).resolve().parent
 OUTPUT = ROOT / "results" / "sas_mnist.json"
+TABLE2_MODELS = ("bayesian_sas", "vae", "bayesian_gplvm")
 ACTIVE = (100, 200, 400)
 PAPER_TABLE1 = {  # ×0.1 of the printed values (spec 004 §3.3): mean over seeds
     "bayesian": {"rmse": (0.216, 0.208, 0.199), "mae": (0.111, 0.104, 0.096), "nlpd": (0.233, 0.226, 0.217)},
@@ -173,31 +175,35 @@ def fidelity_figure(found: dict):
     return figure
 
 
-def baseline_models(Y, num_inducing: int) -> dict:
+def baseline_models(Y, num_inducing: int, seed: int = 0) -> dict:
     """Table 2's baselines for Y [N, D]: the VAE with Bayesian SAS's encoder and the mirrored decoder, and the
-    amortised Bayesian GP-LVM with that encoder, ``num_inducing`` inducing inputs from N(0, I) and a mean-field
-    q(u) per output; the RBF-ARD and noise initial values are SAS's (0.5)."""
+    amortised Bayesian GP-LVM with that encoder (initial weights from ``seed``), ``num_inducing`` inducing inputs
+    from N(0, I) (drawn with ``seed``) and a mean-field q(u) per output; the RBF-ARD and noise initial values are
+    SAS's (0.5)."""
     N, D = Y.shape
-    encoder = nn.gaussian_encoder(D, 2, (512, 256), "relu", jax.random.PRNGKey(0), Y.dtype)
+    encoder = nn.gaussian_encoder(D, 2, (512, 256), "relu", jax.random.PRNGKey(seed), Y.dtype)
     return {
         "vae": VAE(data_dim=D, batch_size=1024),
         f"bayesian_gplvm_M{num_inducing}": BayesianGPLVM(
             RBF(np.asarray(0.5, Y.dtype), np.full(2, 0.5, Y.dtype)), Gaussian(np.asarray(0.5, Y.dtype)),
-            Z=np.random.default_rng(0).standard_normal((num_inducing, 2)).astype(Y.dtype), num_latent=D,
+            Z=np.random.default_rng(seed).standard_normal((num_inducing, 2)).astype(Y.dtype), num_latent=D,
             q_diag=True, batch_size=1024, X_init=np.zeros((N, 2), Y.dtype), encoder=encoder,
         ),
     }  # fmt: skip
 
 
-def fit_baseline(name: str, model, Y, Y_test, labels, labels_test, args, checkpoint: Path | None = None) -> dict:
-    """Adam 1e-3 for ``args.epochs`` epochs of ceil(N / 1024) steps (resumed from ``checkpoint`` when it holds
-    some), then the test metrics on ``args.test_points`` test images, the 1-NN accuracy of the 10,000 test latents
-    against the N training latents, and seconds per epoch (of the steps this process ran)."""
+def fit_baseline(
+    name: str, model, Y, Y_test, labels, labels_test, args, checkpoint: Path | None = None, seed: int = 0
+) -> dict:
+    """Adam 1e-3 for ``args.epochs`` epochs of ceil(N / 1024) steps from the key ``seed`` (resumed from
+    ``checkpoint`` when it holds some), then the test metrics on ``args.test_points`` test images, the 1-NN
+    accuracy of the 10,000 test latents against the N training latents, and seconds per epoch (of the steps this
+    process ran)."""
     N = Y.shape[0]
     steps_per_epoch = -(-N // 1024)
     order = np.random.default_rng(0).permutation(len(Y_test))[: args.test_points]
     fit = fit_svi(model.model, model.guide, Y, optimizer=optax.adam(1e-3), num_steps=args.epochs * steps_per_epoch,
-                  progress=False, validate=model.check_data, checkpoint=checkpoint,
+                  progress=False, validate=model.check_data, checkpoint=checkpoint, key=seed,
                   checkpoint_every=steps_per_epoch * 5)  # fmt: skip
     reconstruct = jax.jit(lambda p, rows: model.reconstruct(p, rows))
     parts = [reconstruct(fit.params, Y_test[order][i : i + 500]) for i in range(0, len(order), 500)]
@@ -252,21 +258,29 @@ def baselines(Y, Y_test, labels, labels_test, args) -> dict:
 
 def table2(Y, Y_test, labels, labels_test, args) -> dict:
     """Table 2 in one run: Bayesian SAS at A = ``args.table2_active``, the VAE and the Bayesian GP-LVM at
-    M = A, one after the other under the same loop (Adam 1e-3, B = 1024, ``args.epochs`` epochs, seed 0). Each fit
+    M = A (those of ``args.table2_models``), one after the other under the same loop (Adam 1e-3, B = 1024,
+    ``args.epochs`` epochs, seed ``args.seed``). Each fit
     resumes from its checkpoint in ``args.scratch`` (written every 300 steps, about 5 epochs), and each finished row
     is written at once to ``table2_partial.json`` there, so that a killed run restarts where it stopped. A resumed
     fit's seconds per epoch count only the steps its own process ran."""
     A = args.table2_active
     partial_path = args.scratch / "table2_partial.json"
-    settings = {"epochs": args.epochs, "active": A, "dtype": args.dtype, "test_points": args.test_points}
+    settings = {
+        "epochs": args.epochs,
+        "active": A,
+        "dtype": args.dtype,
+        "test_points": args.test_points,
+        "seed": args.seed,
+    }
     partial = json.loads(partial_path.read_text()) if partial_path.is_file() else {}
     if partial.get("settings") != settings:
         partial = {"settings": settings, "rows": {}}
     rows = partial["rows"]
-    name = f"bayesian_sas_A{A}"
-    if name not in rows:
+    name, tag = f"bayesian_sas_A{A}", f"_seed{args.seed}" if args.seed else ""
+    if "bayesian_sas" in args.table2_models and name not in rows:
         config = SASConfig(num_active=A, bayesian=True, num_epochs=args.epochs)
-        fit = fit_sas(Y, config, progress=False, checkpoint=str(args.scratch / f"table2_{name}.npz"),
+        fit = fit_sas(Y, config, seed=args.seed, progress=False,
+                      checkpoint=str(args.scratch / f"table2_{name}{tag}.npz"),
                       checkpoint_every=5 * config.steps_per_epoch(len(Y)))  # fmt: skip
         order = np.random.default_rng(0).permutation(len(Y_test))[: args.test_points]
         m = evaluate_sas(fit.model, fit.params, Y, Y_test[order], num_conditioning=args.conditioning)
@@ -279,12 +293,12 @@ def table2(Y, Y_test, labels, labels_test, args) -> dict:
         }  # fmt: skip
         print(name, rows[name], flush=True)
         results.write_output_set(args.scratch, {partial_path.name: results.json_file(partial)})
-    for name, model in baseline_models(Y, A).items():
-        if name not in rows:
-            checkpoint = args.scratch / f"table2_{name}_A{A}.npz"
-            rows[name] = fit_baseline(name, model, Y, Y_test, labels, labels_test, args, checkpoint)
+    for name, model in baseline_models(Y, A, args.seed).items():
+        if name.split("_M")[0] in args.table2_models and name not in rows:
+            checkpoint = args.scratch / f"table2_{name}_A{A}{tag}.npz"
+            rows[name] = fit_baseline(name, model, Y, Y_test, labels, labels_test, args, checkpoint, args.seed)
             results.write_output_set(args.scratch, {partial_path.name: results.json_file(partial)})
-    return {"active_and_inducing": A, "seed": 0, **rows}
+    return {"active_and_inducing": A, "seed": args.seed, **rows}
 
 
 def main() -> None:
@@ -300,6 +314,8 @@ def main() -> None:
     parser.add_argument("--test-points", type=int, default=1000)
     parser.add_argument("--conditioning", type=int, default=5000)
     parser.add_argument("--table2-active", type=int, default=400)
+    parser.add_argument("--table2-models", nargs="+", choices=TABLE2_MODELS, default=list(TABLE2_MODELS))
+    parser.add_argument("--seed", type=int, default=0, help="table2's seed")
     parser.add_argument("--fidelity-rows", type=int, default=20_000)
     parser.add_argument("--fidelity-every", type=int, default=5)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/sas_mnist"))
@@ -329,7 +345,8 @@ def main() -> None:
             found = fidelity(Y, args)
         command = f"python benchmarks/sas_mnist.py --parts {part} --epochs {args.epochs} --dtype {args.dtype}"
         if part == "table2":
-            command += f" --table2-active {args.table2_active}"
+            command += f" --table2-active {args.table2_active} --table2-models {' '.join(args.table2_models)}"
+            command += f" --seed {args.seed}"
         if part == "speed":
             active = " ".join(str(a) for a in args.speed_active)
             command += f" --speed-rounds {args.speed_rounds} --speed-epochs {args.speed_epochs} --speed-active {active}"
