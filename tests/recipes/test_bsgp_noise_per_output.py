@@ -1,7 +1,7 @@
 """BSGPConfig.noise_per_output (the released code's ``Gaussian(np.var(Y, 0))``, spec 001 §1.7): the default
 likelihood gets one noise variance per output column; the SGHMC recipe's point estimate then follows each output's
 own residual scale (an output of pure noise keeps σ² near 1 while a smooth one's falls), on both twins; a sampled
-noise gets one LogNormal(0, 1) per output; bad settings are refused before any step."""
+noise gets one LogNormal(0, 1) per output; deep BSGP takes it too; bad settings are refused before any step."""
 
 from __future__ import annotations
 
@@ -85,3 +85,14 @@ def test_a_sampled_noise_gets_one_prior_per_output():
     assert site["type"] == "sample" and site["fn"].event_shape == (2,)
     expected = float(np.sum(LogNormal(0.0, 1.0).log_prob(value)))
     assert float(site["fn"].log_prob(value)) == pytest.approx(expected, rel=1e-12)
+
+
+def test_deep_bsgp_takes_a_noise_per_output_too():
+    import jax
+
+    config = BSGPConfig(num_layers=2, num_inducing=5, num_iterations=8, num_kept=4, noise_per_output=True)
+    fit = bsgp.fit_bsgp(X, Y, config, key=jax.random.PRNGKey(0), progress=False)
+    noise = _noise(fit)
+    assert np.all(noise != 1.0) and noise[0] != noise[1]  # both moved, each by its own output's gradient
+    lpd = fit.log_predictive_density(X, Y)
+    assert lpd.shape == (N, 2) and np.isfinite(lpd).all()
