@@ -229,11 +229,14 @@ def bsgp_kernel(input_dim: int) -> RBF:
 def data_log_likelihood(likelihood: Likelihood, likelihood_term: str, Y: Array, mean: Array, var: Array) -> Array:
     """ℓ_n per point for f_n ~ N(mean, var): ``"log_expected"`` log E[p(y|f)] or ``"expected_log"`` E[log p(y|f)].
 
-    Shapes: Y, mean, var [P, B] -> [P, B].
+    Shapes: Y, mean, var [P, B] -> [P, B]. The terms are evaluated with the outputs on the last axis ([B, P], the
+    layout of predictions), so a likelihood parameter of shape [P] (one Gaussian noise variance per output column,
+    the released code's ``Gaussian(np.var(Y, 0))``; ``BSGPConfig.noise_per_output``) applies to its own output.
     """
+    Y, mean, var = (ops.matrix_transpose(a) for a in (Y, mean, var))
     if likelihood_term == "log_expected":
-        return likelihood.log_predictive_density(Y, mean, var)
-    return likelihood.variational_expectation(Y, mean, var)
+        return ops.matrix_transpose(likelihood.log_predictive_density(Y, mean, var))
+    return ops.matrix_transpose(likelihood.variational_expectation(Y, mean, var))
 
 
 def check_likelihood_term(likelihood_term: str) -> None:

@@ -13,15 +13,18 @@ import pytest
 import torch
 from parity_checks import (
     M,
+    N,
     apart,
     assert_perturbation_moves,
     assert_same_predictions,
     assert_same_terms,
     close,
     fixed_params,
+    numpyro_terms,
     problem,
 )
 
+from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.models.numpyro import bsgp as np_bsgp
 from ppl_sparsegp.models.numpyro import deep_bsgp as np_deep
 from ppl_sparsegp.models.pyro import bsgp as pyro_bsgp
@@ -241,3 +244,42 @@ def test_deep_bsgp_inner_noise_reaches_the_output():
     values["layer0.u"] = torch.as_tensor(p["rng"].standard_normal((2, M)))
     values["layer1.u"] = torch.as_tensor(p["rng"].standard_normal((1, M)))
     apart(pym.predict_f(values, p["X_new"])[0].numpy(), pym.predict_f(values, p["X_new"])[0].numpy())
+
+
+@pytest.mark.parametrize("likelihood_term", ["log_expected", "expected_log"])
+def test_bsgp_with_a_noise_variance_per_output_agrees_and_is_each_outputs_own(likelihood_term):
+    """Two outputs with their own noise variance [2] (``BSGPConfig.noise_per_output``): the same terms, pointwise
+    log-likelihood and predictions on both sides, and the data term is the sum of the two one-output models' terms
+    (output p with u's row p and noise σ_p²), so each variance reaches its own output only."""
+    p = problem("gaussian", 2)
+    noise = np.array([0.25, 0.01])
+    likelihood = likelihoods.Gaussian(variance=np.array([0.3, 0.3]))
+    params, draw = _draw(p, 2)
+    params["likelihood.variance"] = noise
+    npm = np_bsgp.BSGP(
+        p["kernel"], likelihood, Z=p["Z"], num_latent=2, batch_size=None, likelihood_term=likelihood_term
+    )
+    pym = pyro_bsgp.BSGP(
+        p["kernel"], likelihood, Z=p["Z"], num_latent=2, batch_size=None, likelihood_term=likelihood_term
+    )
+    args = (p["X"], p["y"])
+    terms = assert_same_terms(npm.model, pym.model, params, draw, *args)
+    assert_perturbation_moves(pym.model, params, draw, *args, site="likelihood.variance")
+    values = {**params, **draw}
+    pointwise = npm.pointwise_log_likelihood(values, *args)
+    assert pointwise.shape == (N, 2)
+    close(pointwise, pym.pointwise_log_likelihood(values, *args).numpy())
+    assert_same_predictions(npm, pym, values, p["X_new"])
+    one_output = 0.0
+    for out in range(2):
+        single = np_bsgp.BSGP(p["kernel"], p["likelihood"], Z=p["Z"], batch_size=None, likelihood_term=likelihood_term)
+        sub = {**draw, "u": draw["u"][out : out + 1]}
+        one_output += numpyro_terms(single.model, {"likelihood.variance": noise[out]}, sub, p["X"], p["y"][:, out])[0][
+            "y"
+        ]
+        close(pointwise[:, out], single.pointwise_log_likelihood({**sub, "likelihood.variance": noise[out]}, p["X"],
+                                                                 p["y"][:, out]))  # fmt: skip
+    close(terms["y"], one_output)
+    _, y_var = npm.predict_y(values, p["X_new"])
+    f_var = npm.predict_f(values, p["X_new"])[1]
+    close(np.asarray(y_var) - np.asarray(f_var), np.broadcast_to(noise, (p["X_new"].shape[0], 2)))
