@@ -98,8 +98,14 @@ def sample_joint_subset(probs: Sequence[Array], key: Array) -> list[np.ndarray]:
         masks = [np.asarray(q.sample(sub)) for q, sub in zip(qs, jax.random.split(k, len(qs)), strict=True)]
         if all(m.any() for m in masks):
             return masks
-    expected = ", ".join(f"{float(np.sum(p)):.3g}" for p in probs)
-    raise ValueError(
+    raise empty_joint_subsets(probs)
+
+
+def empty_joint_subsets(probs: Sequence[Array]) -> ValueError:
+    """The error when each of :data:`MAX_EMPTY_REDRAWS` joint subsets drawn from q (λ^ℓ: ``probs``, [K_ℓ] each)
+    left some layer empty."""
+    expected = ", ".join(f"{float(np.sum(np.asarray(p))):.3g}" for p in probs)
+    return ValueError(
         f"every one of {MAX_EMPTY_REDRAWS} joint subsets drawn from q left some layer empty (E|S| per layer: "
         f"{expected}); lower alpha or give the model more signal"
     )

@@ -42,7 +42,7 @@ from ppl_sparsegp.core.likelihoods import Gaussian, Likelihood
 from ppl_sparsegp.inducing.initialise import kmeans, random_subset
 from ppl_sparsegp.infer.checkpoint import key_data, tree_sha256
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO
-from ppl_sparsegp.infer.svi import fit_svi
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi
 from ppl_sparsegp.models.numpyro._base import part_fingerprint
 from ppl_sparsegp.models.numpyro.deep_svgp import DeepSVGP, deep_svgp
 from ppl_sparsegp.models.numpyro.gplvm import BayesianGPLVM, CollapsedGPLVM, pca_latents
@@ -554,6 +554,48 @@ def added_layer_start(
     }  # fmt: skip
 
 
+LayerFit = Callable[[int, dict[str, Array], dict[str, Array], Any], SVIResult]
+"""``fit(layer, frozen, free, key)``: one layer's fit of the partial stack 0..``layer`` (:func:`partial_stack`) in
+which the params ``frozen`` (those of the layers below) are constants and ``free`` (None where empty: the model's own
+start) are trained, checkpointed as phase ``"layer<layer>"``; :func:`fit_layerwise` builds NumPyro's,
+:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_deep` Pyro's."""
+
+
+def sequence_layerwise(
+    fit: LayerFit,
+    added_start: Callable[[dict[str, Array], int, Any], dict[str, Array]],
+    keys: Sequence[tuple[Any, Any]],
+    checkpoints: PhaseCheckpoints,
+) -> tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray]]:
+    """The layer-wise pre-training's loop, whatever engine ``fit`` runs (:data:`LayerFit`): for ℓ = 0..L-1 (L =
+    ``len(keys)``, ``keys[ℓ]`` = (start key, fit key or seed)), add layer ℓ >= 1 at ``added_start(params, ℓ, start
+    key)`` (:func:`added_layer_start`) and fit it with the layers below frozen. Only the free params' fitted values are
+    kept, so the lower layers stay bitwise as they were. A layer's fit that ran any step deletes the later layers' and
+    the three phases' checkpoints. Returns what :func:`fit_layerwise` returns."""
+    params: dict[str, Array] = {}
+    stages, losses = [], {}
+    num_layers = len(keys)
+    for layer, (start_key, fit_key) in enumerate(keys):
+        if layer:
+            params = params | added_start(params, layer, start_key)
+        below = tuple(f"layer{i}." for i in range(layer))
+        frozen = {name: v for name, v in params.items() if name.startswith(below)}
+        free = {name: v for name, v in params.items() if name not in frozen}
+        result = fit(layer, frozen, free, fit_key)
+        params = params | {name: v for name, v in result.params.items() if name not in frozen}
+        stages.append(dict(params))
+        losses[f"layer{layer}"] = result.losses
+        if checkpoints.folder is not None and result.steps_run:
+            for later in [*(f"layer{j}" for j in range(layer + 1, num_layers)), *PHASES]:
+                phase_checkpoint(checkpoints.folder, later).unlink(missing_ok=True)
+    return params, stages, losses
+
+
+def layerwise_keys(init_key: Array, num_layers: int) -> list[tuple[Array, Array]]:
+    """The (start key, fit key) of every layer of the layer-wise pre-training, from the recipe's ``init_key``."""
+    return [tuple(jax.random.split(k)) for k in jax.random.split(jax.random.fold_in(init_key, 1), num_layers)]
+
+
 def fit_layerwise(
     model: DeepSVGP,
     X: np.ndarray,
@@ -561,7 +603,7 @@ def fit_layerwise(
     *,
     steps: int,
     learning_rate: float,
-    key: Array,
+    keys: Sequence[tuple[Array, Array]],
     checkpoints: PhaseCheckpoints,
     progress: bool | None = None,
 ) -> tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray]]:
@@ -571,41 +613,91 @@ def fit_layerwise(
     ``learning_rate`` in which only layer ℓ's params and the likelihood's learn: the layers below are constants of
     that fit (substituted and hidden from SVI, so they stay bitwise unchanged). The released code trains every layer
     present after each addition; here each layer is fitted alone, and the joint pre-training that follows
-    (``pre_steps`` of :func:`fit_selective_deep`) trains them together.
+    (``pre_steps`` of :func:`fit_selective_deep`) trains them together. ``keys``: :func:`layerwise_keys`.
 
     Each layer's fit checkpoints as phase ``"layer<ℓ>"`` in ``checkpoints``' folder; one that ran any step deletes
-    the later layers' and the three phases' checkpoints.
+    the later layers' and the three phases' checkpoints (:func:`sequence_layerwise`).
 
     Returns:
         The params of every layer and the likelihood after the last layer's fit; the params after each layer's
         fit (entry ℓ: layers 0..ℓ and the likelihood); layer name ``"layer<ℓ>"`` -> its loss trace [steps].
     """
-    params: dict[str, Array] = {}
-    stages, losses = [], {}
-    for layer, k in enumerate(jax.random.split(key, model.num_layers)):
-        start_key, fit_key = jax.random.split(k)
-        if layer:
-            params = params | added_layer_start(model, params, layer, X, start_key)
-        part = partial_stack(model, layer)
-        frozen = {name: v for name, v in params.items() if name.startswith(tuple(f"layer{i}." for i in range(layer)))}
 
-        def constant(program: Callable, frozen: dict[str, Array] = frozen) -> Callable:
+    def fit(layer: int, frozen: dict[str, Array], free: dict[str, Array], key: Array) -> SVIResult:
+        part = partial_stack(model, layer)
+
+        def constant(program: Callable) -> Callable:
             return handlers.block(handlers.substitute(program, data=frozen), hide=list(frozen))
 
-        free = {name: v for name, v in params.items() if name not in frozen}
-        result = fit_svi(
+        return fit_svi(
             constant(part.model), constant(part.guide), X, y, optimizer=optax.adam(learning_rate), num_steps=steps,
-            key=fit_key, init_params=free or None, progress=progress,
+            key=key, init_params=free or None, progress=progress,
             label=f"layer-wise {layer + 1}/{model.num_layers}", validate=part.check_data,
             **checkpoints.options(f"layer{layer}"),
         )  # fmt: skip
-        params = params | dict(result.params)
-        stages.append(dict(params))
-        losses[f"layer{layer}"] = result.losses
-        if checkpoints.folder is not None and result.steps_run:
-            for later in [*(f"layer{j}" for j in range(layer + 1, model.num_layers)), *PHASES]:
-                phase_checkpoint(checkpoints.folder, later).unlink(missing_ok=True)
-    return params, stages, losses
+
+    def added_start(params: dict[str, Array], layer: int, key: Array) -> dict[str, Array]:
+        return added_layer_start(model, params, layer, X, key)
+
+    return sequence_layerwise(fit, added_start, keys, checkpoints)
+
+
+@dataclass
+class SelectiveDeepBuild:
+    """What :func:`build_selective_deep` returns: the phases' four keys (pre-training, selection, subset,
+    post-training), the key the candidates and the layer-wise pre-training are drawn from, the deep GP on every
+    candidate (minibatches of ``batch_size``) and the selective model (of ``selection_batch_size``)."""
+
+    keys: list[Array]
+    init_key: Array
+    base: DeepSVGP
+    selective: SelectiveDeepSVGP
+
+
+def build_selective_deep(
+    X: np.ndarray,
+    y: np.ndarray,
+    config: SelectiveDeepConfig,
+    *,
+    likelihood: Likelihood | None,
+    key: int | Array,
+    init_params: Mapping[str, Array] | None = None,
+) -> SelectiveDeepBuild:
+    """The models and keys of :func:`fit_selective_deep` (and of its Pyro twin, which takes their twins) on X [N, D],
+    y [N] or [N, P]: per-layer candidates drawn from ``key`` (:func:`_layer_candidates`), the deep GP of the config's
+    architecture (:func:`models.numpyro.deep_svgp.deep_svgp`), checked against the data; ``init_params`` is only
+    checked (none with layer-wise pre-training).
+
+    Raises:
+        ValueError: a likelihood that is not one, ``init_params`` with layer-wise pre-training, layer-wise
+            pre-training of several output columns, bad candidates or data.
+    """
+    c = config
+    if c.pretraining == "layerwise" and init_params is not None:
+        raise ValueError("init_params: layer-wise pre-training starts every layer itself; use pretraining='joint'")
+    if likelihood is not None and not isinstance(likelihood, Likelihood):
+        raise ValueError(f"likelihood: expected a ppl_sparsegp.core.likelihoods.Likelihood, got {likelihood!r}")
+    outputs = 1 if y.ndim == 1 else y.shape[1]
+    if c.pretraining == "layerwise" and outputs != 1:
+        raise ValueError(
+            f"y: layer-wise pre-training sums a partial stack's outputs into one column (as the released code); "
+            f"y has {outputs} columns"
+        )
+    *keys, init_key = jax.random.split(_as_key(key), 5)
+    Z = _layer_candidates(X, c.candidates, c.num_layers, c.init, init_key)
+    architecture = {"num_layers": c.num_layers, "add_input": c.add_input, "inner_mean": c.inner_mean}
+    base = deep_svgp(
+        X, outputs, likelihood or Gaussian(c.noise_variance), Z=Z, **architecture, num_samples=c.num_samples,
+        batch_size=c.batch_size, jitter=c.jitter,
+    )  # fmt: skip
+    selective = SelectiveDeepSVGP(
+        dataclasses.replace(base, batch_size=c.selection_batch_size),
+        alpha=c.alpha,
+        alpha_per_output=c.alpha_per_output,
+        initial_inclusion=c.initial_inclusion,
+    )
+    base.check_data(X, y)
+    return SelectiveDeepBuild(keys, init_key, base, selective)
 
 
 def fit_selective_deep(
@@ -639,33 +731,9 @@ def fit_selective_deep(
     X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
-    if likelihood is not None and not isinstance(likelihood, Likelihood):
-        raise ValueError(f"likelihood: expected a ppl_sparsegp.core.likelihoods.Likelihood, got {likelihood!r}")
     X, y = np.asarray(X), np.asarray(y)
-    *keys, init_key = jax.random.split(_as_key(key), 5)
-    Z = _layer_candidates(X, c.candidates, c.num_layers, c.init, init_key)
-    outputs = 1 if y.ndim == 1 else y.shape[1]
-    layerwise = c.pretraining == "layerwise"
-    if layerwise and init_params is not None:
-        raise ValueError("init_params: layer-wise pre-training starts every layer itself; use pretraining='joint'")
-    if layerwise and outputs != 1:
-        raise ValueError(
-            f"y: layer-wise pre-training sums a partial stack's outputs into one column (as the released code); "
-            f"y has {outputs} columns"
-        )
-    architecture = {"num_layers": c.num_layers, "add_input": c.add_input, "inner_mean": c.inner_mean}
-    likelihood = likelihood or Gaussian(c.noise_variance)
-    base = deep_svgp(
-        X, outputs, likelihood, Z=Z, **architecture, num_samples=c.num_samples, batch_size=c.batch_size,
-        jitter=c.jitter,
-    )  # fmt: skip
-    selective = SelectiveDeepSVGP(
-        dataclasses.replace(base, batch_size=c.selection_batch_size),
-        alpha=c.alpha,
-        alpha_per_output=c.alpha_per_output,
-        initial_inclusion=c.initial_inclusion,
-    )
-    base.check_data(X, y)
+    built = build_selective_deep(X, y, c, likelihood=likelihood, key=key, init_params=init_params)
+    base, selective = built.base, built.selective
     checkpoints.create()
 
     def prune(params: dict[str, Array], k: Array) -> tuple[list[np.ndarray], DeepSVGP, dict[str, Array]]:
@@ -673,23 +741,35 @@ def fit_selective_deep(
         pruned, pruned_params = selective.prune(params, masks)
         return masks, dataclasses.replace(pruned, batch_size=c.batch_size), pruned_params
 
-    layer_params, layer_losses, layer_seconds = [], {}, {}
-    if layerwise:
+    layerwise = None
+    if c.pretraining == "layerwise":
         t0 = time.perf_counter()
-        init_params, layer_params, layer_losses = fit_layerwise(
-            base, X, y, steps=c.layerwise_steps, learning_rate=c.learning_rate, key=jax.random.fold_in(init_key, 1),
-            checkpoints=checkpoints, progress=progress,
+        layerwise = fit_layerwise(
+            base, X, y, steps=c.layerwise_steps, learning_rate=c.learning_rate,
+            keys=layerwise_keys(built.init_key, c.num_layers), checkpoints=checkpoints, progress=progress,
         )  # fmt: skip
-        layer_seconds = {"layerwise": time.perf_counter() - t0}
+        layerwise = (*layerwise, time.perf_counter() - t0)
+        init_params = layerwise[0]
     done = run_phases(
-        base, selective, X, y, key=keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
+        base, selective, X, y, key=built.keys, pre_steps=c.pre_steps, selection_steps=c.selection_steps,
         post_steps=c.post_steps, learning_rate=c.learning_rate, selection_learning_rate=c.selection_learning_rate,
         joint=c.selection == "joint", loss=ScoreFunctionELBO(c.num_particles, pathwise=c.selection == "joint"),
         prune=prune, checkpoints=checkpoints, init_params=init_params, progress=progress,
     )  # fmt: skip
+    return selective_deep_fit(selective, done, layerwise)
+
+
+def selective_deep_fit(
+    selective: Any,
+    done: Phases,
+    layerwise: tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray], float] | None,
+) -> SelectiveDeepFit:
+    """The :class:`SelectiveDeepFit` of :func:`fit_selective_deep` (or its Pyro twin) from the phases' results and,
+    with layer-wise pre-training, that phase's (params, params after each layer, losses per layer, seconds)."""
+    stages, losses, seconds = ([], {}, {}) if layerwise is None else (*layerwise[1:3], {"layerwise": layerwise[3]})
     return SelectiveDeepFit(
         done.model, done.params, selective, done.selective_params, done.pretrained_params, done.masks,
-        layer_losses | done.losses, layer_seconds | done.seconds, layer_params,
+        losses | done.losses, seconds | done.seconds, stages,
     )  # fmt: skip
 
 

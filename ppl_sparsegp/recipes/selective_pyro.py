@@ -21,12 +21,25 @@ The selective model is the twin (:func:`ppl_sparsegp.models.pyro._base.twin_of`)
 NumPyro fit from ``key=seed`` draws; the deterministic pre-training then takes the NumPyro recipe's steps. Randomness
 is torch's: phase i (pre-training, selection, subset, post-training) is seeded by ``seed + i``. Tensors are of
 torch's default dtype (:func:`ppl_sparsegp.pyro.dtype.default_dtype`).
+
+:func:`fit_selective_deep` is the twin of :func:`ppl_sparsegp.recipes.selective.fit_selective_deep` for the deep GP
+(:mod:`models.pyro.selective_deep`), with its config
+(:class:`~ppl_sparsegp.recipes.selective.SelectiveDeepConfig`), result
+(:class:`~ppl_sparsegp.recipes.selective.SelectiveDeepFit`) and checkpoints (``selective_layer<ℓ>.npz`` and
+``selective_<phase>.npz``): the same phases, one joint subset of every layer drawn by torch's generator, and the
+layer-wise pre-training's loop (:func:`~ppl_sparsegp.recipes.selective.sequence_layerwise`), in which layer ℓ's fit
+gives the optimiser only the params that are not the lower layers' (these keep their values bit for bit). Its
+candidates and the inputs that start each added layer (:func:`~ppl_sparsegp.recipes.selective.added_layer_start`,
+evaluated on the NumPyro twin at the Pyro fit's values) are the NumPyro recipe's for ``key=seed``; phase i is seeded
+by seed + i as above, layer ℓ's layer-wise fit by seed + 4 + ℓ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,6 +53,7 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.models.pyro._base import twin_of
+from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion
 from ppl_sparsegp.pyro.svi import OptimizerFactory, fit_svi
@@ -51,16 +65,25 @@ from .phases import (
     PHASES,
     PhaseCheckpoints,
     configure,
+    empty_joint_subsets,
     empty_subsets,
     sequence_phases,
 )
 from .selective import (
     SelectiveConfig,
+    SelectiveDeepConfig,
+    SelectiveDeepFit,
     SelectiveFit,
+    added_layer_start,
     build_selective,
+    build_selective_deep,
+    layerwise_keys,
     lengthscale_starts,
+    partial_stack,
+    selective_deep_fit,
     selective_fit,
     selective_settings,
+    sequence_layerwise,
 )
 
 Array = Any
@@ -70,14 +93,33 @@ def sample_subset(probs: Array, seed: int) -> np.ndarray:
     """One mask [K] from q_λ = Π_k Bernoulli(λ_k) (λ: ``probs`` [K]) by torch's generator seeded with ``seed`` (the
     global generator is left as it was), redrawn while it is empty (up to :data:`.phases.MAX_EMPTY_REDRAWS` times);
     the twin of :func:`ppl_sparsegp.recipes.phases.sample_subset`."""
-    q = IndependentInclusion(torch.as_tensor(probs))
+    masks = _draw_nonempty([probs], seed)
+    if masks is None:
+        raise empty_subsets(probs)
+    return masks[0]
+
+
+def sample_joint_subset(probs: Sequence[Array], seed: int) -> list[np.ndarray]:
+    """One joint draw of every layer's mask [K_ℓ] from q = Π_ℓ Π_k Bernoulli(λ^ℓ_k) (``probs``: λ^ℓ [K_ℓ] each) by
+    torch's generator seeded with ``seed``, redrawn while any layer is empty (up to
+    :data:`.phases.MAX_EMPTY_REDRAWS` times); the twin of :func:`ppl_sparsegp.recipes.phases.sample_joint_subset`."""
+    masks = _draw_nonempty(probs, seed)
+    if masks is None:
+        raise empty_joint_subsets(probs)
+    return masks
+
+
+def _draw_nonempty(probs: Sequence[Array], seed: int) -> list[np.ndarray] | None:
+    """Masks drawn from each Π_k Bernoulli(``probs[j]``) in turn, from torch's generator seeded with ``seed`` (the
+    global generator is left as it was), until none is empty; None when every one of the redraws left one empty."""
+    qs = [IndependentInclusion(torch.as_tensor(p)) for p in probs]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for _ in range(MAX_EMPTY_REDRAWS):
-            mask = q.sample().numpy()
-            if mask.any():
-                return mask
-    raise empty_subsets(probs)
+            masks = [q.sample().numpy() for q in qs]
+            if all(mask.any() for mask in masks):
+                return masks
+    return None
 
 
 def selection_optimizer(learning_rate: float, selection_learning_rate: float, joint: bool) -> OptimizerFactory:
@@ -170,3 +212,127 @@ def fit_selective(
         checkpoints=checkpoints, starts=starts,
     )  # fmt: skip
     return selective_fit(c, selective, done)
+
+
+def _adam_except(learning_rate: float, frozen: Sequence[str]) -> OptimizerFactory:
+    """Adam at ``learning_rate`` over every param but those named in ``frozen``, which stay where they are."""
+
+    def build(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        names = {id(p): name for name, p in pyro.get_param_store().named_parameters()}
+        return torch.optim.Adam([p for p in params if names[id(p)] not in frozen], lr=learning_rate)
+
+    return build
+
+
+def fit_selective_deep(
+    X: Array,
+    y: Array,
+    config: SelectiveDeepConfig | None = None,
+    *,
+    likelihood: Likelihood | None = None,
+    init_params: Mapping[str, Array] | None = None,
+    seed: int = 0,
+    progress: bool | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    **overrides: Any,
+) -> SelectiveDeepFit:
+    """Pre-train a deep GP on K candidates per layer (jointly, or layer-wise then jointly), learn which to keep,
+    sample one joint subset, prune and post-train, on the Pyro side (module docstring); arguments as
+    :func:`ppl_sparsegp.recipes.selective.fit_selective_deep`'s, with ``seed`` in place of a JAX key.
+
+    Args:
+        X: inputs [N, D]; y: targets [N] or [N, P].
+        config: the settings (:class:`~ppl_sparsegp.recipes.selective.SelectiveDeepConfig`); ``overrides``: fields
+            of it.
+        likelihood: default ``Gaussian(config.noise_variance)``.
+        init_params: starting values of the GP (e.g. an earlier fit's ``pretrained_params``); not with
+            ``pretraining="layerwise"``.
+        seed: an integer; the candidates (and the layer-wise starts' inputs) are the NumPyro recipe's for
+            ``key=seed``, phase i is seeded by seed + i, layer ℓ's layer-wise fit by seed + 4 + ℓ.
+        progress: show progress bars (None: in a terminal or notebook).
+        checkpoint_dir: a folder for the phases' checkpoints (created), or None; the same call resumes.
+
+    Returns:
+        A :class:`~ppl_sparsegp.recipes.selective.SelectiveDeepFit` of the Pyro models: ``model`` the pruned Pyro
+        :class:`~ppl_sparsegp.models.pyro.deep_svgp.DeepSVGP`, ``selective`` the Pyro selective deep GP over every
+        candidate, their params detached tensors (the selection's include the baselines' running averages).
+
+    Raises:
+        ValueError: a bad setting, seed or data, before anything runs or is written.
+        ppl_sparsegp.infer.checkpoint.CheckpointError: a phase's checkpoint is another run's.
+    """
+    c = configure(SelectiveDeepConfig, config, overrides)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"seed: expected an integer, got {seed!r}")
+    seed = int(seed)
+    X, y = validation.as_array(X), validation.as_array(y)
+    validation.check_inputs(X, y)
+    checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
+    X, y = np.asarray(X), np.asarray(y)
+    built = build_selective_deep(X, y, c, likelihood=likelihood, key=seed, init_params=init_params)
+    base, selective = twin_of(built.base), twin_of(built.selective)
+    checkpoints.create()
+    steps = dict(zip(PHASES, (c.pre_steps, c.selection_steps, c.post_steps), strict=True))
+
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
+        optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
+        if phase == "selection":
+            optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
+            loss = TraceGraph_ELBO(num_particles=c.num_particles)
+        return fit_svi(
+            model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
+            init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
+            **checkpoints.options(checkpoint),
+        )  # fmt: skip
+
+    def prune(params: dict[str, Array], phase_seed: int) -> tuple[list[np.ndarray], DeepSVGP, dict[str, Array]]:
+        masks = sample_joint_subset(selective.inclusion_probabilities(params), phase_seed)
+        pruned, pruned_params = selective.prune(params, masks)
+        return masks, dataclasses.replace(pruned, batch_size=c.batch_size), pruned_params
+
+    layerwise = None
+    if c.pretraining == "layerwise":
+        t0 = time.perf_counter()
+        keys = [(start_key, seed + 4 + layer) for layer, (start_key, _) in enumerate(layerwise_keys(built.init_key,
+                c.num_layers))]  # fmt: skip
+        layerwise = (*fit_layerwise(base, built.base, X, y, c, keys, checkpoints, progress), time.perf_counter() - t0)
+        init_params = layerwise[0]
+    done = sequence_phases(
+        fit, base, selective, steps, key=[seed + i for i in range(4)], prune=prune, checkpoints=checkpoints,
+        init_params=init_params,
+    )  # fmt: skip
+    return selective_deep_fit(selective, done, layerwise)
+
+
+def fit_layerwise(
+    model: DeepSVGP,
+    numpyro_model: Any,
+    X: np.ndarray,
+    y: np.ndarray,
+    config: SelectiveDeepConfig,
+    keys: Sequence[tuple[Array, int]],
+    checkpoints: PhaseCheckpoints,
+    progress: bool | None = None,
+) -> tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray]]:
+    """The layer-wise pre-training of the Pyro deep GP ``model`` on X [N, D], y [N], the twin of
+    :func:`ppl_sparsegp.recipes.selective.fit_layerwise` (same loop, :func:`~.selective.sequence_layerwise`):
+    layer ℓ's fit of the partial stack 0..ℓ takes ``config.layerwise_steps`` Adam steps at ``config.learning_rate``
+    on every param but the lower layers', which it holds where they are. An added layer starts at
+    :func:`~.selective.added_layer_start` of ``numpyro_model`` (``model``'s NumPyro twin) at the fit's values.
+    ``keys``: (JAX start key, integer seed of the fit) of every layer. Returns what that function returns."""
+
+    def fit(layer: int, frozen: dict[str, Array], free: dict[str, Array], layer_seed: int) -> SVIResult:
+        part = partial_stack(model, layer)
+        return fit_svi(
+            part.model, part.guide, X, y, optimizer=_adam_except(config.learning_rate, list(frozen)),
+            num_steps=config.layerwise_steps, seed=layer_seed, init_params={**frozen, **free} or None,
+            progress=progress, label=f"layer-wise {layer + 1}/{model.num_layers} (Pyro)", validate=part.check_data,
+            **checkpoints.options(f"layer{layer}"),
+        )  # fmt: skip
+
+    def added_start(params: dict[str, Array], layer: int, key: Array) -> dict[str, Array]:
+        values = {name: np.asarray(torch.as_tensor(v).detach().cpu()) for name, v in params.items()}
+        start = added_layer_start(numpyro_model, values, layer, X, key)
+        return {name: torch.as_tensor(np.array(v)) for name, v in start.items()}
+
+    return sequence_layerwise(fit, added_start, keys, checkpoints)
