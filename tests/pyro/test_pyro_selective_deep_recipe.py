@@ -15,11 +15,12 @@ import pytest
 import torch
 
 from ppl_sparsegp.core.likelihoods import Gaussian
+from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.pyro.selective_deep import SelectiveDeepSVGP
 from ppl_sparsegp.pyro.dtype import default_dtype
 from ppl_sparsegp.recipes import selective, selective_pyro
-from ppl_sparsegp.recipes.phases import PHASES
+from ppl_sparsegp.recipes.phases import PHASES, PhaseCheckpoints
 
 X = np.linspace(0.0, 10.0, 30)[:, None]
 Y = np.round(0.5 * np.sin(X[:, 0]) + 0.5)
@@ -76,20 +77,26 @@ def test_same_candidates_as_numpyro_and_the_same_bound_at_the_same_params():
     assert abs(float(fit.selective.subset_bound(moved, X, Y, masks)) - by_pyro) > 1e-4  # the comparison can fail
 
 
-def test_a_deterministic_bound_takes_the_numpyro_recipes_steps():
-    """One layer and the full batch: no propagated noise, the Gaussian data term in closed form. Layer 0's layer-wise
-    fit starts from the same candidates and values on both engines, so its first loss is the same bound at the same
-    params (to 1e-8); Adam in torch and in optax then takes the same steps there and in the joint pre-training, the
-    traces drifting apart by float64 rounding and the engines' unconstrained parameterisations (observed: 7e-6
-    relative after 15 steps)."""
-    settings = {**TINY, "num_layers": 1, "inner_mean": "zero", "pretraining": "layerwise", "layerwise_steps": 12,
-                "pre_steps": 4, "selection_steps": 1, "post_steps": 0, "progress": False}  # fmt: skip
-    by_pyro = selective_pyro.fit_selective_deep(X, Y, seed=3, **settings)
-    by_numpyro = selective.fit_selective_deep(X, Y, key=3, **settings)
-    np.testing.assert_allclose(by_pyro.losses["layer0"][0], by_numpyro.losses["layer0"][0], rtol=1e-8)
-    for phase in ("layer0", "pre"):
-        np.testing.assert_allclose(by_pyro.losses[phase], by_numpyro.losses[phase], rtol=1e-4)
-    assert by_numpyro.losses["layer0"][-1] < by_numpyro.losses["layer0"][0] - 0.1  # the steps went somewhere
+def test_a_deterministic_bound_takes_the_numpyro_layerwise_steps():
+    """One layer and the full batch: no propagated noise, the Gaussian data term in closed form. Both engines'
+    layer-wise fits of layer 0 start from the recipe's candidates and the model's start, so their first losses are
+    the same bound at the same params (to 1e-8); Adam in torch and in optax then takes the same steps, the traces
+    drifting apart by float64 rounding and the engines' unconstrained parameterisations (observed: 7e-6 relative
+    after 15 steps)."""
+    config = selective.SelectiveDeepConfig(**{**TINY, "num_layers": 1, "inner_mean": "zero"}, layerwise_steps=15)
+    built = selective.build_selective_deep(X, Y, config, likelihood=None, key=3)
+    keys, checkpoints = selective.layerwise_keys(built.init_key, 1), PhaseCheckpoints(None, 1)
+    *_, numpyro_losses = selective.fit_layerwise(
+        built.base, X, Y, steps=15, learning_rate=config.learning_rate, keys=keys, checkpoints=checkpoints,
+    )  # fmt: skip
+    pyro_keys = [(keys[0][0], 7)]
+    *_, pyro_losses = selective_pyro.fit_layerwise(
+        twin_of(built.base), built.base, X, Y, config, pyro_keys, checkpoints
+    )
+    by_pyro, by_numpyro = pyro_losses["layer0"], numpyro_losses["layer0"]
+    np.testing.assert_allclose(by_pyro[0], by_numpyro[0], rtol=1e-8)
+    np.testing.assert_allclose(by_pyro, by_numpyro, rtol=1e-4)
+    assert by_numpyro[-1] < by_numpyro[0] - 0.1  # the steps went somewhere
 
 
 @pytest.fixture(scope="module")
