@@ -293,9 +293,13 @@ def fit_selective_deep(
     layerwise = None
     if c.pretraining == "layerwise":
         t0 = time.perf_counter()
-        keys = [(start_key, seed + 4 + layer) for layer, (start_key, _) in enumerate(layerwise_keys(built.init_key,
-                c.num_layers))]  # fmt: skip
-        layerwise = (*fit_layerwise(base, built.base, X, y, c, keys, checkpoints, progress), time.perf_counter() - t0)
+        starts = [start_key for start_key, _ in layerwise_keys(built.init_key, c.num_layers)]
+        keys = [(start_key, seed + 4 + layer) for layer, start_key in enumerate(starts)]
+        layerwise = fit_layerwise(
+            base, X, y, steps=c.layerwise_steps, learning_rate=c.learning_rate, keys=keys, checkpoints=checkpoints,
+            numpyro_model=built.base, progress=progress,
+        )  # fmt: skip
+        layerwise = (*layerwise, time.perf_counter() - t0)
         init_params = layerwise[0]
     done = sequence_phases(
         fit, base, selective, steps, key=[seed + i for i in range(4)], prune=prune, checkpoints=checkpoints,
@@ -306,27 +310,29 @@ def fit_selective_deep(
 
 def fit_layerwise(
     model: DeepSVGP,
-    numpyro_model: Any,
     X: np.ndarray,
     y: np.ndarray,
-    config: SelectiveDeepConfig,
+    *,
+    steps: int,
+    learning_rate: float,
     keys: Sequence[tuple[Array, int]],
     checkpoints: PhaseCheckpoints,
+    numpyro_model: Any,
     progress: bool | None = None,
 ) -> tuple[dict[str, Array], list[dict[str, Array]], dict[str, np.ndarray]]:
     """The layer-wise pre-training of the Pyro deep GP ``model`` on X [N, D], y [N], the twin of
     :func:`ppl_sparsegp.recipes.selective.fit_layerwise` (same loop, :func:`~.selective.sequence_layerwise`):
-    layer ℓ's fit of the partial stack 0..ℓ takes ``config.layerwise_steps`` Adam steps at ``config.learning_rate``
-    on every param but the lower layers', which it holds where they are. An added layer starts at
+    layer ℓ's fit of the partial stack 0..ℓ takes ``steps`` Adam steps at ``learning_rate`` on every param but the
+    lower layers', which it holds where they are. An added layer starts at
     :func:`~.selective.added_layer_start` of ``numpyro_model`` (``model``'s NumPyro twin) at the fit's values.
     ``keys``: (JAX start key, integer seed of the fit) of every layer. Returns what that function returns."""
 
     def fit(layer: int, frozen: dict[str, Array], free: dict[str, Array], layer_seed: int) -> SVIResult:
         part = partial_stack(model, layer)
         return fit_svi(
-            part.model, part.guide, X, y, optimizer=_adam_except(config.learning_rate, list(frozen)),
-            num_steps=config.layerwise_steps, seed=layer_seed, init_params={**frozen, **free} or None,
-            progress=progress, label=f"layer-wise {layer + 1}/{model.num_layers} (Pyro)", validate=part.check_data,
+            part.model, part.guide, X, y, optimizer=_adam_except(learning_rate, list(frozen)), num_steps=steps,
+            seed=layer_seed, init_params={**frozen, **free} or None, progress=progress,
+            label=f"layer-wise {layer + 1}/{model.num_layers} (Pyro)", validate=part.check_data,
             **checkpoints.options(f"layer{layer}"),
         )  # fmt: skip
 

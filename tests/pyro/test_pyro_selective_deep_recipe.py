@@ -89,10 +89,10 @@ def test_a_deterministic_bound_takes_the_numpyro_layerwise_steps():
     *_, numpyro_losses = selective.fit_layerwise(
         built.base, X, Y, steps=15, learning_rate=config.learning_rate, keys=keys, checkpoints=checkpoints,
     )  # fmt: skip
-    pyro_keys = [(keys[0][0], 7)]
     *_, pyro_losses = selective_pyro.fit_layerwise(
-        twin_of(built.base), built.base, X, Y, config, pyro_keys, checkpoints
-    )
+        twin_of(built.base), X, Y, steps=15, learning_rate=config.learning_rate, keys=[(keys[0][0], 7)],
+        checkpoints=checkpoints, numpyro_model=built.base,
+    )  # fmt: skip
     by_pyro, by_numpyro = pyro_losses["layer0"], numpyro_losses["layer0"]
     np.testing.assert_allclose(by_pyro[0], by_numpyro[0], rtol=1e-8)
     np.testing.assert_allclose(by_pyro, by_numpyro, rtol=1e-4)
