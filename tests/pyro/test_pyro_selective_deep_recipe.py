@@ -3,8 +3,9 @@ drawn subset; from the same seed it starts on the NumPyro recipe's candidates, a
 inner-layer noise) both selective deep GPs give the same bound to 1e-8; where the bound is deterministic (one layer,
 full batch) the pre-training and layer 0's layer-wise fit take the NumPyro recipe's Adam steps; in layer-wise
 pre-training layer ℓ's phase moves only layer ℓ's params and the likelihood's; a fit interrupted in the layer-wise or
-the selection phase and resumed from its checkpoints ends where an uninterrupted fit ends; bad input is refused before
-anything runs or is written. Float64 (tests/conftest.py)."""
+the selection phase and resumed from its checkpoints ends where an uninterrupted fit ends; a frozen selection from an
+earlier fit's pre-trained params keeps them; bad input is refused before anything runs or is written. Float64
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -209,3 +210,12 @@ def test_an_empty_joint_subset_is_redrawn_then_refused():
 def test_a_given_likelihood_is_the_pyro_models():
     fit = _fit(likelihood=Gaussian(0.3), pre_steps=0, post_steps=0, selection_steps=1)
     assert float(fit.selective_params["likelihood.variance"]) == pytest.approx(0.3)
+
+
+def test_a_frozen_selection_from_earlier_pretrained_params_starts_and_stays_there(layerwise_fit):
+    pretrained = layerwise_fit.pretrained_params
+    again = _fit(**{**LAYERWISE, "pretraining": "joint", "pre_steps": 0, "selection_steps": 2}, init_params=pretrained)
+    assert "pre" not in again.losses and again.layerwise_params == []
+    for name, value in pretrained.items():
+        np.testing.assert_allclose(again.selective_params[name].numpy(), value.numpy(), rtol=1e-12, err_msg=name)
+    assert not all(np.allclose(p, 0.5) for p in again.inclusion_probs)
