@@ -64,6 +64,7 @@ from .phases import (
     MAX_EMPTY_REDRAWS,
     PHASES,
     PhaseCheckpoints,
+    PhaseFit,
     configure,
     empty_joint_subsets,
     empty_subsets,
@@ -140,6 +141,36 @@ def selection_optimizer(learning_rate: float, selection_learning_rate: float, jo
     return build
 
 
+def phase_fit(
+    config: SelectiveConfig | SelectiveDeepConfig,
+    X: np.ndarray,
+    y: np.ndarray,
+    steps: Mapping[str, int],
+    checkpoints: PhaseCheckpoints,
+    progress: bool | None,
+) -> PhaseFit:
+    """The Pyro engine's fit of one phase of :func:`~.phases.sequence_phases` on X [N, D], y [N] or [N, P] for both
+    recipes here: Adam at ``config.learning_rate`` (pre- and post-training), :func:`selection_optimizer` and
+    ``TraceGraph_ELBO`` with ``config.num_particles`` draws (selection), ``steps[phase]`` steps, checkpointed in
+    ``checkpoints``. A pruned model that holds its kept candidates as constants (``learn_Z=False``) gets no ``Z``."""
+    c = config
+
+    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
+        optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
+        if phase == "selection":
+            optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
+            loss = TraceGraph_ELBO(num_particles=c.num_particles)
+        if phase == "post" and not getattr(model, "learn_Z", True):
+            params = {name: value for name, value in params.items() if name != "Z"}
+        return fit_svi(
+            model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
+            init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
+            **checkpoints.options(checkpoint),
+        )  # fmt: skip
+
+    return fit
+
+
 def fit_selective(
     X: Array,
     y: Array,
@@ -190,18 +221,7 @@ def fit_selective(
     checkpoints.create()
     steps = dict(zip(PHASES, (c.pre_steps, c.selection_steps, c.post_steps), strict=True))
 
-    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
-        optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
-        if phase == "selection":
-            optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
-            loss = TraceGraph_ELBO(num_particles=c.num_particles)
-        if phase == "post" and not model.learn_Z:  # the pruned model holds the kept candidates as constants
-            params = {name: value for name, value in params.items() if name != "Z"}
-        return fit_svi(
-            model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
-            init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
-            **checkpoints.options(checkpoint),
-        )  # fmt: skip
+    fit = phase_fit(c, X, y, steps, checkpoints, progress)
 
     def prune(params: dict[str, Array], phase_seed: int) -> tuple[np.ndarray, Any, dict[str, Array]]:
         mask = sample_subset(params[INCLUSION_PARAM], phase_seed)
@@ -274,16 +294,7 @@ def fit_selective_deep(
     checkpoints.create()
     steps = dict(zip(PHASES, (c.pre_steps, c.selection_steps, c.post_steps), strict=True))
 
-    def fit(phase: str, model: Any, params: dict[str, Array] | None, phase_seed: int, checkpoint: str) -> SVIResult:
-        optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
-        if phase == "selection":
-            optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
-            loss = TraceGraph_ELBO(num_particles=c.num_particles)
-        return fit_svi(
-            model.model, model.guide, X, y, optimizer=optimizer, num_steps=steps[phase], seed=phase_seed, loss=loss,
-            init_params=params, progress=progress, label=f"{LABELS[phase]} (Pyro)", validate=model.check_data,
-            **checkpoints.options(checkpoint),
-        )  # fmt: skip
+    fit = phase_fit(c, X, y, steps, checkpoints, progress)
 
     def prune(params: dict[str, Array], phase_seed: int) -> tuple[list[np.ndarray], DeepSVGP, dict[str, Array]]:
         masks = sample_joint_subset(selective.inclusion_probabilities(params), phase_seed)
