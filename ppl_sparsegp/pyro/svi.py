@@ -65,6 +65,8 @@ def fit_svi(
     validate: Callable[..., None] | None = None,
     threads: int | str | None = "auto",
     init_params: Mapping[str, Array] | None = None,
+    callback: Callable[[int, np.ndarray, dict[str, Array]], None] | None = None,
+    callback_every: int = 1,
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference in Pyro.
@@ -89,6 +91,13 @@ def fit_svi(
         init_params: initial constrained values of some params (e.g. a previous phase's fit), param name -> array;
             the others start where the model and guide start them. Part of the checkpoint's fingerprint (as the
             hash of every initial value).
+        callback: ``callback(step, losses, params)`` after every step that is a multiple of ``callback_every`` and
+            after the last, before that step's checkpoint is written: ``losses`` those of the steps since the
+            previous call (or since the run started or resumed), ``params`` the constrained values, detached. With a
+            callback, checkpoints are written only at those steps (``checkpoint_every`` rounded up to them), the twin
+            of the NumPyro engine's ``callback`` after each chunk of ``steps_per_dispatch`` steps; a resumed run calls
+            it at the same steps as an uninterrupted one.
+        callback_every: steps between callbacks (>= 1).
         threads: torch's intra-op threads while fitting (:func:`ppl_sparsegp.pyro.dtype.intra_op_threads`; None:
             torch's own); ``"auto"`` (the default): one, as the NumPyro engine's BLAS threads, unless a param is large
             enough for the step to be dominated by large factorisations (:func:`ppl_sparsegp.pyro.dtype.auto_threads`:
@@ -108,6 +117,9 @@ def fit_svi(
     """
     num_steps = check_count("num_steps", num_steps, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
+    callback_every = check_count("callback_every", callback_every, minimum=1)
+    if callback is not None and not callable(callback):
+        raise ValueError(f"callback: expected a callable (step, losses, params) -> None, got {callback!r}")
     if threads != "auto":
         threads = check_count("threads", threads, minimum=1, optional=True)
     if optimizer is None:
@@ -119,7 +131,8 @@ def fit_svi(
     auto_from = torch.get_num_threads() if threads == "auto" else None
     with intra_op_threads(1 if threads == "auto" else threads):
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
-                    checkpoint_every, fingerprint, dict(init_params or {}), auto_from)  # fmt: skip
+                    checkpoint_every, fingerprint, dict(init_params or {}), auto_from, callback,
+                    callback_every)  # fmt: skip
 
 
 def _fit(
@@ -138,6 +151,8 @@ def _fit(
     fingerprint: Mapping[str, Any] | None,
     init_params: dict[str, Array],
     auto_from: int | None,
+    callback: Callable[[int, np.ndarray, dict[str, Array]], None] | None,
+    callback_every: int,
 ) -> SVIResult:
     """:func:`fit_svi` once its arguments are checked; ``auto_from``: torch's own thread count when ``threads`` is
     ``"auto"`` (chosen here, once the params exist), else None."""
@@ -203,7 +218,7 @@ def _fit(
 
     desc = f"{label} (resumed from step {done})" if done else label
     bar = tqdm(total=num_steps, initial=done, disable=not progress_bars.shown(progress), desc=desc, leave=False)
-    since_checkpoint, run_seconds = 0, 0.0
+    since_checkpoint, since_callback, run_seconds = 0, 0, 0.0
     last_finite = param_store_values()
     t0 = time.perf_counter()
     for p in held:
@@ -225,9 +240,15 @@ def _fit(
             losses.append(float(value))
             done += 1
             since_checkpoint += 1
+            since_callback += 1
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.4g}", refresh=False)
-            if checkpoint is not None and (since_checkpoint >= checkpoint_every or done == num_steps):
+            at_callback = callback is None or done % callback_every == 0 or done == num_steps
+            if callback is not None and at_callback:
+                callback(done, np.asarray(losses[-since_callback:]), param_store_values())
+                since_callback = 0
+            due = since_checkpoint >= checkpoint_every or done == num_steps
+            if checkpoint is not None and at_callback and due:
                 run_seconds += time.perf_counter() - t0
                 save(done)
                 t0 = time.perf_counter()

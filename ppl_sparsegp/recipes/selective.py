@@ -814,6 +814,7 @@ class SelectiveGPLVMConfig(SelectionConfig):
         for name, least in (("latent_dim", 1), ("grid_size", 2), ("steps", 1), ("pre_steps", 0), ("record_every", 1)):
             check_count(name, getattr(self, name), least)
         check_choice("bound", self.bound, BOUNDS)
+        validation.check_open_unit_interval("baseline_decay", self.baseline_decay)
         if not isinstance(self.prune, bool):
             raise ValueError(f"prune: expected True or False, got {self.prune!r}")
 
@@ -939,6 +940,125 @@ def gplvm_on_grid(
     return selective_class(model, **selection) if selection else model
 
 
+def grid_model(
+    Y: np.ndarray, config: SelectiveGPLVMConfig
+) -> tuple[np.ndarray, SelectiveGPLVM | SelectiveCollapsedGPLVM]:
+    """The latent grid [K, Q] of :func:`fit_selective_gplvm` (``config.extent``, or the range of the PCA latents of
+    Y [N, D] padded by :data:`GRID_MARGIN`) and the NumPyro selective GP-LVM over it (:func:`gplvm_on_grid`), which
+    the Pyro twin builds its own from. Raises ValueError, naming ``extent``, for an extent of another dimension."""
+    c = config
+    grid = latent_grid(c.grid_size, extent=c.extent, latents=pca_latents(Y, c.latent_dim))
+    if grid.shape[1] != c.latent_dim:
+        raise ValueError(
+            f"extent: expected {c.latent_dim} (lower, upper) rows, one per latent dimension, got {c.extent!r}"
+        )
+    on_grid = {
+        name: getattr(c, name) for name in ("latent_dim", "noise_variance", "latent_scale", "batch_size", "bound")
+    }
+    return grid, gplvm_on_grid(Y, grid, **on_grid, alpha=c.alpha, initial_inclusion=c.initial_inclusion)
+
+
+class LatentTrace:
+    """λ [K] and the latent means [N, Q] at the recorded steps of the joint phase of :func:`fit_selective_gplvm` (or
+    its Pyro twin), kept as :data:`TRACE_FILE` in ``checkpoint_dir`` (None: not kept) beside the phase's checkpoint.
+
+    It resumes from that file when the joint phase's checkpoint exists, else starts at step 0 with ``inclusion``
+    [K] and ``latents`` [N, Q]. :meth:`record` is the fit's callback after each chunk of steps: records past
+    ``step`` (which a resumed run replays) are replaced, and the file is written once ``every`` steps have run
+    since it was last written and at step ``steps``, so that it is written with each of the fit's checkpoints.
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str | os.PathLike | None,
+        every: int,
+        steps: int,
+        means: Callable[[Mapping[str, Array]], np.ndarray],
+        inclusion: np.ndarray,
+        latents: np.ndarray,
+    ) -> None:
+        self.path = None if checkpoint_dir is None else Path(checkpoint_dir) / TRACE_FILE
+        self.every, self.steps, self.means, self.unwritten = every, steps, means, 0
+        if self.path is not None and self.path.exists() and phase_checkpoint(checkpoint_dir, "selection").exists():
+            with np.load(self.path, allow_pickle=False) as stored:
+                self.trace = tuple(list(stored[name]) for name in ("steps", "inclusion", "latents"))
+        else:
+            self.trace = ([0], [np.asarray(inclusion)], [np.asarray(latents)])
+
+    def record(self, step: int, chunk_losses: np.ndarray, params: Mapping[str, Array]) -> None:
+        """Record λ and the latent means of ``params`` at ``step``, after the ``chunk_losses`` steps since the last
+        record (or the resumed start)."""
+        now = (step, np.asarray(params[INCLUSION_PARAM]), np.asarray(self.means(params)))
+        while self.trace[0][-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
+            for values in self.trace:
+                values.pop()
+        for values, value in zip(self.trace, now, strict=True):
+            values.append(value)
+        self.unwritten += len(chunk_losses)
+        if self.unwritten >= self.every or step >= self.steps:  # the fit's checkpoint follows at this step
+            self.write()
+            self.unwritten = 0
+
+    def write(self) -> None:
+        """Write the trace (atomically) when it is kept."""
+        if self.path is not None:
+            write_npz(self.path, dict(zip(("steps", "inclusion", "latents"), self.arrays(), strict=True)))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The recorded steps [T], λ [T, K] and latent means [T, N, Q]."""
+        steps, inclusion, latents = self.trace
+        return np.asarray(steps), np.stack(inclusion), np.stack(latents)
+
+
+GPLVMPhaseFit = Callable[[str, Any, dict[str, Array], Callable | None], SVIResult]
+"""One engine's fit of a phase of :func:`sequence_gplvm`: ``fit(phase, model, init_params, callback)``."""
+
+
+def sequence_gplvm(
+    config: SelectiveGPLVMConfig,
+    model: Any,
+    grid: np.ndarray,
+    fit: GPLVMPhaseFit,
+    sample: Callable[[Array], np.ndarray],
+    checkpoints: PhaseCheckpoints,
+) -> SelectiveGPLVMFit:
+    """The phases of :func:`fit_selective_gplvm` on either engine, for the selective GP-LVM ``model`` over ``grid``.
+
+    With ``config.pre_steps``, ``fit("pre", gp, init_params, None)`` trains ``gp = model.ordinary``, the GP-LVM
+    on every grid point, from its initial params (q(u) = p(u)); then ``fit("selection", model, init_params,
+    record)`` trains everything jointly from there (λ at λ₀), ``record`` the :class:`LatentTrace`'s callback, to be
+    called every ``config.record_every`` steps (the trace is written on Ctrl-C too). With ``config.prune``,
+    ``sample(λ)`` draws the kept subset [K] and ``model.prune`` gives the ordinary GP-LVM on it.
+    """
+    c = config
+    everything = model.ordinary  # the GP-LVM on every grid point
+    init_params = everything.initial_params()
+    checkpoints.create()
+    pre_losses = np.zeros(0)
+    t0 = time.perf_counter()
+    if c.pre_steps:
+        pre = fit("pre", everything, everything.initial_params(), None)
+        checkpoints.finished("pre", pre)
+        init_params.update(pre.params)
+        pre_losses = pre.losses
+    start = everything.latents.means(init_params) if c.pre_steps else everything.X_init
+    trace = LatentTrace(
+        checkpoints.folder, checkpoints.every, c.steps, everything.latents.means, model.inclusion_probabilities({}),
+        start,
+    )  # fmt: skip
+    try:
+        result = fit("selection", model, init_params, trace.record)
+    except KeyboardInterrupt:  # the fit then writes a checkpoint between scheduled ones: keep the trace with it
+        trace.write()
+        raise
+    seconds = time.perf_counter() - t0
+    done = SelectiveGPLVMFit(model, result.params, grid, *trace.arrays(), result.losses, seconds, pre_losses)
+    if c.prune:
+        done.mask = sample(done.inclusion_probs)
+        done.pruned, done.pruned_params = model.prune(result.params, done.mask)
+    return done
+
+
 def fit_selective_gplvm(
     Y: Array,
     config: SelectiveGPLVMConfig | None = None,
@@ -972,95 +1092,23 @@ def fit_selective_gplvm(
         raise ValueError(f"key: expected an integer seed or a JAX PRNG key, got {key!r}")
     checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
     loss = ScoreFunctionELBO(c.num_particles, baseline_decay=c.baseline_decay, pathwise=True)
-    X_init = pca_latents(Y, c.latent_dim)
-    grid = latent_grid(c.grid_size, extent=c.extent, latents=X_init)
-    if grid.shape[1] != c.latent_dim:
-        raise ValueError(
-            f"extent: expected {c.latent_dim} (lower, upper) rows, one per latent dimension, got {c.extent!r}"
-        )
-    on_grid = {
-        name: getattr(c, name) for name in ("latent_dim", "noise_variance", "latent_scale", "batch_size", "bound")
-    }
-    model = gplvm_on_grid(Y, grid, **on_grid, alpha=c.alpha, initial_inclusion=c.initial_inclusion)
+    grid, model = grid_model(Y, c)
     key = jax.random.PRNGKey(key) if isinstance(key, int | np.integer) else key
     fit_key, prune_key = jax.random.split(key)
 
-    everything = model.ordinary  # the GP-LVM on every grid point
-    init_params = everything.initial_params()
-    checkpoints.create()
-    pre_losses = np.zeros(0)
-    t0 = time.perf_counter()
-    if c.pre_steps:
-        pre = fit_svi(
-            everything.model, everything.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.pre_steps,
-            key=jax.random.fold_in(key, 1), init_params=everything.initial_params(), progress=progress,
-            label="pre-train", validate=everything.check_data, **checkpoints.options("pre"),
+    def fit(phase: str, gp: Any, init_params: dict[str, Array], callback: Callable | None) -> SVIResult:
+        if phase == "pre":
+            return fit_svi(
+                gp.model, gp.guide, Y, optimizer=optax.adam(c.learning_rate), num_steps=c.pre_steps,
+                key=jax.random.fold_in(key, 1), init_params=init_params, progress=progress, label="pre-train",
+                validate=gp.check_data, **checkpoints.options("pre"),
+            )  # fmt: skip
+        optimizer = selection_optimizer(optax.adam(c.learning_rate), c.selection_learning_rate)
+        return fit_svi(
+            gp.model, gp.guide, Y, optimizer=optimizer, num_steps=c.steps, key=fit_key, loss=loss,
+            init_params=init_params, steps_per_dispatch=c.record_every,
+            callback=callback, progress=progress, label="joint selection", **checkpoints.options("selection"),
+            validate=gp.check_data,
         )  # fmt: skip
-        checkpoints.finished("pre", pre)
-        init_params.update(pre.params)
-        pre_losses = pre.losses
-    trace_path = None if checkpoint_dir is None else Path(checkpoint_dir) / TRACE_FILE
-    if trace_path is not None and trace_path.exists() and phase_checkpoint(checkpoint_dir, "selection").exists():
-        with np.load(trace_path, allow_pickle=False) as stored:
-            trace_steps, inclusion, latents = (list(stored[name]) for name in ("steps", "inclusion", "latents"))
-    else:
-        start = everything.latents.means(init_params) if c.pre_steps else X_init
-        trace_steps, inclusion, latents = [0], [model.inclusion_probabilities({})], [start]
 
-    def write_trace() -> None:
-        if trace_path is not None:
-            write_npz(
-                trace_path, {"steps": trace_steps, "inclusion": np.stack(inclusion), "latents": np.stack(latents)}
-            )
-
-    unwritten = [0]  # steps recorded since the trace was last written
-
-    def record(step: int, chunk_losses: np.ndarray, params: dict[str, Array]) -> None:
-        now = (step, np.asarray(params[INCLUSION_PARAM]), everything.latents.means(params))
-        while trace_steps[-1] >= step:  # a resumed run replays the steps after its checkpoint: drop their records
-            for trace in (trace_steps, inclusion, latents):
-                trace.pop()
-        for trace, value in zip((trace_steps, inclusion, latents), now, strict=True):
-            trace.append(value)
-        unwritten[0] += len(chunk_losses)
-        if unwritten[0] >= checkpoints.every or step >= c.steps:  # fit_svi's checkpoint follows at this step
-            write_trace()
-            unwritten[0] = 0
-
-    optimizer = selection_optimizer(optax.adam(c.learning_rate), c.selection_learning_rate)
-    try:
-        result = fit_svi(
-            model.model,
-            model.guide,
-            Y,
-            optimizer=optimizer,
-            num_steps=c.steps,
-            key=fit_key,
-            loss=loss,
-            init_params=init_params,
-            steps_per_dispatch=c.record_every,
-            callback=record,
-            progress=progress,
-            label="joint selection",
-            **checkpoints.options("selection"),
-            validate=model.check_data,
-        )
-    except KeyboardInterrupt:  # fit_svi then writes a checkpoint between scheduled ones: keep the trace with it
-        write_trace()
-        raise
-    seconds = time.perf_counter() - t0
-    fit = SelectiveGPLVMFit(
-        model,
-        result.params,
-        grid,
-        np.asarray(trace_steps),
-        np.stack(inclusion),
-        np.stack(latents),
-        result.losses,
-        seconds,
-        pre_losses,
-    )
-    if c.prune:
-        fit.mask = sample_subset(fit.inclusion_probs, prune_key)
-        fit.pruned, fit.pruned_params = model.prune(result.params, fit.mask)
-    return fit
+    return sequence_gplvm(c, model, grid, fit, lambda probs: sample_subset(probs, prune_key), checkpoints)

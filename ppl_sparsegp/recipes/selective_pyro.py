@@ -32,6 +32,19 @@ gives the optimiser only the params that are not the lower layers' (these keep t
 candidates and the inputs that start each added layer (:func:`~ppl_sparsegp.recipes.selective.added_layer_start`,
 evaluated on the NumPyro twin at the Pyro fit's values) are the NumPyro recipe's for ``key=seed``; phase i is seeded
 by seed + i as above, layer ℓ's layer-wise fit by seed + 4 + ℓ.
+
+:func:`fit_selective_gplvm` is the twin of :func:`ppl_sparsegp.recipes.selective.fit_selective_gplvm` for the
+GP-LVM (:mod:`models.pyro.selective_gplvm`), with its config
+(:class:`~ppl_sparsegp.recipes.selective.SelectiveGPLVMConfig`), result
+(:class:`~ppl_sparsegp.recipes.selective.SelectiveGPLVMFit`), checkpoints (``selective_pre.npz``,
+``selective_selection.npz`` and the λ / latent trace ``selective_gplvm_trace.npz``) and phases
+(:func:`~ppl_sparsegp.recipes.selective.sequence_gplvm`): the same latent grid and model (the twin of the NumPyro
+recipe's, :func:`~ppl_sparsegp.recipes.selective.grid_model`), the optional pre-training of the GP-LVM on every grid
+point by Adam, then everything jointly by ``TraceGraph_ELBO`` with S = ``num_particles`` draws (λ by the score
+function against the guide site's decaying-average baseline at β = ``baseline_decay``, Adam at
+``selection_learning_rate``; the rest pathwise, Adam at ``learning_rate``), λ and the latent means recorded every
+``record_every`` steps, and with ``prune`` one subset drawn from q_λ. The pre-training is seeded by seed, the joint
+phase by seed + 1, the subset by seed + 2.
 """
 
 from __future__ import annotations
@@ -46,6 +59,7 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
+from pyro import poutine
 from pyro.infer import TraceGraph_ELBO
 
 from ppl_sparsegp import validation
@@ -54,7 +68,8 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
-from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM
+from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM, INCLUSION_SITE
+from ppl_sparsegp.pyro.sites import score_function_baseline
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion
 from ppl_sparsegp.pyro.svi import OptimizerFactory, fit_svi
 
@@ -75,15 +90,19 @@ from .selective import (
     SelectiveDeepConfig,
     SelectiveDeepFit,
     SelectiveFit,
+    SelectiveGPLVMConfig,
+    SelectiveGPLVMFit,
     added_layer_start,
     build_selective,
     build_selective_deep,
+    grid_model,
     layerwise_keys,
     lengthscale_starts,
     partial_stack,
     selective_deep_fit,
     selective_fit,
     selective_settings,
+    sequence_gplvm,
     sequence_layerwise,
 )
 
@@ -121,6 +140,13 @@ def _draw_nonempty(probs: Sequence[Array], seed: int) -> list[np.ndarray] | None
             if all(mask.any() for mask in masks):
                 return masks
     return None
+
+
+def check_seed(seed: Any) -> int:
+    """``seed`` as an int; ValueError naming ``seed`` for anything but an integer (a bool included)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"seed: expected an integer, got {seed!r}")
+    return int(seed)
 
 
 def selection_optimizer(learning_rate: float, selection_learning_rate: float, joint: bool) -> OptimizerFactory:
@@ -207,9 +233,7 @@ def fit_selective(
         ppl_sparsegp.infer.checkpoint.CheckpointError: a phase's checkpoint is another run's.
     """
     c = configure(SelectiveConfig, config, overrides)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise ValueError(f"seed: expected an integer, got {seed!r}")
-    seed = int(seed)
+    seed = check_seed(seed)
     X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     settings = None if checkpoint_dir is None else selective_settings(c, likelihood, kernel, seed, fingerprint)
@@ -282,9 +306,7 @@ def fit_selective_deep(
         ppl_sparsegp.infer.checkpoint.CheckpointError: a phase's checkpoint is another run's.
     """
     c = configure(SelectiveDeepConfig, config, overrides)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise ValueError(f"seed: expected an integer, got {seed!r}")
-    seed = int(seed)
+    seed = check_seed(seed)
     X, y = validation.as_array(X), validation.as_array(y)
     validation.check_inputs(X, y)
     checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
@@ -353,3 +375,62 @@ def fit_layerwise(
         return {name: torch.as_tensor(np.array(v)) for name, v in start.items()}
 
     return sequence_layerwise(fit, added_start, keys, checkpoints)
+
+
+def fit_selective_gplvm(
+    Y: Array,
+    config: SelectiveGPLVMConfig | None = None,
+    *,
+    seed: int = 0,
+    progress: bool | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    **overrides: Any,
+) -> SelectiveGPLVMFit:
+    """Fit a GP-LVM whose inducing inputs are selected from a latent grid, everything jointly, on the Pyro side
+    (module docstring); arguments as :func:`ppl_sparsegp.recipes.selective.fit_selective_gplvm`'s, with ``seed`` in
+    place of a JAX key.
+
+    Args:
+        Y: observations [N, D] (standardise them first, as the paper does).
+        config: the settings (:class:`~ppl_sparsegp.recipes.selective.SelectiveGPLVMConfig`); ``overrides``: fields
+            of it.
+        seed: an integer; the pre-training is seeded by seed, the joint phase by seed + 1, the subset by seed + 2.
+        progress: show progress bars (None: in a terminal or notebook).
+        checkpoint_dir: a folder for the checkpoints and the trace (created), or None; the same call resumes and ends
+            where an uninterrupted fit ends, the trace included.
+
+    Returns:
+        A :class:`~ppl_sparsegp.recipes.selective.SelectiveGPLVMFit` of the Pyro models: ``model`` the Pyro selective
+        GP-LVM over the grid, ``params`` detached tensors (with the baseline's running average
+        ``"__baseline_avg_downstream_cost_inclusion"``), ``pruned`` the ordinary Pyro GP-LVM with ``prune``.
+
+    Raises:
+        ValueError: a bad setting, seed or data, before anything runs or is written.
+        ppl_sparsegp.infer.checkpoint.CheckpointError: a checkpoint is another run's.
+    """
+    c = configure(SelectiveGPLVMConfig, config, overrides)
+    seed = check_seed(seed)
+    Y = validation.as_array(Y)
+    validation.check_inputs(Y, x_name="Y")
+    checkpoints = PhaseCheckpoints(checkpoint_dir, c.checkpoint_every)
+    Y = np.asarray(Y)
+    grid, numpyro_model = grid_model(Y, c)
+    model = twin_of(numpyro_model)
+    baseline = score_function_baseline(c.baseline_decay)
+
+    def fit(phase: str, gp: Any, init_params: dict[str, Array], callback: Any) -> SVIResult:
+        if phase == "pre":
+            return fit_svi(
+                gp.model, gp.guide, Y, optimizer=partial(torch.optim.Adam, lr=c.learning_rate), num_steps=c.pre_steps,
+                seed=seed, init_params=init_params, progress=progress, label="pre-train (Pyro)",
+                validate=gp.check_data, **checkpoints.options("pre"),
+            )  # fmt: skip
+        guide = poutine.infer_config(gp.guide, lambda site: baseline if site["name"] == INCLUSION_SITE else {})
+        return fit_svi(
+            gp.model, guide, Y, optimizer=selection_optimizer(c.learning_rate, c.selection_learning_rate, joint=True),
+            num_steps=c.steps, seed=seed + 1, loss=TraceGraph_ELBO(num_particles=c.num_particles),
+            init_params=init_params, callback=callback, callback_every=c.record_every, progress=progress,
+            label="joint selection (Pyro)", validate=gp.check_data, **checkpoints.options("selection"),
+        )  # fmt: skip
+
+    return sequence_gplvm(c, model, grid, fit, lambda probs: sample_subset(probs, seed + 2), checkpoints)

@@ -13,6 +13,7 @@ from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.checkpoint import CheckpointError, CheckpointMismatchError
 from ppl_sparsegp.infer.svi import NonFiniteLossError
 from ppl_sparsegp.models.pyro import svgp
+from ppl_sparsegp.pyro import svi as svi_module
 from ppl_sparsegp.pyro.svi import fit_svi
 
 STEPS = 30
@@ -88,6 +89,8 @@ def test_a_non_finite_loss_stops_the_run_with_the_last_finite_params():
         ({"num_steps": 5, "threads": 0}, "threads"),
         ({"num_steps": 5, "optimizer": 0.01}, "optimizer: expected a callable"),
         ({"num_steps": 5, "optimizer": lambda params: None}, "optimizer: expected it to return"),
+        ({"num_steps": 5, "callback_every": 0}, "callback_every"),
+        ({"num_steps": 5, "callback": "record"}, "callback: expected a callable"),
     ],
 )
 def test_bad_arguments_are_named(bad, message):
@@ -187,3 +190,41 @@ def test_a_param_no_optimiser_group_holds_stays_put_and_gets_no_gradient():
     assert seen[0] and seen[1:] == [False, False, False]  # created trainable, held without a gradient while fitting
     assert fit.params["fixed"].item() == 2.0 and fit.params["loc"].item() != 0.0
     assert pyro.get_param_store().get_param("fixed").unconstrained().requires_grad  # trainable again afterwards
+
+
+def test_the_callback_runs_at_its_steps_and_checkpoints_follow_them(tmp_path, monkeypatch):
+    """With a callback every 3 of 8 steps (and at the last), it gets the losses since its previous call and the
+    params, and checkpoints due every 2 steps are written only at its steps (3, 6, 8); a run stopped after step 4
+    and resumed calls it at the same steps, with the losses of the steps it ran."""
+    X, y = _data()
+    gp = _svgp(X[:5])
+    calls = []
+
+    def record(step, losses, params):
+        calls.append((step, losses, params["kernel.variance"].clone()))
+
+    straight = fit_svi(gp.model, gp.guide, X, y, num_steps=8, callback=record, callback_every=3)
+    assert [step for step, *_ in calls] == [3, 6, 8]
+    np.testing.assert_array_equal(np.concatenate([losses for _, losses, _ in calls]), straight.losses)
+    assert torch.equal(calls[-1][2], straight.params["kernel.variance"])
+
+    saved, save = [], svi_module.checkpoints.save
+
+    def counting_save(*args, counters, **kwargs):
+        saved.append(counters["step"])
+        save(*args, counters=counters, **kwargs)
+
+    monkeypatch.setattr(svi_module.checkpoints, "save", counting_save)
+    path = tmp_path / "checkpoint.npz"
+    calls.clear()
+    fit_svi(
+        gp.model, gp.guide, X, y, num_steps=4, checkpoint=path, checkpoint_every=2, callback=record, callback_every=3
+    )
+    assert saved == [3, 4] and [step for step, *_ in calls] == [3, 4]
+    calls.clear()
+    resumed = fit_svi(
+        gp.model, gp.guide, X, y, num_steps=8, checkpoint=path, checkpoint_every=2, callback=record, callback_every=3
+    )
+    assert saved == [3, 4, 6, 8] and [step for step, *_ in calls] == [6, 8]
+    np.testing.assert_array_equal(calls[0][1], straight.losses[4:6])
+    np.testing.assert_array_equal(resumed.losses, straight.losses)
