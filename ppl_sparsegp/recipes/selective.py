@@ -11,7 +11,9 @@
   subset of every layer; its pre-training is joint, or layer-wise then joint (:func:`fit_layerwise`, App. C.4).
 * :func:`fit_selective_gplvm` (§5.3): the GP-LVM with its inducing inputs selected from a fixed latent grid,
   trained **jointly, without phases** (λ by the score-function estimator, the rest pathwise), recording λ along
-  the way; with ``pre_steps`` it first fits the GP-LVM on every grid point, as the released demo does.
+  the way; with ``pre_steps`` it first fits the GP-LVM on every grid point, as the released demo does. Its phases
+  (:func:`sequence_gplvm`), grid and model (:func:`grid_model`) and trace (:class:`LatentTrace`) are shared with its
+  Pyro twin (:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_gplvm`).
 
 Each keeps its settings in a frozen config (:class:`SelectiveConfig`, :class:`SelectiveDeepConfig`,
 :class:`SelectiveGPLVMConfig`), checked when built. With ``checkpoint_dir`` each phase checkpoints

@@ -2,8 +2,9 @@
 everything jointly, records λ and the latent means, and prunes to an ordinary Pyro GP-LVM on the kept grid points; it
 builds the NumPyro recipe's grid and model, and at the same params both give the same bound of the kept subset at
 the same latent draws (to 1e-8); a fit interrupted in either phase and resumed from its checkpoints ends where an
-uninterrupted fit ends, the trace included; bad input is refused before anything runs or is written. Float64
-(tests/conftest.py)."""
+uninterrupted fit ends, the trace included; the joint phase's baseline takes ``baseline_decay``; bad input is refused
+before anything runs or is written; (slow) on a 2-D manifold it keeps far fewer than all grid points, those near the
+latents. Float64 (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,25 @@ def test_the_joint_phase_takes_the_configured_baseline_decay(data):
         averages[decay] = float(fit.params["__baseline_avg_downstream_cost_inclusion"])
     assert averages[0.5] / averages[0.95] == pytest.approx(0.5 / 0.05, rel=1e-9)
     assert INCLUSION_PARAM in fit.params
+
+
+@pytest.mark.slow  # about 55 s (2 cores, shared)
+def test_a_collapsed_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents():
+    """The NumPyro recipe's check B7 in small (tests/models/test_selective_gplvm.py) on the Pyro twin: 80 points on
+    a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps of the collapsed bound."""
+    rng = np.random.default_rng(0)
+    t = rng.uniform(-2, 2, size=(80, 2))
+    features = (np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1], np.tanh(t[:, 0] - t[:, 1]))
+    Y = np.stack(features, axis=1) + 0.05 * rng.normal(size=(80, 4))
+    Y = (Y - Y.mean(axis=0)) / Y.std(axis=0)
+    fit = selective_pyro.fit_selective_gplvm(
+        Y, grid_size=8, steps=300, record_every=100, seed=0, prune=True, bound="collapsed", progress=False
+    )
+    counts = fit.inclusion_trace.sum(axis=1)
+    assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
+    assert 1 <= fit.mask.sum() < 32
+    active = fit.inclusion_probs > 0.5
+    latents = fit.model.ordinary.latents.means(fit.params)
+    spacing = np.ptp(fit.grid[:, 0]) / 7
+    nearest = np.sqrt(np.min(np.sum((fit.grid[active, None] - latents[None]) ** 2, axis=-1), axis=1))
+    assert active.sum() >= 5 and np.mean(nearest <= spacing) >= 0.8
