@@ -211,10 +211,10 @@ def sample_streamed_bsgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[
     evaluated. The same schedule, sampler and outputs as the in-memory run; the minibatches are drawn by the stream
     (i.i.d. rows, as the model's own subsampling plate draws them in memory) instead of by the model."""
     opts = dict(vars(args))
-    _check(opts)
     if opts["engine"] != "sghmc":
         raise ValueError("--data-npy: --engine nuts needs one fixed target, not a new minibatch every step; use "
                          "--engine sghmc (or --data with the files' contents)")  # fmt: skip
+    _check(opts)
     npy_stream.check_stream_options(opts)
     batches = npy_stream.open_stream(opts, argv)
     d, stream = npy_stream.stream_data(opts, batches, NOISE_VARIANCE)
