@@ -95,9 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(group, "noise", None, "a point estimate or sampled", "point with sghmc, sampled with nuts", choices=NOISE_MODES)
     group.add_argument(
         "--noise-per-output", action="store_true", default=c.noise_per_output,
-        help="the Gaussian likelihood of a target with several columns (--target) gets one noise variance per "
-        "column, each started at --noise-variance, as the released code (BSGPConfig.noise_per_output); one "
-        "column has one either way (default: one noise variance shared by the columns)",
+        help="the Gaussian likelihood of targets with several columns (naval's two, or a --data-npy y [N, P]) gets "
+        "one noise variance per column, each started at --noise-variance, as the released code "
+        "(BSGPConfig.noise_per_output); one column has one either way (default: one noise variance shared by the "
+        "columns)",
     )  # fmt: skip
     for engine, options in ENGINE_OPTIONS.items():
         for name, (field, help_) in options.items():

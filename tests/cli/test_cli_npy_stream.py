@@ -49,7 +49,7 @@ def test_stream_data_standardises_as_the_in_memory_path_and_samples_every_row_of
     np.testing.assert_allclose(d.y, scaler.transform_y(y), atol=1e-12)
 
 
-@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("layers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_a_streamed_batch_has_the_log_density_of_the_in_memory_minibatch_of_its_rows(tmp_path, layers):
     """BSGP (and deep BSGP) with ``batch_size=None`` on a batch of B rows in original units, standardised on the
     way in and its data term scaled by N/B (npy_stream.standardised, data_term_scaled), has the log joint of the
