@@ -39,10 +39,12 @@ def write(tmp_path, outputs: int = 1) -> tuple[str, str, np.ndarray]:
 @pytest.mark.slow
 def test_streamed_bsgp_samples_and_writes_results(tmp_path, capsys):
     """20 iterations (420 updates) and 4 draws on 2,000 rows, B = 100: the train-sample RMSE beats the training
-    mean's, the record names the stream and the sampler is the in-memory run's."""
+    mean's, the record names the stream and the sampler is the in-memory run's; the same command again resumes
+    from the finished checkpoint (the same draws), and other settings in the same folder are refused."""
     X_path, y_path, y = write(tmp_path)
     out = tmp_path / "out"
-    assert main(["fit", "bsgp", "--data-npy", X_path, y_path, *FAST, "--out", str(out)]) == 0
+    args = ["fit", "bsgp", "--data-npy", X_path, y_path, *FAST, "--out", str(out)]
+    assert main(args) == 0
     record = json.loads((out / "results.json").read_text())
     assert record["n_train"] == N and record["evaluated_on"] == "train sample" and record["data"] == "npy:X.npy"
     assert record["stream"] == {"num_data": N, "files": [X_path, y_path], "batch_size": 100, "sample_rows": N}
@@ -53,6 +55,13 @@ def test_streamed_bsgp_samples_and_writes_results(tmp_path, capsys):
     assert record["metrics"]["rmse"] < record["metrics"]["rmse_of_training_mean"]
     assert np.isfinite(record["metrics"]["mnll"]) and record["noise"] == "point"
     assert {"posterior.nc", "fit.png", "mcmc.ckpt", "mcmc.ckpt.json"} <= {p.name for p in out.iterdir()}
+    assert record["resumed_from"] is None
+    assert main(args) == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["resumed_from"] == {"steps": 420 + 128} and again["metrics"] == record["metrics"]
+    capsys.readouterr()
+    assert main([*args, "--kept", "5"]) == 2
+    assert "was written for a different model, data or other settings (--kept 4 -> 5)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
