@@ -105,7 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if help_ is not None:
                 kind = float if name == "step_size" else int
                 add(group, name, None, f"{engine}: {help_}", getattr(c, field), type=kind)
-    npy_stream.add_data_npy_argument(parser, "sampled by --engine sghmc (NumPyro)")
+    data_npy = npy_stream.DATA_NPY_OPTION
+    parser.add_argument(
+        "--data-npy", **{**data_npy, "help": data_npy["help"].format(fitted="sampled by --engine sghmc (NumPyro)")}
+    )
     shared.add_device_options(parser)
 
 

@@ -11,7 +11,6 @@ before anything compiles.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,15 @@ DATA_PLATE = "data"
 """The plate of the data term in every model (:func:`ppl_sparsegp.numpyro.sites.data_plate`)."""
 
 
-def add_data_npy_argument(parser: argparse.ArgumentParser, fitted: str) -> None:
-    """``--data-npy X.npy Y.npy``; ``fitted``: how the command fits on the minibatches (its help's words)."""
-    parser.add_argument(
-        "--data-npy", nargs=2, metavar=("X.npy", "Y.npy"), default=None,
-        help="instead of --data: stream the training data from two .npy files, inputs [N, D] and targets [N] "
-        "(or [N, P]), larger than memory if need be: standardised by one pass over them, "
-        f"{fitted} on minibatches of --batch-size rows read per step, evaluated on a random sample of "
-        f"{STREAM_SAMPLE:,} rows; regression or binary data (default: off, --data)",
-    )  # fmt: skip
+DATA_NPY_OPTION = {
+    "nargs": 2, "metavar": ("X.npy", "Y.npy"), "default": None,
+    "help": "instead of --data: stream the training data from two .npy files, inputs [N, D] and targets [N] (or "
+    "[N, P]), larger than memory if need be: standardised by one pass over them, {fitted} on minibatches of "
+    f"--batch-size rows read per step, evaluated on a random sample of {STREAM_SAMPLE:,} rows; regression or binary "
+    "data (default: off, --data)",
+}  # fmt: skip
+"""``--data-npy X.npy Y.npy``'s ``add_argument`` keywords, the help's ``{fitted}`` to be filled in with how the command
+fits on the minibatches (constants, not a function: the in-memory runs call nothing of this module)."""
 
 
 def check_stream_options(opts: Mapping[str, Any]) -> None:

@@ -80,7 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
                             "q(u) (default: full)")  # fmt: skip
         shared.add_options(parser, ("batch_size",))
-        npy_stream.add_data_npy_argument(parser, "fitted with Adam")
+        data_npy = npy_stream.DATA_NPY_OPTION
+        parser.add_argument("--data-npy", **{**data_npy, "help": data_npy["help"].format(fitted="fitted with Adam")})
         add_optimizer_arguments(parser)
         shared.add_device_options(parser)
 

@@ -1,7 +1,5 @@
 """ppl_sparsegp.cli.npy_stream: the ``--data-npy`` pieces shared by ``fit svgp`` and ``fit bsgp``."""
 
-import argparse
-
 import jax
 import numpy as np
 import pytest
@@ -9,7 +7,7 @@ from numpyro import handlers
 from numpyro.infer.util import log_density
 
 from ppl_sparsegp import data
-from ppl_sparsegp.cli import npy_stream
+from ppl_sparsegp.cli import main, npy_stream
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.infer.streaming import NpyBatches
 from ppl_sparsegp.models.numpyro.bsgp import BSGP, bsgp_kernel
@@ -94,10 +92,8 @@ def test_checks_that_need_no_data_name_the_flag():
             npy_stream.check_stream_options({**base, **change})
 
 
-def test_the_help_names_how_the_command_fits(capsys):
-    parser = argparse.ArgumentParser(prog="x")
-    npy_stream.add_data_npy_argument(parser, "sampled by magic")
-    assert parser.parse_args(["--data-npy", "a.npy", "b.npy"]).data_npy == ["a.npy", "b.npy"]
-    parser.print_help()
+@pytest.mark.parametrize("method, fitted", [("svgp", "fitted with Adam"), ("bsgp", "sampled by --engine sghmc")])
+def test_the_help_names_how_the_command_fits(capsys, method, fitted):
+    assert main(["fit", method, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "sampled by magic on minibatches of --batch-size rows" in text and "10,000 rows" in text
+    assert f"standardised by one pass over them, {fitted}" in text and "random sample of 10,000 rows" in text
