@@ -10,7 +10,8 @@ chains, None with fewer than 2 chains or 4 draws). The chain is checkpointed to 
 iterations (its settings, for reading, in OUT/mcmc.ckpt.json). With ``--backend pyro`` the Pyro twins and engines run
 the same recipe (:mod:`ppl_sparsegp.recipes.bsgp_pyro`: the scale-adapted SGHMC of :mod:`ppl_sparsegp.pyro.sgmcmc` or
 Pyro's NUTS, torch's randomness from --seed) and the draws, which carry the same site names, are evaluated and stored as
-a NumPyro run's (the same files); --devices needs --backend numpyro.
+a NumPyro run's (the same files); --devices needs --backend numpyro. With ``--data-npy X.npy Y.npy`` the training data
+are streamed from the two files, never loaded (:func:`sample_streamed_bsgp`, SGHMC through NumPyro only).
 """
 
 from __future__ import annotations
@@ -20,16 +21,31 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ppl_sparsegp import data, results, validation
+from ppl_sparsegp.cli import npy_stream
 from ppl_sparsegp.cli import run as shared
-from ppl_sparsegp.cli.run import DEFAULTS, flag
+from ppl_sparsegp.cli.run import DEFAULTS, Data, flag
 from ppl_sparsegp.inducing import initialise
+from ppl_sparsegp.infer.streaming import sample_streamed
+from ppl_sparsegp.models.numpyro import bsgp as bsgp_models
+from ppl_sparsegp.models.numpyro import deep_bsgp as deep_models
 from ppl_sparsegp.models.numpyro.bsgp import LIKELIHOOD_TERMS, bsgp_kernel
 from ppl_sparsegp.numpyro.z_priors import Z_PRIORS
 from ppl_sparsegp.posterior import diagnostics
-from ppl_sparsegp.recipes.bsgp import BSGP_ENGINES, NOISE_MODES, UPDATES_PER_ITERATION, BSGPConfig, fit_bsgp
+from ppl_sparsegp.recipes.bsgp import (
+    BSGP_ENGINES,
+    NOISE_MODES,
+    UPDATES_PER_ITERATION,
+    BSGPConfig,
+    BSGPFit,
+    build_model,
+    fit_bsgp,
+    plan_bsgp,
+    sghmc_kernel,
+)
 from ppl_sparsegp.recipes.bsgp import bsgp_schedule as schedule
 from ppl_sparsegp.runs import store
 from ppl_sparsegp.runs.rebuild import bsgp_prediction_key
@@ -41,10 +57,14 @@ CONFIG = BSGPConfig()
 NOISE_VARIANCE = CONFIG.noise_variance
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": CONFIG.num_inducing, "init": DEFAULTS.init}
 CHECKPOINT_ITERATIONS = 100
-RESUME_COUNTERS = {"numpyro": ("warmup_done", "draws_done"), "pyro": ("chains_done", "steps_done")}
-"""The checkpoint's counters recorded as results.json's ``resumed_from``, per ``--backend``: the NumPyro engine runs
-the chains side by side (warmup updates and post-warmup updates done), the Pyro one chain after another (chains
-finished, updates of the next done)."""
+RESUME_COUNTERS = {
+    "numpyro": ("warmup_done", "draws_done"),
+    "pyro": ("chains_done", "steps_done"),
+    "stream": ("steps",),
+}
+"""The checkpoint's counters recorded as results.json's ``resumed_from``, per ``--backend`` (and ``--data-npy``): the
+NumPyro engine runs the chains side by side (warmup updates and post-warmup updates done), the Pyro one chain after
+another (chains finished, updates of the next done), the streamed one side by side (updates done, warmup included)."""
 ENGINE_OPTIONS = {
     "sghmc": {"iterations": ("num_iterations", f"warmup iterations of {UPDATES_PER_ITERATION} updates"),
               "kept": ("num_kept", "draws kept, 32 updates apart"), "step_size": ("step_size", "step size"),
@@ -73,11 +93,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add(group, "data_term", c.likelihood_term, "log E[p(y|f)] (the released code) or E[log p(y|f)] (Eq. 6)",
         choices=LIKELIHOOD_TERMS)  # fmt: skip
     add(group, "noise", None, "a point estimate or sampled", "point with sghmc, sampled with nuts", choices=NOISE_MODES)
+    group.add_argument(
+        "--noise-per-output", action="store_true", default=c.noise_per_output,
+        help="the Gaussian likelihood of targets with several columns (naval's two, or a --data-npy y [N, P]) gets "
+        "one noise variance per column, each started at --noise-variance, as the released code "
+        "(BSGPConfig.noise_per_output); one column has one either way (default: one noise variance shared by the "
+        "columns)",
+    )  # fmt: skip
     for engine, options in ENGINE_OPTIONS.items():
         for name, (field, help_) in options.items():
             if help_ is not None:
                 kind = float if name == "step_size" else int
                 add(group, name, None, f"{engine}: {help_}", getattr(c, field), type=kind)
+    data_npy = npy_stream.DATA_NPY_OPTION
+    parser.add_argument(
+        "--data-npy", **{**data_npy, "help": data_npy["help"].format(fitted="sampled by --engine sghmc (NumPyro)")}
+    )
     shared.add_device_options(parser)
 
 
@@ -106,6 +137,9 @@ def _check(opts: dict[str, Any]) -> None:
         raise ValueError("--noise point needs --engine sghmc: NUTS samples every site (use --noise sampled)")
     if engine == "sghmc":
         validation.check_positive("--step-size", opts["step_size"])
+    if opts.get("noise_per_output") and opts.get("likelihood") not in (None, "gaussian"):
+        raise ValueError(f"--noise-per-output: one noise variance per output of the Gaussian likelihood; --likelihood "
+                         f"{opts['likelihood']} has none to split (drop one of the two)")  # fmt: skip
 
 
 def dataset_name(name: str) -> str:
@@ -114,29 +148,23 @@ def dataset_name(name: str) -> str:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    if args.data_npy is not None:
+        return sample_streamed_bsgp(args, argv)
     opts, d = shared.start(args, _check, NOISE_VARIANCE, dataset_name(args.data))
     sghmc, out, N = opts["engine"] == "sghmc", opts["out"], int(d.X.shape[0])
-    if d.ds.task == "regression":
-        opts["noise"] = opts["noise"] or ("point" if sghmc else "sampled")
+    _fill_noise(opts, d)
     settings, counters = shared.checkpoints(opts, (d.X, d.y), [out / CHECKPOINT], also=[out / SETTINGS_FILE])
     resumed = {k: counters[k] for k in RESUME_COUNTERS[opts["backend"]]} if counters else None
     Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
-    plan = schedule(opts["iterations"], opts["kept"]) if sghmc else None
-    num_warmup, num_samples = (plan.num_warmup, plan.num_samples) if sghmc else (opts["warmup"], opts["samples"])
-    config = BSGPConfig(
-        num_layers=opts["layers"], num_inducing=opts["inducing"], z_prior=opts["z_prior"],
-        likelihood_term=opts["data_term"], noise=opts["noise"] or "point", engine=opts["engine"],
-        num_chains=opts["chains"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS if sghmc else None,
-        **{field: opts[name] for name, (field, _) in ENGINE_OPTIONS[opts["engine"]].items()},
-    )  # fmt: skip
+    config = _config(opts)
     if sghmc:
         shared.check_devices(opts, opts["batch_size"] if opts["batch_size"] < N else None)
     else:
         shared.check_devices(opts, opts["chains"], "--chains")
     results.write_json(out / SETTINGS_FILE, settings)
     common = {
-        "likelihood": d.likelihood, "Z": Z, "checkpoint": str(out / CHECKPOINT), "progress": shared.progress(opts),
-        "fingerprint": settings,
+        "likelihood": _likelihood(opts, d), "Z": Z, "checkpoint": str(out / CHECKPOINT),
+        "progress": shared.progress(opts), "fingerprint": settings,
     }  # fmt: skip
     if opts["backend"] == "pyro":
         from ppl_sparsegp.cli import pyro_backend
@@ -146,6 +174,87 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         fit, fit_seconds = shared.timed(
             fit_bsgp, d.X, d.y, config, key=jax.random.PRNGKey(opts["seed"]), devices=opts["devices"], **common
         )
+    return _finish(opts, d, argv, fit, fit_seconds, resumed)
+
+
+def _fill_noise(opts: dict[str, Any], d: Data) -> None:
+    """``--noise``'s default for regression (point with sghmc, sampled with nuts); for classification, ``--noise``
+    and ``--noise-per-output`` refused (the Bernoulli likelihood has no noise)."""
+    if d.ds.task == "regression":
+        opts["noise"] = opts["noise"] or ("point" if opts["engine"] == "sghmc" else "sampled")
+        return
+    for name in ("noise", "noise_per_output"):
+        if opts.get(name):
+            raise ValueError(f"{flag(name)}: the Bernoulli likelihood of {d.ds.task} data ({d.ds.name}) has no noise")
+
+
+def _likelihood(opts: dict[str, Any], d: Data) -> Any:
+    """The recipe's ``likelihood``: the run's, or None with ``--noise-per-output``, for the recipe to make the
+    Gaussian with a noise variance per output (:func:`ppl_sparsegp.recipes.bsgp.plan_bsgp`)."""
+    return None if opts["noise_per_output"] else d.likelihood
+
+
+def _config(opts: dict[str, Any]) -> BSGPConfig:
+    """The recipe's settings from the checked options."""
+    sghmc = opts["engine"] == "sghmc"
+    return BSGPConfig(
+        num_layers=opts["layers"], num_inducing=opts["inducing"], z_prior=opts["z_prior"],
+        likelihood_term=opts["data_term"], noise=opts["noise"] or "point", engine=opts["engine"],
+        noise_per_output=opts["noise_per_output"], noise_variance=opts["noise_variance"] or NOISE_VARIANCE,
+        num_chains=opts["chains"], warmup_chunk_size=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS if sghmc else None,
+        **{field: opts[name] for name, (field, _) in ENGINE_OPTIONS[opts["engine"]].items()},
+    )  # fmt: skip
+
+
+def sample_streamed_bsgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """``fit bsgp --data-npy X.npy Y.npy``: BSGP (or deep BSGP) sampled by its adaptive SGHMC on minibatches of
+    ``--batch-size`` rows streamed from the files (:func:`ppl_sparsegp.infer.streaming.sample_streamed`:
+    memory-mapped reads, prefetched, checkpointed to OUT/mcmc.ckpt every 100 iterations and resumed from it), each
+    batch standardised on the device with the files' statistics and its data term scaled by N/B; Z placed by
+    ``--init`` on a random sample of the rows (:mod:`ppl_sparsegp.cli.npy_stream`), on which the draws are
+    evaluated. The same schedule, sampler and outputs as the in-memory run; the minibatches are drawn by the stream
+    (i.i.d. rows, as the model's own subsampling plate draws them in memory) instead of by the model."""
+    opts = dict(vars(args))
+    if opts["engine"] != "sghmc":
+        raise ValueError("--data-npy: --engine nuts needs one fixed target, not a new minibatch every step; use "
+                         "--engine sghmc (or --data with the files' contents)")  # fmt: skip
+    _check(opts)
+    npy_stream.check_stream_options(opts)
+    batches = npy_stream.open_stream(opts, argv)
+    d, stream = npy_stream.stream_data(opts, batches, NOISE_VARIANCE)
+    _fill_noise(opts, d)
+    out, N, B = opts["out"], batches.num_data, batches.batch_size
+    # the data are named by the stream's identity, which sample_streamed records and checks (its rows hash included)
+    settings, counters = shared.checkpoints(opts, (), [out / CHECKPOINT], also=[out / SETTINGS_FILE])
+    resumed = {k: counters[k] for k in RESUME_COUNTERS["stream"]} if counters else None
+    Z = initialise.by_name(opts["init"], d.X, opts["inducing"], bsgp_kernel(d.X.shape[1]), seed=opts["seed"])
+    plan = plan_bsgp(d.X, d.y, _config(opts), {}, likelihood=_likelihood(opts, d), Z=Z, z_prior_options=None)
+    plan = plan._replace(batch_size=None)  # the model takes each streamed batch whole, as its data
+    model, initial = build_model(plan, bsgp_models, deep_models, jnp.asarray)
+    program = npy_stream.data_term_scaled(npy_stream.standardised(model.model, d.scaler, d.X.dtype), N, B)
+    kernel = sghmc_kernel(plan.config, model, program, initial, N)
+    results.write_json(out / SETTINGS_FILE, settings)
+    mcmc, fit_seconds = shared.timed(
+        sample_streamed, kernel, batches, num_warmup=plan.num_warmup, num_samples=plan.num_samples,
+        thinning=plan.thinning, key=jax.random.PRNGKey(opts["seed"]), num_chains=opts["chains"],
+        checkpoint=out / CHECKPOINT, checkpoint_every=UPDATES_PER_ITERATION * CHECKPOINT_ITERATIONS,
+        fingerprint={**plan.fingerprint, "bsgp.batch_size": B, **settings}, progress=shared.progress(opts),
+    )  # fmt: skip
+    return _finish(opts, d, argv, BSGPFit(model, kernel, mcmc), fit_seconds, resumed, stream)
+
+
+def _finish(opts: dict[str, Any], d: Data, argv: Sequence[str], fit: BSGPFit, fit_seconds: float,
+            resumed: dict[str, int] | None, stream: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Evaluate the draws of ``fit`` on the evaluation data of ``d``, write posterior.nc, fit.png and results.json
+    and print the summary (module docstring); ``resumed``: the checkpoint's counters (:data:`RESUME_COUNTERS`),
+    ``stream``: a ``--data-npy`` run's facts (:func:`ppl_sparsegp.cli.npy_stream.stream_data`)."""
+    sghmc = opts["engine"] == "sghmc"
+    N = int(d.X.shape[0]) if stream is None else stream["num_data"]
+    if sghmc:
+        plan = schedule(opts["iterations"], opts["kept"])
+        num_warmup, num_samples = plan.num_warmup, plan.num_samples
+    else:
+        num_warmup, num_samples = opts["warmup"], opts["samples"]
     if fit.mcmc.interrupted:
         raise KeyboardInterrupt
     key = bsgp_prediction_key(opts)
@@ -163,7 +272,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     speed = num_warmup / mcmc.warmup_seconds if num_warmup and mcmc.warmup_seconds > 0 else None
     record = {
         "engine": opts["engine"], "layers": opts["layers"], "z_prior": opts["z_prior"], "data_term": opts["data_term"],
-        "noise": opts["noise"], "likelihood": opts["likelihood"], "metrics": m,
+        "noise": opts["noise"], "noise_per_output": opts["noise_per_output"], "likelihood": opts["likelihood"],
+        "metrics": m,
         "sampler": {
             "kernel": mcmc.kernel_name, "chains": mcmc.num_chains, "draws_per_chain": mcmc.num_draws,
             "warmup_updates": num_warmup, "sample_updates": num_samples, "thinning": mcmc.thinning,
@@ -180,18 +290,22 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         "files": {"posterior": "posterior.nc", "posterior_groups": groups, "figure": "fit.png",
                   "checkpoint": CHECKPOINT, "checkpoint_settings": SETTINGS_FILE},
     }  # fmt: skip
+    if stream is not None:
+        npy_stream.record_stream(record, stream)
     figure = d.plot(np.zeros(0), mean, var)
     results.plot_energy(figure.axes[0], mcmc.extra_fields.get("potential_energy"), mcmc.kernel_name != "NUTS")
     figure.tight_layout()
     layers = f"{opts['layers']} layer{'s' if opts['layers'] > 1 else ''}"
     speed = "" if speed is None else f", {speed:.0f} updates/s"
-    if resumed and opts["backend"] == "pyro":
+    if resumed and stream is not None:
+        resumed = f", resumed after {resumed['steps']} updates"
+    elif resumed and opts["backend"] == "pyro":
         resumed = f", resumed after {resumed['chains_done']} chain(s) and {resumed['steps_done']} updates of the next"
     else:
         resumed = f", resumed after {resumed['warmup_done']} warmup updates" if resumed else ""
+    where = npy_stream.stream_size(opts, d, stream) if stream else f"split {opts['split']}; {shared.size(opts, d)}"
     summary = [
-        f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} (split {opts['split']}; "
-        f"{shared.size(opts, d)})",
+        f"bsgp ({opts['engine']}, {layers}, {opts['z_prior']} Z prior) on {d.ds.name} ({where})",
         f"  {num_warmup} warmup updates in {mcmc.warmup_seconds:.1f} s{speed}{resumed}; {mcmc.num_chains} chain(s) x "
         f"{mcmc.num_draws} draws in {mcmc.sample_seconds:.1f} s{shared.divergences(mcmc)}",
         f"  {shared.scores(m, d, ('mnll', 'rmse'), ('accuracy', 'nll'))}",

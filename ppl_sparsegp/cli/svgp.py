@@ -28,21 +28,18 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optax
 
-from ppl_sparsegp import data, results, validation
+from ppl_sparsegp import results
+from ppl_sparsegp.cli import npy_stream
 from ppl_sparsegp.cli import run as shared
 from ppl_sparsegp.cli.run import DEFAULTS, Data
-from ppl_sparsegp.core import likelihoods
 from ppl_sparsegp.inducing import initialise
-from ppl_sparsegp.infer import sharding
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS
-from ppl_sparsegp.infer.streaming import NpyBatches, fit_streamed
+from ppl_sparsegp.infer.streaming import fit_streamed
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
@@ -50,8 +47,6 @@ from ppl_sparsegp.runs import store
 from ppl_sparsegp.runs.rebuild import svgp_model
 
 CHECKPOINT = "checkpoint.npz"
-STREAM_SAMPLE = 10_000
-"""``--data-npy``: the rows (at most) sampled from the files, in memory, to place Z and to evaluate the fit."""
 NOISE_VARIANCE = DEFAULTS.noise_variance
 METHOD_DEFAULTS = {"noise_variance": NOISE_VARIANCE, "inducing": DEFAULTS.inducing, "init": DEFAULTS.init}
 """The defaults that differ between methods (``fit --help`` groups the methods by them)."""
@@ -85,13 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
         parser.add_argument("--q-diag", action="store_true", default=MODEL["q_diag"], help="mean-field (diagonal) "
                             "q(u) (default: full)")  # fmt: skip
         shared.add_options(parser, ("batch_size",))
-        parser.add_argument(
-            "--data-npy", nargs=2, metavar=("X.npy", "Y.npy"), default=None,
-            help="instead of --data: stream the training data from two .npy files, inputs [N, D] and targets [N] "
-            "(or [N, P]), larger than memory if need be: standardised by one pass over them, fitted with Adam on "
-            "minibatches of --batch-size rows read per step, evaluated on a random sample of "
-            f"{STREAM_SAMPLE:,} rows; regression or binary data (default: off, --data)",
-        )  # fmt: skip
+        data_npy = npy_stream.DATA_NPY_OPTION
+        parser.add_argument("--data-npy", **{**data_npy, "help": data_npy["help"].format(fitted="fitted with Adam")})
         add_optimizer_arguments(parser)
         shared.add_device_options(parser)
 
@@ -254,10 +244,8 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
     }  # fmt: skip
     size = shared.size(opts, d)
     if stream is not None:
-        record.update(n_train=stream["num_data"], stream=stream)
-        record["note"] = (f"trained on all {stream['num_data']} rows of the .npy files, streamed; the metrics are on "
-                          f"a random sample of {stream['sample_rows']} of them")  # fmt: skip
-        size = f"streamed from .npy files; N = {stream['num_data']}, " + size.split(", ", 1)[1]
+        npy_stream.record_stream(record, stream)
+        size = npy_stream.stream_size(opts, d, stream)
     posterior = diagnostics.netcdf_file(store.svi_posterior(gp, fit.params, d.X, d.y))
     files = {"params.npz": results.npz_file(store.params_arrays(fit.params, d.scaler)), "posterior.nc": posterior}
     record["files"]["posterior"] = "posterior.nc"
@@ -276,56 +264,12 @@ def finish_svi(opts: dict[str, Any], d: Data, argv: Sequence[str], gp: Any, fit:
     return shared.finish(opts, d, argv, record, files, figure, summary)
 
 
-def check_stream_options(opts: dict[str, Any]) -> None:
-    """``--data-npy``'s checks that need no data: Adam on minibatches through NumPyro (``ValueError`` naming the
-    flag)."""
-    if opts["backend"] == "pyro":
-        raise ValueError("--data-npy: --backend pyro cannot stream minibatches from .npy files (its fit takes the "
-                         "data in memory); use --backend numpyro, or --data with the files' contents")  # fmt: skip
+def check_stream_optimizer(opts: dict[str, Any]) -> None:
+    """``--data-npy`` with svgp: Adam alone (``ValueError`` naming the flag)."""
     name = opts.get("optimizer", "adam")
     if name != "adam" or opts.get("freeze_steps"):
         given = f"--optimizer {name}" if name != "adam" else f"--freeze-steps {opts['freeze_steps']}"
         raise ValueError(f"--data-npy streams with Adam alone; {given} needs the data in memory (--data)")
-    if opts.get("batch_size") is None:
-        raise ValueError("--data-npy streams minibatches: give --batch-size B, the rows read per step")
-    if opts.get("likelihood") is not None and opts["likelihood"].lower() in likelihoods.MULTICLASS:
-        raise ValueError(f"--data-npy: regression or binary data; --likelihood {opts['likelihood']} needs --data")
-
-
-def stream_data(opts: dict[str, Any], batches: NpyBatches) -> tuple[Data, dict[str, Any]]:
-    """The task, likelihood and standardisation of the streamed files (one pass over them), and a random sample of
-    :data:`STREAM_SAMPLE` rows in memory (standardised: Z's initialisation and the evaluation), as the
-    :class:`~ppl_sparsegp.cli.run.Data` every fit finishes with; fills in ``likelihood`` and ``noise_variance``.
-    Returns it and the run's ``stream`` record."""
-    name = opts.get("likelihood") or shared.DEFAULT_LIKELIHOOD["regression"]
-    task = next(task for task, names in shared.LIKELIHOODS_BY_TASK.items() if name in names)
-    try:
-        stats = batches.statistics()
-    except ValueError as err:
-        raise ValueError(f"--data-npy: {err}") from None
-    N, (X_path, y_path) = batches.num_data, batches.paths
-    if task == "binary" and (batches.shapes[1] or not stats["y_integral"] or stats["y_min"] < 0 or stats["y_max"] > 1):
-        raise ValueError(f"--data-npy: --likelihood {name} needs labels 0 and 1 in {str(y_path)!r}, a vector [N]")
-    if task == "binary" and opts.get("noise_variance") is not None:
-        raise ValueError("--noise-variance: the Bernoulli likelihood of binary data has no noise")
-    validation.check_inducing_count(opts["inducing"], N, name="--inducing")
-    opts["likelihood"] = name
-    if task == "regression" and opts.get("noise_variance") is None:
-        opts["noise_variance"] = NOISE_VARIANCE
-    dtype = np.dtype(opts["dtype"])
-    scale = lambda std: np.where(std > 0, std, 1.0)  # noqa: E731 (a constant column: scale 1, as data.Standardizer)
-    y_mean, y_std = (stats["y_mean"], scale(stats["y_std"])) if task == "regression" else (np.zeros(()), np.ones(()))
-    scaler = data.Standardizer(stats["x_mean"], scale(stats["x_std"]), np.asarray(y_mean), np.asarray(y_std))
-    X_s, y_s = (np.asarray(a, np.float64) for a in batches.sample(STREAM_SAMPLE, opts["seed"]))
-    ds = data.Dataset(
-        X_s, y_s, X_s, y_s, name=f"npy:{X_path.name}", task=task, meta={"files": [str(X_path), str(y_path)]}
-    )
-    X_std, y_std_s = scaler.transform_x(X_s).astype(dtype), scaler.transform_y(y_s).astype(dtype)
-    likelihood = likelihoods.likelihood_with_noise(name, opts["noise_variance"], dtype, 2)
-    d = Data(ds, scaler, X_std, y_std_s, X_std, y_s, y_std_s, "train sample", likelihood)
-    record = {"num_data": N, "files": [str(X_path), str(y_path)], "batch_size": batches.batch_size,
-              "sample_rows": len(X_s)}  # fmt: skip
-    return d, record
 
 
 def fit_streamed_svgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -335,20 +279,11 @@ def fit_streamed_svgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str
     placed by ``--init`` on a random sample of the rows, on which the fit is evaluated. Writes what
     :func:`fit_by_svi` writes."""
     opts = dict(vars(args))
-    if not any(arg == "--out" or arg.startswith("--out=") for arg in argv):
-        opts["out"] = Path("runs") / f"svgp-{Path(opts['data_npy'][0]).stem}"
     check_options(opts)
-    check_stream_options(opts)
-    shared.check_devices(opts, opts["batch_size"])
-    try:
-        batches = NpyBatches(*opts["data_npy"], opts["batch_size"], seed=opts["seed"],
-                             mesh=sharding.data_mesh(opts.get("devices")), dtype=np.dtype(opts["dtype"]))  # fmt: skip
-    except ValueError as err:
-        raise ValueError(f"--data-npy: {err}") from None
-    if opts["batch_size"] >= batches.num_data:
-        raise ValueError(f"--batch-size ({opts['batch_size']}) must be smaller than the N = {batches.num_data} rows "
-                         "of --data-npy (a streamed fit draws minibatches)")  # fmt: skip
-    d, stream = stream_data(opts, batches)
+    npy_stream.check_stream_options(opts)
+    check_stream_optimizer(opts)
+    batches = npy_stream.open_stream(opts, argv)
+    d, stream = npy_stream.stream_data(opts, batches, NOISE_VARIANCE)
     checkpoint = opts["out"] / CHECKPOINT
     # the data are named by the stream's identity, which fit_streamed records and checks (its rows hash included)
     settings, counters = shared.checkpoints(opts, (), [checkpoint], resumable=("steps",))
@@ -356,17 +291,9 @@ def fit_streamed_svgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str
     Z = initialise.by_name(opts["init"], d.X, opts["inducing"], kernel, seed=opts["seed"])
     gp = svgp_model(opts, {"likelihood": d.likelihood, "kernel": kernel, "Z": Z}, d.ds.num_outputs)
     gp = dataclasses.replace(gp, num_data=batches.num_data)
-    shift = [np.asarray(a, d.X.dtype) for a in (d.scaler.x_mean, d.scaler.x_scale, d.scaler.y_mean, d.scaler.y_scale)]
-
-    def standardised(program: Callable[..., None]) -> Callable[..., None]:
-        def on_batch(X: Any, y: Any) -> None:
-            x_mean, x_scale, y_mean, y_scale = shift
-            return program((X - x_mean) / x_scale, (y - y_mean) / y_scale)
-
-        return on_batch
-
+    model, guide = (npy_stream.standardised(program, d.scaler, d.X.dtype) for program in (gp.model, gp.guide))
     fit, train_seconds = shared.timed(
-        fit_streamed, standardised(gp.model), standardised(gp.guide), batches, optimizer=optax.adam(opts["lr"]),
+        fit_streamed, model, guide, batches, optimizer=optax.adam(opts["lr"]),
         num_steps=opts["steps"], key=opts["seed"], checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
         fingerprint=settings, progress=shared.progress(opts),
     )  # fmt: skip

@@ -271,25 +271,38 @@ def fit_bsgp(
     p = plan_bsgp(X, y, config, overrides, likelihood=likelihood, Z=Z, z_prior_options=z_prior_options)
     c = p.config
     model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray)
-    init_strategy = init_to_value(values=initial)
     if c.engine == "nuts":
         kernel = NUTS(
-            model.model, init_strategy=init_strategy, max_tree_depth=8, target_accept_prob=c.target_accept_prob
-        )
+            model.model, init_strategy=init_to_value(values=initial), max_tree_depth=8,
+            target_accept_prob=c.target_accept_prob,
+        )  # fmt: skip
     else:
-        sites = model.point_estimate_sites()
-        kernel = AdaptiveSGHMC(
-            model.model,
-            step_size=c.step_size,
-            mdecay=c.mdecay,
-            num_data=p.X.shape[0],
-            init_strategy=init_strategy,
-            point_estimates=PointEstimates(sites) if sites else None,
-        )
+        kernel = sghmc_kernel(c, model, model.model, initial, p.X.shape[0])
     return run_plan(
         p, model, kernel, key=key, checkpoint=checkpoint, progress=progress, callback=callback,
         fingerprint=fingerprint, devices=devices,
     )  # fmt: skip
+
+
+def sghmc_kernel(
+    config: BSGPConfig,
+    model: BSGP | DeepBSGP,
+    program: Callable[..., None],
+    initial: Mapping[str, Array],
+    num_data: int,
+) -> AdaptiveSGHMC:
+    """BSGP's sampler: :class:`AdaptiveSGHMC` (``config``'s step size and momentum decay, initial moments for N =
+    ``num_data`` points) on ``program`` (``model.model``, or it wrapped, e.g. to read streamed batches), started at
+    ``initial`` (:func:`build_model`), with ``model``'s point-estimated sites (the noise, by default) optimised."""
+    sites = model.point_estimate_sites()
+    return AdaptiveSGHMC(
+        program,
+        step_size=config.step_size,
+        mdecay=config.mdecay,
+        num_data=num_data,
+        init_strategy=init_to_value(values=initial),
+        point_estimates=PointEstimates(sites) if sites else None,
+    )
 
 
 def run_plan(

@@ -230,6 +230,7 @@ def test_help_lists_every_option_with_its_default(capsys, monkeypatch):
         "--z-prior",
         "--data-term",
         "--noise",
+        "--noise-per-output",
         "--iterations",
         "--kept",
         "--candidates",
