@@ -103,7 +103,27 @@ def to_inference_data(
     dims: Mapping[str, list[str]] | None = None,
     attrs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Assemble InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) from arrays.
+    """Assemble InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) from arrays: :func:`assemble` of
+    :func:`inference_groups` (the same arguments)."""
+    return assemble(
+        inference_groups(samples, sample_stats=sample_stats, log_likelihood=log_likelihood,
+                         posterior_predictive=posterior_predictive, observed_data=observed_data, dims=dims,
+                         attrs=attrs)
+    )  # fmt: skip
+
+
+def inference_groups(
+    samples: Mapping[str, Array],
+    *,
+    sample_stats: Mapping[str, Array] | None = None,
+    log_likelihood: Mapping[str, Array] | None = None,
+    posterior_predictive: Mapping[str, Array] | None = None,
+    observed_data: Mapping[str, Array] | None = None,
+    dims: Mapping[str, list[str]] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> dict[str, xr.Dataset]:
+    """The groups of an InferenceData as xarray Datasets, group name -> Dataset, built with xarray alone (ArviZ is
+    not imported: :func:`netcdf_file` writes them as ArviZ would, :func:`assemble` makes the InferenceData).
 
     Args:
         samples: site -> [C, S, ...] posterior draws.
@@ -126,10 +146,15 @@ def to_inference_data(
         groups["observed_data"] = _dataset(observed_data, dims, [])
     for ds in groups.values():
         ds.attrs.update({k: str(v) for k, v in (attrs or {}).items()})
+    return groups
+
+
+def assemble(groups: Mapping[str, xr.Dataset]) -> Any:
+    """InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) of ``groups`` (:func:`inference_groups`)."""
     if ARVIZ_MAJOR >= 1:
         import xarray as xr
 
-        return xr.DataTree.from_dict(groups)
+        return xr.DataTree.from_dict(dict(groups))
     import arviz as az
 
     return az.InferenceData(**groups)
@@ -145,15 +170,28 @@ def _sample_stats(extra_fields: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
     return stats
 
 
-def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[str, Array] | None) -> np.ndarray:
-    """``fn(draw, index)`` over every draw of [C, S, ...] samples -> [C, S, ...]."""
+PER_DRAW_BATCH = 64
+"""Draws evaluated at once (vmapped) by :func:`_per_draw`."""
+
+
+def _per_draw(
+    fns: Mapping[str, Callable], samples: Mapping[str, np.ndarray], params: Mapping[str, Array] | None, key: Array
+) -> dict[str, np.ndarray]:
+    """Every ``fns[name](draw, index, key)`` over every draw of [C, S, ...] samples (``params`` filling the sites a
+    draw does not hold) -> name -> [C, S, ...], all in one compiled program."""
     C, S = next(iter(samples.values())).shape[:2]
-    flat = {k: jnp.asarray(v).reshape((C * S, *v.shape[2:])) for k, v in samples.items()}
+    flat = {k: np.reshape(v, (C * S, *np.shape(v)[2:])) for k, v in samples.items()}
     fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
-    out = jax.jit(lambda d: jax.lax.map(lambda x: fn({**fixed, **x[0]}, x[1]), (d, jnp.arange(C * S)), batch_size=64))(
-        flat
-    )
-    return np.asarray(out).reshape((C, S, *out.shape[1:]))
+
+    def program(flat: dict, key: Array) -> dict:
+        def one(x: tuple) -> dict:
+            draw, index = x
+            return {name: fn({**fixed, **draw}, index, key) for name, fn in fns.items()}
+
+        return jax.lax.map(one, (flat, jnp.arange(C * S)), batch_size=PER_DRAW_BATCH)
+
+    out = jax.device_get(jax.jit(program)(flat, key))
+    return {name: np.asarray(v).reshape((C, S, *v.shape[1:])) for name, v in out.items()}
 
 
 def observation_dims(y: Array) -> list[str]:
@@ -186,33 +224,37 @@ def _data_groups(
 ) -> dict[str, Any]:
     validation.check_choice("log_likelihood_of", log_likelihood_of, LOG_LIKELIHOODS)
     X, y = jnp.asarray(X), jnp.asarray(y)
-    groups: dict[str, Any] = {"observed_data": {"y": np.asarray(y)}}
+    fns: dict[str, Callable] = {}
     if log_likelihood is not False:
-        ll_key = jax.random.fold_in(key, 1)
         if log_likelihood_of == "predictive" and getattr(model, "random_prediction", False):
-            pointwise = lambda d, i: model.predict_log_density(  # noqa: E731
-                d, X, y, key=jax.random.fold_in(ll_key, i), num_samples=RANDOM_PROPAGATIONS
-            )
+
+            def pointwise(d: dict, i: Array, key: Array) -> Array:
+                ll_key = jax.random.fold_in(jax.random.fold_in(key, 1), i)
+                return model.predict_log_density(d, X, y, key=ll_key, num_samples=RANDOM_PROPAGATIONS)
+
         elif log_likelihood_of == "predictive":
-            pointwise = lambda d, _: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
+            pointwise = lambda d, i, key: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
         else:
-            pointwise = lambda d, _: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
-        try:
-            groups["log_likelihood"] = {"y": _per_draw(pointwise, samples, params)}
-        except NotImplementedError:
-            if log_likelihood:
-                raise
+            pointwise = lambda d, i, key: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
+        fns["log_likelihood"] = pointwise
     if posterior_predictive:
 
-        def draw_y(d: dict, i: Array) -> Array:
+        def draw_y(d: dict, i: Array, key: Array) -> Array:
             _, likelihood = model.fitted(d)
             mean, var = model.predict_f(d, X, X=X, y=y)
             f_key, y_key = jax.random.split(jax.random.fold_in(key, i))
             f = mean + jnp.sqrt(jnp.clip(var, 0.0)) * jax.random.normal(f_key, jnp.shape(mean), mean.dtype)
             return observation_distribution(likelihood, f).sample(y_key)
 
-        groups["posterior_predictive"] = {"y": _per_draw(draw_y, samples, params)}
-    return groups
+        fns["posterior_predictive"] = draw_y
+    try:
+        drawn = _per_draw(fns, samples, params, key) if fns else {}
+    except NotImplementedError:  # the model has no pointwise log-likelihood (raised while tracing it)
+        if log_likelihood or "log_likelihood" not in fns:
+            raise
+        del fns["log_likelihood"]
+        drawn = _per_draw(fns, samples, params, key) if fns else {}
+    return {"observed_data": {"y": np.asarray(y)}, **{group: {"y": value} for group, value in drawn.items()}}
 
 
 def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
@@ -277,7 +319,7 @@ def from_mcmc(
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
 
 
-def from_svi(
+def svi_groups(
     model: Any,
     params: Mapping[str, Array],
     X: Array,
@@ -289,8 +331,9 @@ def from_svi(
     posterior_predictive: bool = True,
     log_likelihood_of: str = "potential",
     local: Collection[str] = (),
-) -> Any:
-    """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain.
+) -> dict[str, xr.Dataset]:
+    """The groups (:func:`inference_groups`) of :func:`from_svi`'s InferenceData for an SVI fit: ``num_draws`` draws
+    of the fitted guide as one chain.
 
     u at draws of q(u); the hyperparameters at their point estimates (constant over the draws; the attribute
     ``point_estimates`` names them). ``local``: sites with one value per data point (IDSGP's u [N, M]) that are
@@ -310,7 +353,28 @@ def from_svi(
     dims = {**site_dims(kept, np.shape(X)[1]), "y": observation_dims(y)}
     attrs = {"engine": "SVI", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
              "point_estimates": ", ".join(points)}  # fmt: skip
-    return to_inference_data(kept, dims=dims, attrs=attrs, **groups)
+    return inference_groups(kept, dims=dims, attrs=attrs, **groups)
+
+
+def from_svi(
+    model: Any,
+    params: Mapping[str, Array],
+    X: Array,
+    y: Array,
+    *,
+    num_draws: int = 1000,
+    key: Array | None = None,
+    log_likelihood: bool | None = None,
+    posterior_predictive: bool = True,
+    log_likelihood_of: str = "potential",
+    local: Collection[str] = (),
+) -> Any:
+    """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain (:func:`svi_groups`,
+    the same arguments, assembled)."""
+    return assemble(
+        svi_groups(model, params, X, y, num_draws=num_draws, key=key, log_likelihood=log_likelihood,
+                   posterior_predictive=posterior_predictive, log_likelihood_of=log_likelihood_of, local=local)
+    )  # fmt: skip
 
 
 def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array, **options: Any) -> Any:
@@ -480,9 +544,31 @@ def save(idata: Any, path: str | os.PathLike) -> Path:
     return path
 
 
+NETCDF_GROUP_ORDER = (
+    "posterior", "posterior_predictive", "predictions", "log_likelihood", "sample_stats", "observed_data",
+    "constant_data", "predictions_constant_data",
+)  # fmt: skip
+"""The order in which ArviZ 0.x holds (and writes) the groups this module builds."""
+
+
 def netcdf_file(idata: Any) -> results.FileWriter:
-    """A writer of InferenceData (or a DataTree) as netCDF, for :func:`ppl_sparsegp.results.write_output_set`."""
-    return lambda path: idata.to_netcdf(str(path))
+    """A writer of InferenceData (or a DataTree) as netCDF, for :func:`ppl_sparsegp.results.write_output_set`; or
+    of a dict of groups (:func:`inference_groups`, :func:`svi_groups`), written as their InferenceData would be
+    without importing ArviZ: with ArviZ 0.x each group a netCDF group (h5netcdf, zlib on the numeric variables,
+    in :data:`NETCDF_GROUP_ORDER`), with ArviZ >= 1.0 as their DataTree."""
+    if not isinstance(idata, dict):
+        return lambda path: idata.to_netcdf(str(path))
+    if ARVIZ_MAJOR >= 1:
+        return lambda path: assemble(idata).to_netcdf(str(path))
+    order = [g for g in NETCDF_GROUP_ORDER if g in idata] + [g for g in idata if g not in NETCDF_GROUP_ORDER]
+
+    def write(path: Path) -> None:
+        for i, name in enumerate(order):
+            group = idata[name]
+            encoding = {v: {"zlib": True} for v, values in group.variables.items() if values.dtype.kind in "biufcS"}
+            group.to_netcdf(str(path), mode="a" if i else "w", group=name, engine="h5netcdf", encoding=encoding)
+
+    return write
 
 
 def load(path: str | os.PathLike) -> Any:
