@@ -40,7 +40,7 @@ from ppl_sparsegp import results, validation
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.numpyro.distributions import observation_distribution
-from ppl_sparsegp.posterior.predict import draw_moments, guide_draws
+from ppl_sparsegp.posterior.predict import draw_moments, guide_sampler
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -175,23 +175,33 @@ PER_DRAW_BATCH = 64
 
 
 def _per_draw(
-    fns: Mapping[str, Callable], samples: Mapping[str, np.ndarray], params: Mapping[str, Array] | None, key: Array
-) -> dict[str, np.ndarray]:
-    """Every ``fns[name](draw, index, key)`` over every draw of [C, S, ...] samples (``params`` filling the sites a
-    draw does not hold) -> name -> [C, S, ...], all in one compiled program."""
-    C, S = next(iter(samples.values())).shape[:2]
-    flat = {k: np.reshape(v, (C * S, *np.shape(v)[2:])) for k, v in samples.items()}
+    fns: Mapping[str, Callable],
+    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
+    params: Mapping[str, Array] | None,
+    key: Array,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every ``fns[name](draw, index, key)`` over every draw of [C, S, ...] ``samples`` (``params`` filling the sites
+    a draw does not hold), all in one compiled program. ``samples`` may also be a function ``k -> site -> [C, S,
+    ...]`` that draws them inside that program, from the first key of ``jax.random.split(key)`` (the ``fns`` then
+    get the second). Returns the samples and name -> [C, S, ...]."""
     fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
 
-    def program(flat: dict, key: Array) -> dict:
+    def program(given: Mapping[str, Array], key: Array) -> tuple[Mapping[str, Array], dict]:
+        if callable(samples):
+            draw_key, key = jax.random.split(key)
+            given = samples(draw_key)
+        C, S = next(iter(given.values())).shape[:2]
+        flat = {k: jnp.reshape(v, (C * S, *v.shape[2:])) for k, v in given.items()}
+
         def one(x: tuple) -> dict:
             draw, index = x
             return {name: fn({**fixed, **draw}, index, key) for name, fn in fns.items()}
 
-        return jax.lax.map(one, (flat, jnp.arange(C * S)), batch_size=PER_DRAW_BATCH)
+        out = jax.lax.map(one, (flat, jnp.arange(C * S)), batch_size=PER_DRAW_BATCH) if fns else {}
+        return given, {name: v.reshape((C, S, *v.shape[1:])) for name, v in out.items()}
 
-    out = jax.device_get(jax.jit(program)(flat, key))
-    return {name: np.asarray(v).reshape((C, S, *v.shape[1:])) for name, v in out.items()}
+    given, out = jax.device_get(jax.jit(program)({} if callable(samples) else dict(samples), key))
+    return {k: np.asarray(v) for k, v in given.items()}, {k: np.asarray(v) for k, v in out.items()}
 
 
 def observation_dims(y: Array) -> list[str]:
@@ -213,7 +223,7 @@ RANDOM_PROPAGATIONS = 16
 
 def _data_groups(
     model: Any,
-    samples: Mapping[str, np.ndarray],
+    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
     X: Array,
     y: Array,
     params: Mapping[str, Array] | None,
@@ -221,7 +231,9 @@ def _data_groups(
     log_likelihood: bool | None,
     posterior_predictive: bool,
     log_likelihood_of: str = "potential",
-) -> dict[str, Any]:
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The samples (``samples``, or what the sampler ``samples`` drew: :func:`_per_draw`) and the data groups:
+    ``observed_data``, and (one compiled program) ``log_likelihood`` and ``posterior_predictive``."""
     validation.check_choice("log_likelihood_of", log_likelihood_of, LOG_LIKELIHOODS)
     X, y = jnp.asarray(X), jnp.asarray(y)
     fns: dict[str, Callable] = {}
@@ -248,13 +260,13 @@ def _data_groups(
 
         fns["posterior_predictive"] = draw_y
     try:
-        drawn = _per_draw(fns, samples, params, key) if fns else {}
+        drawn, computed = _per_draw(fns, samples, params, key)
     except NotImplementedError:  # the model has no pointwise log-likelihood (raised while tracing it)
         if log_likelihood or "log_likelihood" not in fns:
             raise
         del fns["log_likelihood"]
-        drawn = _per_draw(fns, samples, params, key) if fns else {}
-    return {"observed_data": {"y": np.asarray(y)}, **{group: {"y": value} for group, value in drawn.items()}}
+        drawn, computed = _per_draw(fns, samples, params, key)
+    return drawn, {"observed_data": {"y": np.asarray(y)}, **{group: {"y": v} for group, v in computed.items()}}
 
 
 def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
@@ -313,7 +325,7 @@ def from_mcmc(
     """
     samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
-    groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
+    _, groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
     dims = {**site_dims(samples, np.shape(X)[1]), "y": observation_dims(y), **(dims or {})}
     attrs = {**attrs, "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
@@ -341,11 +353,10 @@ def svi_groups(
     :func:`from_mcmc`.
     """
     key = jax.random.PRNGKey(0) if key is None else key
-    draw_key, data_key = jax.random.split(key)
-    draws = guide_draws(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y), key=draw_key)
-    samples = {k: v[None] for k, v in draws.items()}
-    groups = _data_groups(
-        model, samples, X, y, params, data_key, log_likelihood, posterior_predictive, log_likelihood_of
+    draw = guide_sampler(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y))
+    one_chain = lambda k: {site: v[None] for site, v in draw(k).items()}  # noqa: E731
+    samples, groups = _data_groups(
+        model, one_chain, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of
     )
     points = [s for s in model.hyperparameter_sites() if s in params and s not in samples]
     kept = {k: v for k, v in samples.items() if k not in local}
