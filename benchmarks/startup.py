@@ -14,6 +14,10 @@ What is timed, each figure in a fresh process, ``--repeats`` times (the table gi
 * ``ppl-sparsegp fit svgp --data diabetes --steps 1 --quiet --out TMP``: the wall-clock time of the whole process
   (the console script beside the interpreter), and its CPU time (user + system, from ``getrusage``), which a busy
   machine inflates less than the wall clock.
+* the same command with a warm cache, run in-process (``--fit-phases``): the CPU seconds of importing the command
+  line's module and of each phase of :data:`FIT_PHASES` (loading the data, placing Z, ``fit_svi``, the
+  predictions, posterior.nc's draws, fit.png's figure, writing the files; each with what it imports first), and
+  the rest.
 * a one-step fit in-process: ``psg.fit_svi`` of an SVGP on diabetes (the command's defaults: M = 128 k-means
   inducing inputs, RBF with lengthscale sqrt(D), noise variance 0.1, Adam 0.01, float64, whitened), timed around
   the ``fit_svi`` call (wall and the process's CPU time), and from the process's launch to the end of that step.
@@ -86,6 +90,52 @@ def one_step_fit(launched: float) -> dict[str, float]:
     }
 
 
+FIT_PHASES = {
+    "load_data": ("ppl_sparsegp.data", "load_dataset"),
+    "inducing_init": ("ppl_sparsegp.inducing.initialise", "by_name"),
+    "fit_svi": ("ppl_sparsegp.cli.svgp", "fit_svi"),
+    "predict": ("ppl_sparsegp.cli.run", "predict_gp"),
+    "posterior": ("ppl_sparsegp.runs.store", "svi_posterior"),
+    "plot": ("ppl_sparsegp.results", "plot_fit"),
+    "write_files": ("ppl_sparsegp.results", "write_output_set"),
+}
+"""The phases of a ``fit svgp`` run that :func:`fit_phases` times: phase -> (module, function), each function
+looked up by the command at call time (so a wrapper put in the module's place sees every call)."""
+
+
+def fit_phases(out: str) -> dict[str, float]:
+    """The in-process breakdown (run in a child process): ``ppl-sparsegp fit svgp`` (:data:`FIT_ARGS`, ``--out
+    out``) with the CPU seconds of the process spent importing the command line's module, in each phase of
+    :data:`FIT_PHASES` (what it imports on first use included) and in the rest (``other``), and the total."""
+    import functools
+    import importlib
+
+    start = time.process_time()
+    from ppl_sparsegp.cli import __main__ as cli
+
+    spent = {"import_cli": time.process_time() - start}
+
+    def timed(phase: str, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            begun = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[phase] = spent.get(phase, 0.0) + time.process_time() - begun
+
+        return wrapper
+
+    for phase, (module_name, name) in FIT_PHASES.items():
+        module = importlib.import_module(module_name)
+        setattr(module, name, timed(phase, getattr(module, name)))
+    if cli.main([*FIT_ARGS, "--out", out]) != 0:
+        raise RuntimeError("the fit failed")
+    total = time.process_time() - start
+    return {**{f"{k}_cpu_s": v for k, v in spent.items()}, "other_cpu_s": total - sum(spent.values()),
+            "total_cpu_s": total}  # fmt: skip
+
+
 def timed_process(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
     """Run ``command`` in ``cwd``; its wall-clock seconds, its CPU seconds (user + system) and its stdout. Raises on
     failure."""
@@ -137,6 +187,9 @@ def measure(repeats: int, scratch: Path, checkouts: dict[str, Path | None]) -> d
     def in_process() -> list[str]:
         return [sys.executable, script, "--one-step-fit", repr(time.time())]
 
+    def phases(checkout: str, repeat: int) -> list[str]:
+        return [sys.executable, script, "--fit-phases", str(scratch / f"phases-{checkout}-{repeat}")]
+
     for checkout in checkouts:  # fill the warm caches once
         prime = [*fit_command, str(scratch / f"prime-{checkout}")]
         run(checkout, "", prime, scratch / checkout / "warm-cli", parsed=nothing)
@@ -156,6 +209,9 @@ def measure(repeats: int, scratch: Path, checkouts: dict[str, Path | None]) -> d
             for checkout in checkouts:
                 cache = scratch / checkout / (f"cold-fit-{repeat}" if kind == "cold" else "warm-fit")
                 run(checkout, f"one_step_fit_{kind}", in_process(), cache, parsed=last_json)
+        for checkout in checkouts:
+            cache = scratch / checkout / "warm-cli"
+            run(checkout, "cli_fit_warm_phases", phases(checkout, repeat), cache, parsed=last_json)
         print(f"repeat {repeat + 1}/{repeats} done", file=sys.stderr, flush=True)
     return figures
 
@@ -199,9 +255,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "startup.json")
     parser.add_argument("--baseline", type=Path, metavar="DIR", help="also time the checkout in DIR, interleaved")
     parser.add_argument("--one-step-fit", type=float, metavar="LAUNCHED", help=argparse.SUPPRESS)
+    parser.add_argument("--fit-phases", metavar="OUT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_step_fit is not None:
         print(json.dumps(one_step_fit(args.one_step_fit)))
+        return
+    if args.fit_phases is not None:
+        print(json.dumps(fit_phases(args.fit_phases)))
         return
     import ppl_sparsegp
 

@@ -13,7 +13,9 @@ files, a failed Cholesky, a non-finite loss, a full disk), printed as one line `
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import gc
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -91,8 +93,20 @@ def build_parser(argv: Sequence[str] = ()) -> Parser:
     return parser
 
 
+def skip_the_final_collection() -> None:
+    """At the interpreter's exit: freeze the garbage collector's objects and stop it, so that the interpreter's
+    final collections do not walk every object that jax, scikit-learn, xarray and matplotlib left (0.7 s of CPU
+    after a one-step ``fit svgp``); the operating system reclaims the memory. Registered with :mod:`atexit` by
+    :func:`main`, so it runs only when the process ends, after the handlers registered later (the libraries'
+    own shutdown handlers run as they would)."""
+    gc.freeze()
+    gc.disable()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``ppl-sparsegp`` with ``argv`` (default: the process's); returns the exit code."""
+    atexit.unregister(skip_the_final_collection)  # once per process, however often main runs
+    atexit.register(skip_the_final_collection)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser(argv).parse_args(argv)

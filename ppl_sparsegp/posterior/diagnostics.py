@@ -40,7 +40,7 @@ from ppl_sparsegp import results, validation
 from ppl_sparsegp.infer.mcmc import MCMCResult
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.numpyro.distributions import observation_distribution
-from ppl_sparsegp.posterior.predict import draw_moments, guide_draws
+from ppl_sparsegp.posterior.predict import draw_moments, guide_sampler
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -103,7 +103,27 @@ def to_inference_data(
     dims: Mapping[str, list[str]] | None = None,
     attrs: Mapping[str, Any] | None = None,
 ) -> Any:
-    """Assemble InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) from arrays.
+    """Assemble InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) from arrays: :func:`assemble` of
+    :func:`inference_groups` (the same arguments)."""
+    return assemble(
+        inference_groups(samples, sample_stats=sample_stats, log_likelihood=log_likelihood,
+                         posterior_predictive=posterior_predictive, observed_data=observed_data, dims=dims,
+                         attrs=attrs)
+    )  # fmt: skip
+
+
+def inference_groups(
+    samples: Mapping[str, Array],
+    *,
+    sample_stats: Mapping[str, Array] | None = None,
+    log_likelihood: Mapping[str, Array] | None = None,
+    posterior_predictive: Mapping[str, Array] | None = None,
+    observed_data: Mapping[str, Array] | None = None,
+    dims: Mapping[str, list[str]] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+) -> dict[str, xr.Dataset]:
+    """The groups of an InferenceData as xarray Datasets, group name -> Dataset, built with xarray alone (ArviZ is
+    not imported: :func:`netcdf_file` writes them as ArviZ would, :func:`assemble` makes the InferenceData).
 
     Args:
         samples: site -> [C, S, ...] posterior draws.
@@ -126,10 +146,15 @@ def to_inference_data(
         groups["observed_data"] = _dataset(observed_data, dims, [])
     for ds in groups.values():
         ds.attrs.update({k: str(v) for k, v in (attrs or {}).items()})
+    return groups
+
+
+def assemble(groups: Mapping[str, xr.Dataset]) -> Any:
+    """InferenceData (ArviZ 0.x) or a DataTree (ArviZ >= 1.0) of ``groups`` (:func:`inference_groups`)."""
     if ARVIZ_MAJOR >= 1:
         import xarray as xr
 
-        return xr.DataTree.from_dict(groups)
+        return xr.DataTree.from_dict(dict(groups))
     import arviz as az
 
     return az.InferenceData(**groups)
@@ -145,15 +170,38 @@ def _sample_stats(extra_fields: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
     return stats
 
 
-def _per_draw(fn: Callable, samples: Mapping[str, np.ndarray], params: Mapping[str, Array] | None) -> np.ndarray:
-    """``fn(draw, index)`` over every draw of [C, S, ...] samples -> [C, S, ...]."""
-    C, S = next(iter(samples.values())).shape[:2]
-    flat = {k: jnp.asarray(v).reshape((C * S, *v.shape[2:])) for k, v in samples.items()}
+PER_DRAW_BATCH = 64
+"""Draws evaluated at once (vmapped) by :func:`_per_draw`."""
+
+
+def _per_draw(
+    fns: Mapping[str, Callable],
+    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
+    params: Mapping[str, Array] | None,
+    key: Array,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every ``fns[name](draw, index, key)`` over every draw of [C, S, ...] ``samples`` (``params`` filling the sites
+    a draw does not hold), all in one compiled program. ``samples`` may also be a function ``k -> site -> [C, S,
+    ...]`` that draws them inside that program, from the first key of ``jax.random.split(key)`` (the ``fns`` then
+    get the second). Returns the samples and name -> [C, S, ...]."""
     fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
-    out = jax.jit(lambda d: jax.lax.map(lambda x: fn({**fixed, **x[0]}, x[1]), (d, jnp.arange(C * S)), batch_size=64))(
-        flat
-    )
-    return np.asarray(out).reshape((C, S, *out.shape[1:]))
+
+    def program(given: Mapping[str, Array], key: Array) -> tuple[Mapping[str, Array], dict]:
+        if callable(samples):
+            draw_key, key = jax.random.split(key)
+            given = samples(draw_key)
+        C, S = next(iter(given.values())).shape[:2]
+        flat = {k: jnp.reshape(v, (C * S, *v.shape[2:])) for k, v in given.items()}
+
+        def one(x: tuple) -> dict:
+            draw, index = x
+            return {name: fn({**fixed, **draw}, index, key) for name, fn in fns.items()}
+
+        out = jax.lax.map(one, (flat, jnp.arange(C * S)), batch_size=PER_DRAW_BATCH) if fns else {}
+        return given, {name: v.reshape((C, S, *v.shape[1:])) for name, v in out.items()}
+
+    given, out = jax.device_get(jax.jit(program)({} if callable(samples) else dict(samples), key))
+    return {k: np.asarray(v) for k, v in given.items()}, {k: np.asarray(v) for k, v in out.items()}
 
 
 def observation_dims(y: Array) -> list[str]:
@@ -175,7 +223,7 @@ RANDOM_PROPAGATIONS = 16
 
 def _data_groups(
     model: Any,
-    samples: Mapping[str, np.ndarray],
+    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
     X: Array,
     y: Array,
     params: Mapping[str, Array] | None,
@@ -183,36 +231,42 @@ def _data_groups(
     log_likelihood: bool | None,
     posterior_predictive: bool,
     log_likelihood_of: str = "potential",
-) -> dict[str, Any]:
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The samples (``samples``, or what the sampler ``samples`` drew: :func:`_per_draw`) and the data groups:
+    ``observed_data``, and (one compiled program) ``log_likelihood`` and ``posterior_predictive``."""
     validation.check_choice("log_likelihood_of", log_likelihood_of, LOG_LIKELIHOODS)
     X, y = jnp.asarray(X), jnp.asarray(y)
-    groups: dict[str, Any] = {"observed_data": {"y": np.asarray(y)}}
+    fns: dict[str, Callable] = {}
     if log_likelihood is not False:
-        ll_key = jax.random.fold_in(key, 1)
         if log_likelihood_of == "predictive" and getattr(model, "random_prediction", False):
-            pointwise = lambda d, i: model.predict_log_density(  # noqa: E731
-                d, X, y, key=jax.random.fold_in(ll_key, i), num_samples=RANDOM_PROPAGATIONS
-            )
+
+            def pointwise(d: dict, i: Array, key: Array) -> Array:
+                ll_key = jax.random.fold_in(jax.random.fold_in(key, 1), i)
+                return model.predict_log_density(d, X, y, key=ll_key, num_samples=RANDOM_PROPAGATIONS)
+
         elif log_likelihood_of == "predictive":
-            pointwise = lambda d, _: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
+            pointwise = lambda d, i, key: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
         else:
-            pointwise = lambda d, _: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
-        try:
-            groups["log_likelihood"] = {"y": _per_draw(pointwise, samples, params)}
-        except NotImplementedError:
-            if log_likelihood:
-                raise
+            pointwise = lambda d, i, key: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
+        fns["log_likelihood"] = pointwise
     if posterior_predictive:
 
-        def draw_y(d: dict, i: Array) -> Array:
+        def draw_y(d: dict, i: Array, key: Array) -> Array:
             _, likelihood = model.fitted(d)
             mean, var = model.predict_f(d, X, X=X, y=y)
             f_key, y_key = jax.random.split(jax.random.fold_in(key, i))
             f = mean + jnp.sqrt(jnp.clip(var, 0.0)) * jax.random.normal(f_key, jnp.shape(mean), mean.dtype)
             return observation_distribution(likelihood, f).sample(y_key)
 
-        groups["posterior_predictive"] = {"y": _per_draw(draw_y, samples, params)}
-    return groups
+        fns["posterior_predictive"] = draw_y
+    try:
+        drawn, computed = _per_draw(fns, samples, params, key)
+    except NotImplementedError:  # the model has no pointwise log-likelihood (raised while tracing it)
+        if log_likelihood or "log_likelihood" not in fns:
+            raise
+        del fns["log_likelihood"]
+        drawn, computed = _per_draw(fns, samples, params, key)
+    return drawn, {"observed_data": {"y": np.asarray(y)}, **{group: {"y": v} for group, v in computed.items()}}
 
 
 def _mcmc_parts(result: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any]]:
@@ -271,10 +325,46 @@ def from_mcmc(
     """
     samples, extra_fields, attrs = _mcmc_parts(result)
     key = jax.random.PRNGKey(0) if key is None else key
-    groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
+    _, groups = _data_groups(model, samples, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of)
     dims = {**site_dims(samples, np.shape(X)[1]), "y": observation_dims(y), **(dims or {})}
     attrs = {**attrs, "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none"}
     return to_inference_data(samples, sample_stats=_sample_stats(extra_fields), dims=dims, attrs=attrs, **groups)
+
+
+def svi_groups(
+    model: Any,
+    params: Mapping[str, Array],
+    X: Array,
+    y: Array,
+    *,
+    num_draws: int = 1000,
+    key: Array | None = None,
+    log_likelihood: bool | None = None,
+    posterior_predictive: bool = True,
+    log_likelihood_of: str = "potential",
+    local: Collection[str] = (),
+) -> dict[str, xr.Dataset]:
+    """The groups (:func:`inference_groups`) of :func:`from_svi`'s InferenceData for an SVI fit: ``num_draws`` draws
+    of the fitted guide as one chain.
+
+    u at draws of q(u); the hyperparameters at their point estimates (constant over the draws; the attribute
+    ``point_estimates`` names them). ``local``: sites with one value per data point (IDSGP's u [N, M]) that are
+    drawn for the log-likelihood and the predictive but not kept in the posterior group. Other arguments as
+    :func:`from_mcmc`.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    draw = guide_sampler(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y))
+    one_chain = lambda k: {site: v[None] for site, v in draw(k).items()}  # noqa: E731
+    samples, groups = _data_groups(
+        model, one_chain, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of
+    )
+    points = [s for s in model.hyperparameter_sites() if s in params and s not in samples]
+    kept = {k: v for k, v in samples.items() if k not in local}
+    kept.update({s: np.broadcast_to(np.asarray(params[s]), (1, num_draws, *np.shape(params[s]))) for s in points})
+    dims = {**site_dims(kept, np.shape(X)[1]), "y": observation_dims(y)}
+    attrs = {"engine": "SVI", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
+             "point_estimates": ", ".join(points)}  # fmt: skip
+    return inference_groups(kept, dims=dims, attrs=attrs, **groups)
 
 
 def from_svi(
@@ -290,27 +380,12 @@ def from_svi(
     log_likelihood_of: str = "potential",
     local: Collection[str] = (),
 ) -> Any:
-    """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain.
-
-    u at draws of q(u); the hyperparameters at their point estimates (constant over the draws; the attribute
-    ``point_estimates`` names them). ``local``: sites with one value per data point (IDSGP's u [N, M]) that are
-    drawn for the log-likelihood and the predictive but not kept in the posterior group. Other arguments as
-    :func:`from_mcmc`.
-    """
-    key = jax.random.PRNGKey(0) if key is None else key
-    draw_key, data_key = jax.random.split(key)
-    draws = guide_draws(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y), key=draw_key)
-    samples = {k: v[None] for k, v in draws.items()}
-    groups = _data_groups(
-        model, samples, X, y, params, data_key, log_likelihood, posterior_predictive, log_likelihood_of
-    )
-    points = [s for s in model.hyperparameter_sites() if s in params and s not in samples]
-    kept = {k: v for k, v in samples.items() if k not in local}
-    kept.update({s: np.broadcast_to(np.asarray(params[s]), (1, num_draws, *np.shape(params[s]))) for s in points})
-    dims = {**site_dims(kept, np.shape(X)[1]), "y": observation_dims(y)}
-    attrs = {"engine": "SVI", "log_likelihood": log_likelihood_of if "log_likelihood" in groups else "none",
-             "point_estimates": ", ".join(points)}  # fmt: skip
-    return to_inference_data(kept, dims=dims, attrs=attrs, **groups)
+    """InferenceData for an SVI fit: ``num_draws`` draws of the fitted guide as one chain (:func:`svi_groups`,
+    the same arguments, assembled)."""
+    return assemble(
+        svi_groups(model, params, X, y, num_draws=num_draws, key=key, log_likelihood=log_likelihood,
+                   posterior_predictive=posterior_predictive, log_likelihood_of=log_likelihood_of, local=local)
+    )  # fmt: skip
 
 
 def from_fit(fit: SVIResult | MCMCResult | MCMC, model: Any, X: Array, y: Array, **options: Any) -> Any:
@@ -480,9 +555,31 @@ def save(idata: Any, path: str | os.PathLike) -> Path:
     return path
 
 
+NETCDF_GROUP_ORDER = (
+    "posterior", "posterior_predictive", "predictions", "log_likelihood", "sample_stats", "observed_data",
+    "constant_data", "predictions_constant_data",
+)  # fmt: skip
+"""The order in which ArviZ 0.x holds (and writes) the groups this module builds."""
+
+
 def netcdf_file(idata: Any) -> results.FileWriter:
-    """A writer of InferenceData (or a DataTree) as netCDF, for :func:`ppl_sparsegp.results.write_output_set`."""
-    return lambda path: idata.to_netcdf(str(path))
+    """A writer of InferenceData (or a DataTree) as netCDF, for :func:`ppl_sparsegp.results.write_output_set`; or
+    of a dict of groups (:func:`inference_groups`, :func:`svi_groups`), written as their InferenceData would be
+    without importing ArviZ: with ArviZ 0.x each group a netCDF group (h5netcdf, zlib on the numeric variables,
+    in :data:`NETCDF_GROUP_ORDER`), with ArviZ >= 1.0 as their DataTree."""
+    if not isinstance(idata, dict):
+        return lambda path: idata.to_netcdf(str(path))
+    if ARVIZ_MAJOR >= 1:
+        return lambda path: assemble(idata).to_netcdf(str(path))
+    order = [g for g in NETCDF_GROUP_ORDER if g in idata] + [g for g in idata if g not in NETCDF_GROUP_ORDER]
+
+    def write(path: Path) -> None:
+        for i, name in enumerate(order):
+            group = idata[name]
+            encoding = {v: {"zlib": True} for v, values in group.variables.items() if values.dtype.kind in "biufcS"}
+            group.to_netcdf(str(path), mode="a" if i else "w", group=name, engine="h5netcdf", encoding=encoding)
+
+    return write
 
 
 def load(path: str | os.PathLike) -> Any:

@@ -162,11 +162,19 @@ def log_predictive_density(
     return mixture if standardizer is None else standardizer.log_density_to_original(mixture)
 
 
+def guide_sampler(
+    guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, **guide_kwargs: Array
+) -> Callable[[Array], dict[str, Array]]:
+    """``key -> site -> [num_draws, ...]``: draws of every latent site of a fitted guide, to be called inside a
+    compiled program (eager tracing is far slower)."""
+    check_count("num_draws", num_draws, minimum=1)
+    predictive = Predictive(guide, params=dict(params), num_samples=num_draws)
+    return lambda key: predictive(key, *guide_args, **guide_kwargs)
+
+
 def guide_draws(
     guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, key: Array, **guide_kwargs: Array
 ) -> dict[str, np.ndarray]:
     """Draws of every latent site of a fitted guide: site -> [num_draws, ...] (the SVI "posterior samples")."""
-    check_count("num_draws", num_draws, minimum=1)
-    predictive = Predictive(guide, params=dict(params), num_samples=num_draws)
-    draws = jax.jit(lambda k: predictive(k, *guide_args, **guide_kwargs))(key)  # eager tracing is far slower
+    draws = jax.jit(guide_sampler(guide, params, num_draws, *guide_args, **guide_kwargs))(key)
     return {k: np.asarray(v) for k, v in draws.items()}

@@ -112,12 +112,14 @@ def read_posterior(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
     return draws, {str(k): np.asarray(v) for k, v in constant.data_vars.items()}
 
 
-def svi_posterior(gp: Any, params: Mapping[str, Any], X: np.ndarray, y: np.ndarray) -> Any:
-    """posterior.nc of a fit by SVI on ``X`` [N, D], ``y`` (standardised): draws of q(u) (sgpr, gpr: of the optimal
-    q*(u), :meth:`as_svgp`; IDSGP: of every input's own q(u | x_n), used but not kept), the hyperparameters' point
-    estimates, the ``"predictive"`` log-likelihood of every training point (what :func:`ppl_sparsegp.runs.compare_runs`
-    reads; none for IDSGP, see :data:`ppl_sparsegp.runs.compare.NOT_COMPARED`), posterior predictive draws of y and
-    the observed y; 10 to 100 draws within :data:`POSTERIOR_FLOPS`."""
+def svi_posterior(gp: Any, params: Mapping[str, Any], X: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """posterior.nc's groups (:func:`ppl_sparsegp.posterior.diagnostics.svi_groups`, written by
+    :func:`~ppl_sparsegp.posterior.diagnostics.netcdf_file`) of a fit by SVI on ``X`` [N, D], ``y`` (standardised):
+    draws of q(u) (sgpr, gpr: of the optimal q*(u), :meth:`as_svgp`; IDSGP: of every input's own q(u | x_n), used
+    but not kept), the hyperparameters' point estimates, the ``"predictive"`` log-likelihood of every training point
+    (what :func:`ppl_sparsegp.runs.compare_runs` reads; none for IDSGP, see
+    :data:`ppl_sparsegp.runs.compare.NOT_COMPARED`), posterior predictive draws of y and the observed y; 10 to 100
+    draws within :data:`POSTERIOR_FLOPS`."""
     model, params = gp.as_svgp(params, X, y) if hasattr(gp, "as_svgp") else (gp, params)
     per_input = isinstance(model, IDSGP)
     model = replace(model, batch_size=None)  # u of every training input, not of a minibatch
@@ -125,8 +127,8 @@ def svi_posterior(gp: Any, params: Mapping[str, Any], X: np.ndarray, y: np.ndarr
     cost = X.shape[0] * (M**3 if per_input else M**2)
     draws = int(np.clip(POSTERIOR_FLOPS // cost, 10, 100))
     per_input_options = {"log_likelihood": False, "local": ("u",)} if per_input else {}
-    return diagnostics.from_svi(model, params, X, y, num_draws=draws, log_likelihood_of="predictive",
-                                **per_input_options)  # fmt: skip
+    return diagnostics.svi_groups(model, params, X, y, num_draws=draws, log_likelihood_of="predictive",
+                                  **per_input_options)  # fmt: skip
 
 
 @dataclass

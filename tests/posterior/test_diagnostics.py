@@ -213,6 +213,29 @@ def test_local_sites_are_drawn_for_the_log_likelihood_but_not_kept(problem, svi_
     assert idata.log_likelihood["y"].shape == (1, 4, 30)
 
 
+def test_groups_written_without_arviz_read_back_as_the_inference_data_arviz_writes(problem, svi_fit, tmp_path):
+    """netcdf_file of svi_groups (posterior.nc of the command line, ArviZ not imported) and of the InferenceData
+    assembled from the same groups give files that ArviZ reads back the same: groups, values bitwise, dims, coords,
+    attrs and zlib compression."""
+    X, y, _ = problem
+    svgp, params = svi_fit
+    groups = diagnostics.svi_groups(svgp, params, X, y, num_draws=70, log_likelihood_of="predictive")
+    assert isinstance(groups, dict) and all(isinstance(g, xr.Dataset) for g in groups.values())
+    plain, by_arviz = tmp_path / "plain.nc", tmp_path / "arviz.nc"
+    diagnostics.netcdf_file(groups)(plain)
+    diagnostics.netcdf_file(diagnostics.assemble(groups))(by_arviz)
+    a, b = az.from_netcdf(plain), az.from_netcdf(by_arviz)
+    assert a.groups() == b.groups() == ["posterior", "posterior_predictive", "log_likelihood", "observed_data"]
+    for name in a.groups():
+        xr.testing.assert_identical(a[name], b[name])
+        for var in a[name].variables:
+            assert a[name][var].encoding.get("zlib") == b[name][var].encoding.get("zlib")
+    assert a.posterior["u"].shape == (1, 70, 1, 5)  # 70 draws: mapped in a batch of 64 and one of 6
+    same = diagnostics.from_svi(svgp, params, X, y, num_draws=70, log_likelihood_of="predictive")
+    xr.testing.assert_identical(a.log_likelihood, same.log_likelihood)
+    xr.testing.assert_identical(a.posterior_predictive, same.posterior_predictive)
+
+
 @pytest.mark.slow
 def test_to_inference_data_takes_the_result_of_either_engine(problem, svi_fit):
     """psg.to_inference_data dispatches on the result: an SVIResult to from_svi, an MCMC run to from_mcmc."""
