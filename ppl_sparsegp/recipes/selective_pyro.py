@@ -12,8 +12,7 @@ the same fingerprint settings):
   baseline (:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), KL[q_λ ‖ p_α] estimated by the draws where the
   NumPyro recipe takes it in closed form (same expectation). Adam at ``selection_learning_rate`` moves λ; with
   ``selection="frozen"`` no other param moves (they are not given to the optimiser, which leaves them without a
-  gradient: the twin of ``optax.set_to_zero``),
-  with ``"joint"`` Adam at ``learning_rate`` moves them too;
+  gradient: the twin of ``optax.set_to_zero``), with ``"joint"`` Adam at ``learning_rate`` moves them too;
 * draw one subset from q_λ (redrawn while empty, as the NumPyro recipe), prune, post-train the pruned SGPR / SVGP.
 
 The selective model is the twin (:func:`ppl_sparsegp.models.pyro._base.twin_of`) of the NumPyro recipe's
