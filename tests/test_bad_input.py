@@ -320,6 +320,7 @@ def test_written_files_get_the_usual_permissions_not_those_of_a_temp_file(tmp_pa
     assert path.stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.slow
 def test_a_run_failing_at_its_last_write_keeps_the_previous_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     previous = {"method": "sgpr", "metrics": {"rmse": 57.0}}

@@ -52,6 +52,7 @@ def test_bad_patterns_and_boxes_are_refused_by_name():
         lgcp.bin_events(np.zeros((3, 3)), [(0, 1), (0, 1)], (2, 2))
 
 
+@pytest.mark.slow
 def test_a_poisson_gp_on_binned_counts_recovers_the_known_intensity():
     events = np.concatenate([simulated_events(seed) for seed in range(20)])  # 20 realisations of about 40 events
     binned = lgcp.bin_events(events, [(0, 10)], (50,))

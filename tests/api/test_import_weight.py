@@ -43,6 +43,7 @@ def test_the_command_line_and_the_engines_load_heavy_packages_on_first_use(state
     assert [m for m in loaded if m in HEAVY] == []
 
 
+@pytest.mark.slow
 def test_a_fit_by_svi_writes_its_posterior_without_importing_arviz(tmp_path):
     """``fit svgp`` writes posterior.nc with xarray alone (the groups as ArviZ writes them): ArviZ, which a fit does
     not otherwise need, is never imported; the file is there and ArviZ reads it."""

@@ -90,6 +90,7 @@ def test_svgp_on_diabetes_end_to_end(svgp_run, diabetes_test_sd):
     )
 
 
+@pytest.mark.slow
 def test_sgpr_prints_a_summary_and_writes_results(tmp_path, capsys, diabetes_test_sd):
     record, folder = fit(tmp_path, "sgpr", "--steps", "100", "--inducing", "16", "--lr", "0.05", "--no-progress")
     m = record["metrics"]
@@ -100,6 +101,7 @@ def test_sgpr_prints_a_summary_and_writes_results(tmp_path, capsys, diabetes_tes
     check_outputs(folder, {"Z": (16, 10), "likelihood.variance": ()})
 
 
+@pytest.mark.slow
 def test_gpr_on_diabetes(tmp_path, diabetes_test_sd):
     record, folder = fit(tmp_path, "gpr", "--steps", "60", "--lr", "0.1", "--no-progress", "--quiet")
     m = record["metrics"]
@@ -166,6 +168,7 @@ def test_an_interrupted_run_says_how_to_resume(tmp_path, capsys, monkeypatch):
     assert err == f"interrupted; run the same command again to resume from {folder / 'checkpoint.npz'}\n"
 
 
+@pytest.mark.slow
 def test_binary_classification_with_svgp(tmp_path):
     record, folder = fit(tmp_path, "svgp", "--data", "breast_cancer", "--steps", "100", *FAST)
     m = record["metrics"]

@@ -13,6 +13,8 @@ import pkgutil
 import sys
 from pathlib import Path
 
+import pytest
+
 import ppl_sparsegp
 import ppl_sparsegp.models
 from ppl_sparsegp.cli import main
@@ -37,6 +39,7 @@ def _library_file(filename: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_fit_svgp_runs_through_few_library_files(tmp_path):
     _import_everything()
     called: set[str] = set()

@@ -71,6 +71,7 @@ def variant(name):
 
 
 @pytest.mark.parametrize("name", [variant(name) for name in VARIANTS])
+@pytest.mark.slow
 def test_a_loaded_run_predicts_the_test_set_as_the_run_did(name, fitted):
     folder = fitted[name]
     record = json.loads((folder / "results.json").read_text())
@@ -302,6 +303,7 @@ def test_compare_refuses_runs_it_cannot_compare(case, message, fitted, tmp_path,
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_sas_run_is_refused_by_name(tmp_path):
     folder = tmp_path / "sas"
     assert main(["fit", "sas", *RUNS["sas"], "--out", str(folder), *QUIET]) == 0

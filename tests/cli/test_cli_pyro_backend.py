@@ -68,6 +68,7 @@ def test_devices_are_refused_with_the_pyro_backend(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_loaded_pyro_run_predicts_as_the_run_did(tmp_path):
     record = _fit(tmp_path, "svgp", *SMALL, "--backend", "pyro")
     ds = data.load_dataset(record["data"], record["split"], record["options"]["target"])

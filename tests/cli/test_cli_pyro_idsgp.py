@@ -65,6 +65,7 @@ def test_the_other_backends_checkpoint_is_refused_naming_backend(tmp_path, capsy
     assert "--backend 'numpyro' -> 'pyro'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_loaded_pyro_run_predicts_as_the_run_did(tmp_path):
     record = _fit(tmp_path, *MINIBATCH, "--epochs", "1", *PYRO)
     ds = data.load_dataset(record["data"], record["split"], record["options"]["target"])

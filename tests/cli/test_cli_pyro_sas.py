@@ -23,6 +23,7 @@ def _fit(folder, *options: str) -> dict:
     return json.loads((folder / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(tmp_path):
     pyro_run = _fit(tmp_path / "pyro", *SMALL, "--epochs", "4", *PYRO)
     numpyro_run = _fit(tmp_path / "numpyro", *SMALL, "--epochs", "4")

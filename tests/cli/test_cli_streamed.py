@@ -21,6 +21,7 @@ def write(tmp_path, n: int = 600, shift: float = 50.0):
     return str(tmp_path / "X.npy"), str(tmp_path / "y.npy"), y
 
 
+@pytest.mark.slow
 def test_streamed_svgp_fits_writes_results_and_resumes(tmp_path, capsys):
     """300 steps on 600 rows standardised by the pass over the files: the test RMSE beats the training mean's, the
     record names the stream, and raising --steps to 400 resumes from the checkpoint at 300."""

@@ -104,6 +104,7 @@ def test_each_optimiser_freezes_the_hyperparameters_lowers_the_loss_and_resumes(
     assert f"--optimizer {optimizer!r} -> {other!r}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_one_natural_step_of_size_one_reaches_the_collapsed_sgpr_bound(tiny, tmp_path, engine_calls):
     """The loss of the first step is the negative ELBO once q(u) has taken its natural step (Adam moves Z and the
     hyperparameters after it): with the Gaussian likelihood and the full batch, minus Titsias' bound at the initial

@@ -181,6 +181,7 @@ def _by_solves(K_AA, K_AR, k_RR, X_A, X_R, noise, weight):
     return active_sets.active_set_log_marginal(L, X_A) + weight * jnp.sum(held_out)
 
 
+@pytest.mark.slow
 def test_the_objective_by_the_inverse_factor_equals_it_by_solves_with_its_gradient():
     """sas_objective (L⁻¹ formed once, applied by products) against the solve-per-right-hand-side route, value and
     gradient in the latents, the kernel and the noise, float64 to 1e-10."""

@@ -64,6 +64,7 @@ def test_conditional_matches_dense_gaussian_algebra(rng, whiten):
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.slow
 def test_projection_by_inverse_equals_triangular_solve(rng, monkeypatch, backend):
     """Both ways of forming A = Lmm^{-1} Kmn (wide Kmn: by Lmm^{-1}; otherwise: a solve) give the same bound,
     conditional and gradients."""
@@ -129,6 +130,7 @@ def test_whitened_and_unwhitened_kl_agree_for_equivalent_q(rng):
     np.testing.assert_allclose(kl_u, kl_white, rtol=1e-8)
 
 
+@pytest.mark.slow
 def test_same_numbers_on_jax_torch_numpy(rng):
     X, Z, y, k, q_mu, q_sqrt = _problem(rng)
     arrays = dict(X=X, Z=Z, y=y, q_mu=q_mu, q_sqrt=q_sqrt)

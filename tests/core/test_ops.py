@@ -173,6 +173,7 @@ def test_cholesky_project_matches_on_every_backend(rng):
         np.testing.assert_allclose(np.asarray(ops.cholesky_project(convert(K), convert(B))), want, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_cholesky_project_forward_mode_and_hessian_equal_the_chained_ones(rng):
     n = 5
     S = rng.standard_normal((n, n))

@@ -90,6 +90,7 @@ def test_a_pickle_at_the_checkpoint_path_is_refused_and_never_run(tmp_path, engi
     assert "pickle files, which older versions wrote, are never loaded" in str(err.value)
 
 
+@pytest.mark.slow
 def test_the_mcmc_checkpoint_is_an_npz_whatever_its_suffix(tmp_path):
     path = tmp_path / "mcmc.ckpt"
     result = _mcmc(path, chunk_size=10)

@@ -114,6 +114,7 @@ def _fit_in_a_new_process(folder: Path) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_what_the_first_compiled(tmp_path):
     folder = tmp_path / "cache"
     first = _fit_in_a_new_process(folder)

@@ -164,6 +164,7 @@ def test_svi_step_has_no_callback_or_while_and_chunks_neither_transfer_nor_recom
 
 
 @pytest.mark.parametrize("family", _families(MCMC_CASES))
+@pytest.mark.slow
 def test_mcmc_step_has_no_callback_and_chunks_neither_transfer_nor_recompile(family):
     make, data = MCMC_CASES[family]
     kernel = make()
@@ -266,6 +267,7 @@ print(json.dumps([str(result.params["kernel.lengthscale"].dtype), result.losses.
 """
 
 
+@pytest.mark.slow
 def test_float32_fit_matches_float64_to_the_stated_tolerance():
     """SGPR on 40 points, 50 Adam steps: the float32 losses (x64 off, in a fresh interpreter) are within
     FLOAT32_TOLERANCE of float64 ones given the same jitter (float32's base, 1e-5). On a GPU the default

@@ -74,6 +74,7 @@ def _bar_positions(err: str, desc: str) -> list[int]:
     return [int(n) for n in dict.fromkeys(line.split("|")[2].split("/")[0] for line in lines if line.count("|") >= 2)]
 
 
+@pytest.mark.slow
 def test_progress_moves_about_twenty_times_and_leaves_the_draws_and_checkpoints_alone(data, two_chains, capsys):
     calls = []
     res = _run(data, num_chains=2, progress=True, callback=lambda r: calls.append((r.warmup_done, r.num_draws)))
@@ -105,6 +106,7 @@ def test_progress_pieces_cover_the_work():
     assert progress.piece_size(150) == 8 and progress.piece_size(5) == 1 and progress.piece_size(1000, 32) == 64
 
 
+@pytest.mark.slow
 def test_sequential_chains_sample_the_same_posterior(data):
     seq = _run(data, num_chains=2, chain_method="sequential")
     assert seq.samples["mu"].shape == (2, 200)
@@ -115,6 +117,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_killed_chunked_run_resumes_and_reproduces_the_uninterrupted_run(data, two_chains, tmp_path):
     path = tmp_path / "run.ckpt"
     chunks_seen = []
@@ -133,6 +136,7 @@ def test_killed_chunked_run_resumes_and_reproduces_the_uninterrupted_run(data, t
     np.testing.assert_array_equal(resumed.extra_fields["accept_prob"], two_chains.extra_fields["accept_prob"])
 
 
+@pytest.mark.slow
 def test_run_killed_during_a_chunked_warmup_resumes_it_and_reproduces_the_uninterrupted_run(data, two_chains, tmp_path):
     path = tmp_path / "warm.ckpt"
     pieces = []
@@ -203,6 +207,7 @@ def test_a_diverging_chain_stops_with_an_error_that_keeps_the_earlier_draws(tmp_
     assert kept.shape == (1, 36) and np.all(np.isfinite(kept))
 
 
+@pytest.mark.slow
 def test_init_from_svi_starts_chains_at_draws_of_the_guide(data):
     fit = fit_svi(_normal_model, _normal_guide, data, optimizer=optax.adam(0.05), num_steps=300, progress=False)
     init = init_from_svi(_normal_model, _normal_guide, fit.params, data, key=jax.random.PRNGKey(2), num_chains=3)

@@ -25,6 +25,7 @@ HYPERPARAMETERS = ["kernel.lengthscale", "kernel.variance", "likelihood.variance
 
 
 @pytest.mark.parametrize("whiten", [True, False])
+@pytest.mark.slow
 def test_one_step_of_size_one_reaches_the_optimal_q_u_of_a_gaussian_likelihood(whiten):
     kernel, likelihood = RBF(variance=1.3, lengthscale=0.7), Gaussian(variance=0.05)
     gp = SVGP(kernel, likelihood, Z=Z, whiten=whiten, learn_Z=False, fixed=HYPERPARAMETERS)
@@ -51,6 +52,7 @@ def test_the_diagonal_family_takes_its_own_natural_step():
 
 
 @pytest.mark.parametrize("batch_size", [None, 40])
+@pytest.mark.slow
 def test_natural_steps_with_adam_on_the_hyperparameters_reach_what_adam_reaches(batch_size):
     gp = SVGP(RBF(), Bernoulli(), Z=Z, batch_size=batch_size)
     natural = fit_svi(gp.model, gp.guide, X, LABELS, optimizer=optax.adam(0.02), num_steps=1500, progress=False,

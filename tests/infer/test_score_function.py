@@ -58,6 +58,7 @@ def estimator(model, X, y, elbo, baseline_state):
 
 
 @pytest.mark.parametrize("with_history", [False, True], ids=["leave-one-out", "decaying-average"])
+@pytest.mark.slow
 def test_score_function_gradient_is_unbiased(rng, with_history):
     """Spec check U3: the mean of many estimates equals the enumerated gradient, coordinate by coordinate."""
     model, X, y = selective_problem(rng)
@@ -78,6 +79,7 @@ def test_score_function_gradient_is_unbiased(rng, with_history):
     assert abs(values.mean() - float(exact_value)) < 4.0 * values.std(ddof=1) / np.sqrt(draws)
 
 
+@pytest.mark.slow
 def test_baselines_reduce_the_variance(rng):
     """A baseline near the mean bound gives a lower-variance estimate than none at all (a zero baseline)."""
     model, X, y = selective_problem(rng)
@@ -111,6 +113,7 @@ def test_baseline_state_is_the_decaying_average_of_past_mean_bounds(rng):
     assert float(baseline["total"]) == pytest.approx(total, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_frozen_selection_gives_the_gp_exactly_zero_gradient(rng):
     model, X, y = selective_problem(rng)
     params = {"inclusion_probs": jnp.full(K, 0.6), "kernel.variance": jnp.asarray(1.2)}

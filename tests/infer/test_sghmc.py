@@ -86,6 +86,7 @@ def test_checker_rejects_wrong_posteriors(problem):
 
 
 @pytest.mark.parametrize("name", list(FULL_BATCH))
+@pytest.mark.slow
 def test_full_batch_matches_exact_posterior(problem, full_batch_run, name):
     """Measured (seeds 0-3): mean errors <= 0.035 posterior SD, SD ratios within 0.97-1.06 (ESS 1000-4000)."""
     _, _, mu, S = problem
@@ -105,6 +106,7 @@ def test_adaptation_freezes_after_warmup(full_batch_run):
     np.testing.assert_array_equal(fields["adapt_scale"], fields["adapt_scale"][0])
 
 
+@pytest.mark.slow
 def test_minibatch_inflation(problem):
     """Plate subsampling B = 100 of N = 1000 with the BSGP settings (eps = 0.01, mdecay = 0.05).
 
@@ -375,6 +377,7 @@ def test_vectorized_point_estimate_update_stays_a_branch(noisy_data):
     assert "cond[" in step
 
 
+@pytest.mark.slow
 def test_vectorized_point_chains_killed_in_warmup_resume_to_the_uninterrupted_draws(
     noisy_data, vectorized_point_chains, tmp_path
 ):

@@ -50,11 +50,13 @@ def assert_same(single: dict, sharded: dict, atol: float) -> None:
         np.testing.assert_allclose(sharded[name], single[name], rtol=0, atol=atol, err_msg=name)
 
 
+@pytest.mark.slow
 def test_sharded_elbo_and_gradient_equal_one_device(tmp_path):
     single, sharded = on_four_devices("elbo", tmp_path)
     assert_same(single, sharded, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_100_sharded_svi_steps_equal_one_device(tmp_path):
     """Adam, B = 64 split 16 per device, float64: the losses and the params after 100 steps."""
     single, sharded = on_four_devices("adam", tmp_path)
@@ -62,6 +64,7 @@ def test_100_sharded_svi_steps_equal_one_device(tmp_path):
     assert_same(single, sharded, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_written_on_one_device_resumes_on_four(tmp_path):
     """50 steps on one device, then resumed to 100 on four (the device count is not part of the fingerprint): the
     uninterrupted single-device run's losses and params."""
@@ -79,6 +82,7 @@ def test_sharded_sghmc_draws_equal_one_device(tmp_path):
     assert_same(single, sharded, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_streamed_batches_split_over_devices_equal_one_device(tmp_path):
     """Minibatches read from .npy files (infer.streaming), each split over 4 devices: 50 SVI steps as on one."""
     single, sharded = on_four_devices("streamed", tmp_path)

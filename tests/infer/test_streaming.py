@@ -31,6 +31,7 @@ def write_rows(path: Path, shape: tuple[int, ...], fill, chunk: int = 100_000) -
     del out
 
 
+@pytest.mark.slow
 def test_two_million_rows_stream_with_a_resident_set_well_below_the_file(tmp_path):
     """2e6 x 32 float64 (504 MiB) and y = row number mod 7: 300 batches of 4096 (1.2 M rows drawn) raise the peak
     resident set (VmHWM) by far less than the file, and the streamed y has the file's mean. Measured on a file in
@@ -153,6 +154,7 @@ class StopAt(NpyBatches):
         return super().generator(position)
 
 
+@pytest.mark.slow
 def test_fit_streamed_interrupted_and_resumed_equals_uninterrupted_bit_for_bit(tmp_path):
     """SVGP on 300 rows, B = 16, float64: a run interrupted at step 23 (the stream's reader stopped) checkpoints
     there, and the same call resumes it to 40 steps; a run stopped at 30 and raised to 40 likewise. Both equal the
@@ -195,6 +197,7 @@ def regression_model(N: int):
 
 
 @pytest.mark.parametrize("engine", ["sghmc", "sgld"])
+@pytest.mark.slow
 def test_sample_streamed_equals_the_kernel_fed_the_same_batches_in_memory(tmp_path, engine):
     """SGHMC (BSGP's adaptive kernel) and SGLD over a 200-row file, B = 10, 2 chains, 20 warmup steps and 30 draws
     thinned by 3: the draws equal, bit for bit, those of the kernel's own init and sample run in memory (one lax.scan)

@@ -202,6 +202,7 @@ def test_bad_arguments_name_the_argument(kwargs, match):
         fit_svi(_normal_model, _normal_guide, jnp.ones(3), progress=False, **kwargs)
 
 
+@pytest.mark.slow
 def test_float32_svgp_training_has_no_nan(rng):
     with jax.enable_x64(False):
         gp, X, y = _svgp_problem(rng, np.float32)

@@ -21,6 +21,7 @@ def data():
     return X, y, rng.uniform(-2, 2, (7, 2)), params
 
 
+@pytest.mark.slow
 def test_sgpr_as_svgp_predicts_alike_and_its_elbo_is_the_collapsed_bound(data):
     X, y, X_new, params = data
     with jax.enable_x64(True):

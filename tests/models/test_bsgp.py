@@ -137,6 +137,7 @@ def test_deep_bsgp_with_one_layer_is_bsgp(problem):
     np.testing.assert_allclose(float(got), float(want), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_deep_bsgp_predictive_density_averages_propagations_in_probability():
     r = np.random.default_rng(3)
     X, y = r.normal(size=(12, 2)), r.normal(size=12)
@@ -168,6 +169,7 @@ def test_deep_bsgp_architecture_follows_the_paper():
     assert float(init["layer2.kernel.variance"]) == 0.1 and init["layer2.u"].shape == (2, 5)
 
 
+@pytest.mark.slow
 def test_sghmc_with_fixed_z_and_theta_samples_the_closed_form_posterior_of_v(problem):
     """Given (Z, θ, σ²), log E[p] makes the posterior of v Gaussian: precision I + A diag(1/(σ²+s)) Aᵀ (spec §1.3)."""
     X, y, values = problem

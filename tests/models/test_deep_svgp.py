@@ -29,6 +29,7 @@ def random_q(rng, params, layer, P, M):
 
 
 @pytest.mark.parametrize("likelihood", [Gaussian(0.1), StudentT(df=4.0, scale=0.3)], ids=["gaussian", "student-t"])
+@pytest.mark.slow
 def test_one_layer_elbo_is_the_unwhitened_svgp_elbo(rng, likelihood):
     X, y = problem(rng)
     Z = X[:6]

@@ -200,6 +200,7 @@ def test_collapsed_bound_with_point_mass_latents_is_the_sgpr_bound_at_those_inpu
     assert {"u", "u_loc", "u_scale_tril"}.isdisjoint(guide_params) and {"X", "X_loc", "X_scale"} <= set(guide_params)
 
 
+@pytest.mark.slow
 def test_collapsed_bound_is_the_uncollapsed_bound_maximised_over_q_u_for_each_latent_draw(setup):
     """For the same draws of X, the collapsed estimate exceeds the uncollapsed one at any q(u), and equals it at
     the optimal q(u) of Titsias' bound when q(X) is a point mass (one draw, X = μ)."""

@@ -74,6 +74,7 @@ def _objective(gp: IDSGP, y) -> float:
     [(Gaussian(0.3), Y), (Bernoulli(), LABELS), (Bernoulli(link="logit"), LABELS)],
     ids=["gaussian", "probit", "logit"],
 )
+@pytest.mark.slow
 def test_a_constant_network_gives_the_svgp_elbo(likelihood, y):
     """T2: with Z(x), m(x), L(x) constant the objective is SVGP's ELBO, full batch and on a minibatch."""
     gp = _constant(IDSGP(_kernel(), likelihood, input_dim=D, num_inducing=M))
@@ -87,6 +88,7 @@ def test_a_constant_network_gives_the_svgp_elbo(likelihood, y):
     np.testing.assert_allclose(_objectives(batched, y, idx[None])[0], expected, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_a_constant_network_predicts_as_svgp():
     """With Z(x) fixed to Z the per-point predictive is SVGP's."""
     gp = _constant(IDSGP(_kernel(), Gaussian(0.3), input_dim=D, num_inducing=M))
@@ -96,6 +98,7 @@ def test_a_constant_network_predicts_as_svgp():
         np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_given_a_draw_of_each_inputs_u_it_predicts_as_svgp_given_that_u():
     """With Z(x) = Z for every input, f(x_n) given a draw u_n is SVGP's p(f(x_n) | u = u_n), input by input."""
     gp = _constant(IDSGP(_kernel(), Gaussian(0.3), input_dim=D, num_inducing=M))

@@ -101,6 +101,7 @@ def test_a_mask_shared_by_all_rows_is_the_network_with_its_outputs_scaled(likeli
     assert abs(dropped - loss(gp, _params(gp), {DROPOUT: np.ones((N, O))})) > 1e-3  # the mask matters
 
 
+@pytest.mark.slow
 def test_prediction_and_evaluation_use_the_whole_network():
     gp, plain = _gp(0.5), _gp(0.0)
     params = _params(gp)

@@ -39,6 +39,7 @@ Z = X[:: 200 // 16]
     [(RobustMax(J), True, False), (RobustMax(J), False, False), (Softmax(J), True, False), (Softmax(J), True, True)],
     ids=["robustmax", "robustmax-unwhitened", "softmax", "softmax-q_diag"],
 )
+@pytest.mark.slow
 def test_multiclass_svgp_learns_the_labels(likelihood, whiten, q_diag):
     gp = SVGP(RBF(lengthscale=1.0), likelihood, Z=Z, num_latent=J, whiten=whiten, q_diag=q_diag)
     fit = fit_svi(gp.model, gp.guide, X, Y, optimizer=optax.adam(0.03), num_steps=800, progress=False)

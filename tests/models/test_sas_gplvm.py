@@ -39,6 +39,7 @@ def _factor(model: SASGPLVM, Y: np.ndarray, key: jax.Array) -> jax.Array:
     return log_density(handlers.seed(model.model, key), (Y,), {}, params)[0]
 
 
+@pytest.mark.slow
 def test_with_one_held_out_row_the_factor_is_the_exact_marginal_whatever_the_split():
     Y = _data(N=25)
     model = _model(num_active=24, batch_size=None)
@@ -48,6 +49,7 @@ def test_with_one_held_out_row_the_factor_is_the_exact_marginal_whatever_the_spl
             np.testing.assert_allclose(_factor(model, Y, jax.random.PRNGKey(seed)), exact, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_the_minibatch_factor_averages_to_the_full_data_sas_objective():
     """Batches of B distinct rows, split into A and B − A, weight (N − A)/(B − A): the mean over 40,000 steps'
     draws matches the enumerated full-data objective E_{|A|=A}[log p(Y_A) + Σ_{n∉A} log p(y_n | Y_A)]."""

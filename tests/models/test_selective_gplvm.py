@@ -156,6 +156,7 @@ def test_selective_elbo_with_every_candidate_kept_is_the_all_grid_bound_minus_th
     np.testing.assert_allclose(float(selective.elbo(params, data, key, 3)), expected, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_collapsed_fit_trains_jointly_and_prunes_to_a_collapsed_gplvm(data):
     fit = fit_selective_gplvm(
         data, grid_size=3, alpha=0.5, steps=6, pre_steps=3, record_every=3, key=1, prune=True, bound="collapsed"
@@ -199,6 +200,7 @@ def test_fit_trains_every_parameter_jointly_records_the_inclusion_trace_and_prun
     assert mean.shape == (N, D)
 
 
+@pytest.mark.slow
 def test_pre_training_on_every_grid_point_starts_the_joint_phase(data):
     """pre_steps: the all-grid GP-LVM trains first; the joint phase starts from its latents with λ = λ₀."""
     fit = fit_selective_gplvm(data, grid_size=3, alpha=0.5, steps=3, pre_steps=5, record_every=3, key=1)

@@ -19,6 +19,7 @@ from ppl_sparsegp.recipes.sgpmc import fit_sgpmc
 ALL_FIXED = ["kernel.lengthscale", "kernel.variance", "likelihood.variance"]
 
 
+@pytest.mark.slow
 def test_gaussian_sgpmc_with_z_equal_x_samples_the_exact_gp_posterior():
     """With Z = X the potentials are the exact likelihood terms (thesis §3.5), so the draws of f(X) = L v follow
     exact GP regression's posterior for the same fixed hyperparameters."""
@@ -97,6 +98,7 @@ def test_sgpmc_rejects_what_the_sampler_cannot_handle(kwargs, match):
         SGPMC(kernel=RBF(), likelihood=Bernoulli(), Z=np.zeros((3, 1)), priors=priors, **kwargs)
 
 
+@pytest.mark.slow
 def test_no_svi_steps_samples_from_the_initial_values_and_keeps_the_draws(tmp_path):
     """svi_steps=0 skips the Gaussian fit: the chains start at the initial kernel, likelihood and a draw of q(v), and
     the result (and the checkpoint) hold the draws (the recipe used to fail after sampling, losing them)."""

@@ -35,6 +35,7 @@ def _loss(gp, params, X, y):
 
 
 @pytest.mark.parametrize("P", [2])
+@pytest.mark.slow
 def test_gaussian_optimum_is_the_exact_posterior_and_its_elbo_the_marginal_likelihood(rng, P):
     """α = (K + σ² I)⁻¹ y and λ = 1/σ make q(f) the exact posterior, so the ELBO is log p(y) (the KL gap closes)."""
     X, y = _data(rng, P=P)

@@ -14,6 +14,7 @@ from ppl_sparsegp.numpyro import sites
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 64])
+@pytest.mark.slow
 def test_the_bijection_is_numpyros_bit_for_bit(rng, n):
     x = jnp.asarray(rng.standard_normal((3, n * (n + 1) // 2)))
     ours, numpyro_s = biject_to(transforms.lower_cholesky), biject_to(constraints.lower_cholesky)

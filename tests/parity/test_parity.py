@@ -44,6 +44,7 @@ from ppl_sparsegp.models.pyro import svgp as pyro_svgp
 pytestmark = pytest.mark.filterwarnings("ignore:pyro.module data did not find params")
 
 
+@pytest.mark.slow
 def test_gpr_marginal_likelihood_and_predictions_agree():
     p = problem("gaussian", num_latent=2)
     hyper = {k: v for k, v in fixed_params(p).items() if k.startswith(("kernel", "likelihood"))}

@@ -172,6 +172,7 @@ IDSGP_CASES = [("gaussian", {}), ("bernoulli", {}), ("gaussian", {"num_data": 10
 
 
 @pytest.mark.parametrize("likelihood, settings", IDSGP_CASES, ids=str)
+@pytest.mark.slow
 def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
     p, npm, pym, params, weights, u = idsgp_pair(likelihood, **settings)
     args = (p["X"], p["y"])
@@ -218,6 +219,7 @@ def test_idsgp_log_densities_elbo_and_predictions_agree(likelihood, settings):
 # --- VAE --------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_vae_log_densities_loss_and_reconstructions_agree():
     rng = np.random.default_rng(2)
     N, D, Q = 12, 5, 2
@@ -264,6 +266,7 @@ def fix_active_split(monkeypatch, active, held) -> None:
 
 @pytest.mark.parametrize("bayesian", [False, True], ids=["deterministic", "bayesian"])
 @pytest.mark.parametrize("batch_size", [None, 10], ids=["all-rows", "batch"])
+@pytest.mark.slow
 def test_sas_gplvm_log_densities_estimates_and_reconstructions_agree(monkeypatch, bayesian, batch_size):
     p = problem("gaussian")
     rng = np.random.default_rng(3)

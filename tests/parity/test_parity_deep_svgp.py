@@ -85,6 +85,7 @@ DEEP_CASES = [
 
 
 @pytest.mark.parametrize("case", DEEP_CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.slow
 def test_deep_svgp_log_densities_kls_elbo_and_predictions_agree(case):
     case = dict(case)
     p = problem(case.pop("likelihood"), case.get("num_outputs", 1))

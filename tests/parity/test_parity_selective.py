@@ -159,6 +159,7 @@ def test_selective_sgpr_sites_objective_and_pruned_predictions_agree():
     [{}, {"q_diag": True}, {"data_term": "sampled"}, {"likelihood": "bernoulli"}],
     ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "default",
 )
+@pytest.mark.slow
 def test_selective_svgp_sites_objective_and_pruned_predictions_agree(case):
     case = dict(case)
     p = problem(case.pop("likelihood", "gaussian"))
@@ -270,6 +271,7 @@ def pyro_objective(model, guide, params: dict, latents: dict, *args) -> float:
 
 @pytest.mark.parametrize("case", [{}, {"q_diag": True}, {"likelihood": "bernoulli"}, {"collapsed": True}],
                          ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()) or "default")  # fmt: skip
+@pytest.mark.slow
 def test_selective_gplvm_sites_objective_elbo_and_pruned_predictions_agree(case):
     case = dict(case)
     p = gplvm_problem(case.pop("likelihood", "gaussian"))
@@ -342,6 +344,7 @@ def same_noise(npm, pym) -> None:
     pym._noise = lambda: lambda i, shape, dtype: torch.as_tensor(fixed(i, shape), dtype=dtype)
 
 
+@pytest.mark.slow
 def test_selective_deep_sites_kl_bound_and_pruned_model_agree():
     p = problem("gaussian")
     rng = p["rng"]

@@ -142,6 +142,7 @@ def test_gpr_has_no_pointwise_likelihood_and_says_so():
         GPR(kernel=RBF(), likelihood=Gaussian()).pointwise_log_likelihood({}, X, y)
 
 
+@pytest.mark.slow
 def test_mixture_predictive_matches_a_direct_computation():
     """Two hyperparameter draws of an exact GP: the mixture's moments and log density by hand."""
     rng = np.random.default_rng(0)

@@ -6,6 +6,7 @@ import optax
 import pyro
 import pyro.infer
 import pyro.optim
+import pytest
 import torch
 
 from ppl_sparsegp import metrics
@@ -27,6 +28,7 @@ def _diabetes_nlpd(gp, params, ds, scaler) -> float:
     return metrics.nlpd_gaussian(y, scaler.inverse_mean(np.asarray(mean)), scaler.inverse_var(np.asarray(var)))
 
 
+@pytest.mark.slow
 def test_pyro_svi_fits_svgp_on_diabetes_as_well_as_numpyro():
     ds, scaler = standardize(load_embedded("diabetes"))
     Z = kmeans(ds.X_train, NUM_INDUCING)

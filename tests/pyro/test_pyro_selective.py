@@ -75,6 +75,7 @@ def test_kl_equals_enumeration():
     torch.testing.assert_close(q.entropy(), -torch.sum(log_q.exp() * log_q), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_tracegraph_gradient_of_inclusion_logits_is_unbiased():
     """The mean of n single-draw gradients of −loss w.r.t. the logits of λ equals the exact gradient of
     F(λ) = Σ_s q_λ(s) L(s) − KL[q_λ ‖ p_α] (L(s) by enumeration of the 2^K masks) within 4.5 standard errors; the
@@ -109,6 +110,7 @@ def test_tracegraph_gradient_of_inclusion_logits_is_unbiased():
 
 
 @pytest.mark.parametrize("selective", ["sgpr", "svgp"])
+@pytest.mark.slow
 def test_svi_with_the_score_function_estimator_lowers_the_loss(selective):
     X, y, Z = regression(N=30, K=8)
     kernel, likelihood = kernels.RBF(lengthscale=2.0, variance=0.3), likelihoods.Gaussian(variance=1.0)
@@ -171,6 +173,7 @@ def test_the_distributions_expand_under_a_plate():
     torch.testing.assert_close(t["log_prob"], IndependentInclusion(probs).log_prob(t["value"]))
 
 
+@pytest.mark.slow
 def test_svi_on_the_selective_deep_gp_lowers_the_loss():
     X, y, Z = regression(N=30, K=6)
     deep = DeepSVGP(

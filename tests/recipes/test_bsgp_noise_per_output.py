@@ -54,6 +54,7 @@ def _noise(fit) -> np.ndarray:
     return draws[0]
 
 
+@pytest.mark.slow
 def test_sghmc_point_estimates_follow_each_outputs_residual_scale():
     import jax
 
@@ -62,6 +63,7 @@ def test_sghmc_point_estimates_follow_each_outputs_residual_scale():
     assert noise[0] > 0.85 and noise[1] < noise[0] - 0.15  # 60 Adam steps of 0.01: at most a factor e^-0.6 ~ 0.55
 
 
+@pytest.mark.slow
 def test_the_pyro_twin_estimates_one_noise_per_output_too():
     config = BSGPConfig(num_inducing=M, num_iterations=60, num_kept=4, noise_per_output=True)
     with default_dtype("float64"):
@@ -87,6 +89,7 @@ def test_a_sampled_noise_gets_one_prior_per_output():
     assert float(site["fn"].log_prob(value)) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_deep_bsgp_takes_a_noise_per_output_too():
     import jax
 

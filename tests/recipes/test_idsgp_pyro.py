@@ -57,6 +57,7 @@ def test_a_resumed_fit_takes_the_steps_of_an_uninterrupted_one(dropout, tmp_path
         assert torch.equal(resumed.params[name], value), name
 
 
+@pytest.mark.slow
 def test_full_batch_it_takes_the_numpyro_recipes_steps_from_the_same_weights():
     config = idsgp.IDSGPConfig(num_inducing=3, hidden=(6,), batch_size=100, num_epochs=15, learning_rate=0.02)
     by_numpyro = idsgp.fit_idsgp(X, Y, config, likelihood=Gaussian(0.1), seed=3, progress=False)

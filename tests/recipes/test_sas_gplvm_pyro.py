@@ -56,6 +56,7 @@ def test_a_resumed_bayesian_fit_takes_the_steps_of_an_uninterrupted_one(tmp_path
         assert torch.equal(resumed.params[name], value), name
 
 
+@pytest.mark.slow
 def test_at_a_fixed_active_set_it_takes_the_numpyro_recipes_steps_and_scores_alike(monkeypatch):
     order = np.random.default_rng(0).permutation(len(Y))
     active, held = order[:10], order[10:]

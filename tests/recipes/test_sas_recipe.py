@@ -29,6 +29,7 @@ def test_the_model_takes_the_configs_initial_values_and_caps_the_batch_at_n():
     assert float(model.likelihood.variance) == 0.5
 
 
+@pytest.mark.slow
 def test_a_fit_runs_epochs_of_ceil_n_over_b_steps_and_resumes_with_more(tmp_path):
     config = SASConfig(num_active=8, batch_size=30, hidden=(8,), num_epochs=2, learning_rate=0.01)
     checkpoint = str(tmp_path / "sas.npz")

@@ -23,6 +23,7 @@ def wiggly():
     return X, np.sin(3 * X[:, 0]) + 0.1 * rng.normal(size=300)
 
 
+@pytest.mark.slow
 def test_stronger_priors_keep_fewer_points(wiggly):
     """Spec checks B4 and "α → 0 keeps nearly all, a large α few": E|S| strictly decreases in α."""
     X, y = wiggly
@@ -43,6 +44,7 @@ def test_stronger_priors_keep_fewer_points(wiggly):
     assert kept.shape == weak.model.Z.shape
 
 
+@pytest.mark.slow
 def test_frozen_selection_leaves_the_gp_alone_and_joint_selection_trains_it(wiggly):
     X, y = wiggly
     frozen = fit_selective(X, y, candidates=CANDIDATES, alpha=1.0, pre_steps=0, selection_steps=50, post_steps=0)
@@ -124,6 +126,7 @@ TRAP = {"candidates": np.linspace(0, 10, 20)[:, None], "alpha": 0.01, "pre_steps
 all-noise trap (spec 000 B2, the synthetic benchmark's seed 2 at σ = 0.3)."""
 
 
+@pytest.mark.slow
 def test_a_restart_at_the_candidates_spacing_escapes_the_all_noise_trap_of_a_long_start():
     """From lengthscale 5 the pre-training ends explaining y as noise (σ² ≈ var y, the lengthscale grown beyond the
     range); with ``("given", "spacing")`` the start at the candidates' spacing (0.53) wins by its bound and fits

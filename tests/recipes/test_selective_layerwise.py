@@ -65,6 +65,7 @@ def _initial_params(model, X, y) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_the_bound_after_the_layerwise_phase_is_finite_and_above_the_start(square_wave, layerwise):
     X, y = square_wave
     model = layerwise.selective.ordinary
@@ -98,6 +99,7 @@ def test_layerwise_refuses_init_params_and_several_outputs(square_wave):
         fit_selective_deep(X, np.stack([y, y], axis=1), **options)
 
 
+@pytest.mark.slow
 def test_layerwise_phases_checkpoint_and_a_second_call_resumes_them(square_wave, tmp_path):
     X, y = square_wave
     options = {

@@ -111,6 +111,7 @@ def test_the_collapsed_pre_training_takes_the_numpyro_recipes_steps_from_the_sam
     assert by_numpyro.losses["pre"][-1] < by_numpyro.losses["pre"][0] - 1.0  # the steps went somewhere
 
 
+@pytest.mark.slow
 def test_the_lengthscale_restarts_choose_as_the_numpyro_recipe_does():
     """The constructed all-noise trap of ``tests/recipes/test_selective.py`` (an RBF started at lengthscale 5 on a
     sine of period 2.1): both recipes pre-train from both starts with the same steps and go on from the spacing."""

@@ -26,6 +26,7 @@ SMALL = SGHMCDGPConfig(num_inducing=M, num_iterations=200, num_kept=20, thinning
 POINT_SITES = {"Z", "kernel.lengthscale", "kernel.variance", "likelihood.variance"}
 
 
+@pytest.mark.slow
 def test_point_estimates_move_in_warmup_then_stay_while_v_is_sampled():
     fit = fit_sghmc_dgp(X, Y, SMALL, key=jax.random.PRNGKey(0), progress=False)
     draws = fit.mcmc.flat_samples()
@@ -70,6 +71,7 @@ def _conditional_posterior_of_v(Z: np.ndarray, noise: float) -> tuple[np.ndarray
     return cov @ (A @ (W * Y)), cov
 
 
+@pytest.mark.slow
 def test_with_learning_rate_zero_v_samples_its_posterior_at_the_held_point_estimates():
     """BSGP's sampler over v alone at fixed (Z, θ, σ²) targets the Gaussian of :func:`_conditional_posterior_of_v`;
     with learning rate 0 the MCEM steps change nothing (Adam's update is exactly 0), so the recipe's draws must
