@@ -51,10 +51,6 @@ from pathlib import Path
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-# One core, for timings comparable with the recorded runs (all on one core). Not needed for correctness: before
-# ppl_sparsegp.backends.jax_lapack guarded jaxlib 0.10's batched LAPACK kernels, this run hung unpinned on 2
-# cores (tests/test_no_hang.py).
-os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 import jax  # noqa: E402
 
