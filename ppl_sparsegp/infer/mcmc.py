@@ -172,14 +172,16 @@ def init_from_svi(
         site name -> unconstrained value, for the model's latent sites the guide covers.
     """
     check_count("num_chains", num_chains, minimum=1)
-    predictive = Predictive(guide, params=dict(params), num_samples=num_chains)
-    fixed_model = handlers.substitute(model, data=dict(params))
 
-    def unconstrain(values: dict[str, Array]) -> dict[str, Array]:
-        return unconstrain_fn(fixed_model, model_args, model_kwargs, values)
+    def draw_unconstrained(k: Array, fitted: dict, args: tuple, kwargs: dict) -> dict[str, Array]:
+        predictive = Predictive(guide, params=fitted, num_samples=num_chains)
+        fixed_model = handlers.substitute(model, data=fitted)
+        unconstrain = lambda values: unconstrain_fn(fixed_model, args, kwargs, values)  # noqa: E731
+        return jax.vmap(unconstrain)(predictive(k, *args, **kwargs))
 
-    # compiled: run eagerly, tracing the guide and model op by op costs a compilation per operation
-    unconstrained = jax.jit(lambda k: jax.vmap(unconstrain)(predictive(k, *model_args, **model_kwargs)))(key)
+    # compiled (run eagerly, tracing the guide and model op by op costs a compilation per operation), with the
+    # params and the data as arguments, not constants XLA would fold
+    unconstrained = jax.jit(draw_unconstrained)(key, dict(params), model_args, model_kwargs)
     if num_chains == 1:
         return {k: v[0] for k, v in unconstrained.items()}
     return unconstrained
@@ -335,11 +337,15 @@ def _count(n: int) -> Array:
 
 def _constrain(kernel: MCMCKernel, model_args: tuple, model_kwargs: dict, num_chains: int) -> Callable:
     """[C, S] (or [S]) unconstrained draws -> constrained draws and deterministic sites, [C, S, ...]."""
-    postprocess = kernel.postprocess_fn(model_args, model_kwargs)
-    over_draws = jax.jit(jax.vmap(jax.vmap(postprocess)) if num_chains > 1 else jax.vmap(postprocess))
+
+    def postprocess(z: Any, args: tuple, kwargs: dict) -> dict[str, Array]:
+        one = jax.vmap(kernel.postprocess_fn(args, kwargs))
+        return jax.vmap(one)(z) if num_chains > 1 else one(z)
+
+    over_draws = jax.jit(postprocess)  # the data are arguments, not constants XLA would fold
 
     def constrain(z: Any) -> dict[str, np.ndarray]:
-        out = jax.device_get(over_draws(z))
+        out = jax.device_get(over_draws(z, model_args, model_kwargs))
         return {k: v if num_chains > 1 else v[None] for k, v in out.items()}
 
     return constrain

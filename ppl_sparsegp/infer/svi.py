@@ -374,7 +374,8 @@ def _check_deterministic(svi: SVI, state: SVIState, args: tuple, kwargs: dict) -
     """L-BFGS's line search needs one loss: refuse one that changes with the random key (a minibatch, a sampled data
     term), evaluated at the initial params under two keys."""
     raw = svi.optim.get_params(state.optim_state)
-    first, second = (jax.jit(_loss_of_raw(svi, jax.random.PRNGKey(k), args, kwargs))(raw) for k in (0, 1))
+    loss = jax.jit(lambda raw, key, args, kwargs: _loss_of_raw(svi, key, args, kwargs)(raw))  # data as arguments
+    first, second = (loss(raw, jax.random.PRNGKey(k), args, kwargs) for k in (0, 1))
     if not np.isclose(float(first), float(second), rtol=1e-10, atol=0.0):
         raise ValueError(
             "optimizer: LBFGS needs a deterministic loss, and this one changes with the random key (a minibatch or "

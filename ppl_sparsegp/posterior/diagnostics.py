@@ -176,31 +176,35 @@ PER_DRAW_BATCH = 64
 
 def _per_draw(
     fns: Mapping[str, Callable],
-    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
+    samples: Mapping[str, Array] | Callable[..., Mapping[str, Array]],
     params: Mapping[str, Array] | None,
     key: Array,
+    data: Mapping[str, Array],
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Every ``fns[name](draw, index, key)`` over every draw of [C, S, ...] ``samples`` (``params`` filling the sites
-    a draw does not hold), all in one compiled program. ``samples`` may also be a function ``k -> site -> [C, S,
-    ...]`` that draws them inside that program, from the first key of ``jax.random.split(key)`` (the ``fns`` then
-    get the second). Returns the samples and name -> [C, S, ...]."""
-    fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
+    """Every ``fns[name](draw, index, key, data)`` over every draw of [C, S, ...] ``samples`` (``params`` filling the
+    sites a draw does not hold), all in one compiled program. ``samples`` may also be a function ``(k, params, data)
+    -> site -> [C, S, ...]`` that draws them inside that program, from the first key of ``jax.random.split(key)``
+    (the ``fns`` then get the second). ``data`` (name -> array: the training data) and ``params`` are arguments of
+    the program, never constants of it (XLA would fold the network or kernel products of the data at compile time).
+    Returns the samples and name -> [C, S, ...]."""
 
-    def program(given: Mapping[str, Array], key: Array) -> tuple[Mapping[str, Array], dict]:
+    def program(given: Mapping[str, Array], fixed: Mapping[str, Array], data: Mapping[str, Array], key: Array):
         if callable(samples):
             draw_key, key = jax.random.split(key)
-            given = samples(draw_key)
+            given = samples(draw_key, fixed, data)
         C, S = next(iter(given.values())).shape[:2]
         flat = {k: jnp.reshape(v, (C * S, *v.shape[2:])) for k, v in given.items()}
 
         def one(x: tuple) -> dict:
             draw, index = x
-            return {name: fn({**fixed, **draw}, index, key) for name, fn in fns.items()}
+            return {name: fn({**fixed, **draw}, index, key, data) for name, fn in fns.items()}
 
         out = jax.lax.map(one, (flat, jnp.arange(C * S)), batch_size=PER_DRAW_BATCH) if fns else {}
         return given, {name: v.reshape((C, S, *v.shape[1:])) for name, v in out.items()}
 
-    given, out = jax.device_get(jax.jit(program)({} if callable(samples) else dict(samples), key))
+    fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))  # a site may hold a pytree (IDSGP's network)
+    given = {} if callable(samples) else dict(samples)
+    given, out = jax.device_get(jax.jit(program)(given, fixed, dict(data), key))
     return {k: np.asarray(v) for k, v in given.items()}, {k: np.asarray(v) for k, v in out.items()}
 
 
@@ -223,7 +227,7 @@ RANDOM_PROPAGATIONS = 16
 
 def _data_groups(
     model: Any,
-    samples: Mapping[str, Array] | Callable[[Array], Mapping[str, Array]],
+    samples: Mapping[str, Array] | Callable[..., Mapping[str, Array]],
     X: Array,
     y: Array,
     params: Mapping[str, Array] | None,
@@ -240,32 +244,32 @@ def _data_groups(
     if log_likelihood is not False:
         if log_likelihood_of == "predictive" and getattr(model, "random_prediction", False):
 
-            def pointwise(d: dict, i: Array, key: Array) -> Array:
+            def pointwise(d: dict, i: Array, key: Array, data: dict) -> Array:
                 ll_key = jax.random.fold_in(jax.random.fold_in(key, 1), i)
-                return model.predict_log_density(d, X, y, key=ll_key, num_samples=RANDOM_PROPAGATIONS)
+                return model.predict_log_density(d, data["X"], data["y"], key=ll_key, num_samples=RANDOM_PROPAGATIONS)
 
         elif log_likelihood_of == "predictive":
-            pointwise = lambda d, i, key: model.predict_log_density(d, X, y, X=X, y=y)  # noqa: E731
+            pointwise = lambda d, i, key, data: model.predict_log_density(d, data["X"], data["y"], **data)  # noqa: E731
         else:
-            pointwise = lambda d, i, key: model.pointwise_log_likelihood(d, X, y)  # noqa: E731
+            pointwise = lambda d, i, key, data: model.pointwise_log_likelihood(d, data["X"], data["y"])  # noqa: E731
         fns["log_likelihood"] = pointwise
     if posterior_predictive:
 
-        def draw_y(d: dict, i: Array, key: Array) -> Array:
+        def draw_y(d: dict, i: Array, key: Array, data: dict) -> Array:
             _, likelihood = model.fitted(d)
-            mean, var = model.predict_f(d, X, X=X, y=y)
+            mean, var = model.predict_f(d, data["X"], **data)
             f_key, y_key = jax.random.split(jax.random.fold_in(key, i))
             f = mean + jnp.sqrt(jnp.clip(var, 0.0)) * jax.random.normal(f_key, jnp.shape(mean), mean.dtype)
             return observation_distribution(likelihood, f).sample(y_key)
 
         fns["posterior_predictive"] = draw_y
     try:
-        drawn, computed = _per_draw(fns, samples, params, key)
+        drawn, computed = _per_draw(fns, samples, params, key, {"X": X, "y": y})
     except NotImplementedError:  # the model has no pointwise log-likelihood (raised while tracing it)
         if log_likelihood or "log_likelihood" not in fns:
             raise
         del fns["log_likelihood"]
-        drawn, computed = _per_draw(fns, samples, params, key)
+        drawn, computed = _per_draw(fns, samples, params, key, {"X": X, "y": y})
     return drawn, {"observed_data": {"y": np.asarray(y)}, **{group: {"y": v} for group, v in computed.items()}}
 
 
@@ -353,8 +357,8 @@ def svi_groups(
     :func:`from_mcmc`.
     """
     key = jax.random.PRNGKey(0) if key is None else key
-    draw = guide_sampler(model.guide, params, num_draws, jnp.asarray(X), jnp.asarray(y))
-    one_chain = lambda k: {site: v[None] for site, v in draw(k).items()}  # noqa: E731
+    draw = guide_sampler(model.guide, num_draws)
+    one_chain = lambda k, fitted, data: {site: v[None] for site, v in draw(k, fitted, data["X"], data["y"]).items()}  # noqa: E731
     samples, groups = _data_groups(
         model, one_chain, X, y, params, key, log_likelihood, posterior_predictive, log_likelihood_of
     )

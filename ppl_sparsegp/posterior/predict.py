@@ -46,25 +46,34 @@ def _num_draws(samples: Mapping[str, Array]) -> int:
 
 
 def _map_draws(
-    fn: Callable, samples: Mapping[str, Array], params: Mapping[str, Array] | None, batch: int, key: Array | None
+    fn: Callable,
+    samples: Mapping[str, Array],
+    params: Mapping[str, Array] | None,
+    batch: int,
+    key: Array | None,
+    arrays: Mapping[str, Array],
 ) -> Any:
-    """Apply ``fn(draw, kwargs)`` to every draw (with ``params`` filling the sites a draw does not hold); with a
-    ``key``, ``kwargs`` holds a key of its own for every draw (models whose prediction is random), else it is empty."""
+    """Apply ``fn(draw, kwargs, arrays)`` to every draw (with ``params`` filling the sites a draw does not hold); with
+    a ``key``, ``kwargs`` holds a key of its own for every draw (models whose prediction is random), else it is
+    empty. ``arrays`` (name -> array: the inputs and training data ``fn`` reads), the draws and ``params`` are
+    arguments of the compiled program, never constants of it (XLA would fold a product with the data at compile
+    time)."""
     if not samples:
         raise ValueError("samples: expected at least one site with posterior draws, got none")
     n = _num_draws(samples)
-    fixed = {k: jnp.asarray(v) for k, v in (params or {}).items()}
+    fixed = jax.tree_util.tree_map(jnp.asarray, dict(params or {}))
     draws = {k: jnp.asarray(v) for k, v in samples.items()}
     keys = None if key is None else jax.random.split(key, n)
 
-    def one(pair: tuple) -> Any:
-        draw, draw_key = pair
-        return fn({**fixed, **draw}, {} if draw_key is None else {"key": draw_key})
+    def over_draws(draws: dict, keys: Array | None, fixed: dict, arrays: dict) -> Any:
+        def one(pair: tuple) -> Any:
+            draw, draw_key = pair
+            return fn({**fixed, **draw}, {} if draw_key is None else {"key": draw_key}, arrays)
 
-    over_draws = hot_path.EscalatingJit(
-        lambda d, k: jax.lax.map(one, (d, k), batch_size=batch), "predictions over draws"
-    )
-    return over_draws(draws, keys)
+        return jax.lax.map(one, (draws, keys), batch_size=batch)
+
+    arrays = jax.tree_util.tree_map(jnp.asarray, dict(arrays))
+    return hot_path.EscalatingJit(over_draws, "predictions over draws")(draws, keys, fixed, arrays)
 
 
 def draw_moments(
@@ -91,14 +100,13 @@ def draw_moments(
     Returns:
         (f_mean, f_var, y_mean, y_var), each [num_draws, S_new] or [num_draws, S_new, P].
     """
-    X_new = jnp.asarray(X_new)
 
-    def one(draw: dict, random: dict) -> tuple:
+    def one(draw: dict, random: dict, arrays: dict) -> tuple:
         _, likelihood = model.fitted(draw)
-        mean, var = model.predict_f(draw, X_new, **random, **data)
+        mean, var = model.predict_f(draw, arrays["X_new"], **random, **arrays["data"])
         return (mean, var, *likelihood.predict_mean_and_var(mean, var))
 
-    return _map_draws(one, samples, params, batch, key)
+    return _map_draws(one, samples, params, batch, key, {"X_new": X_new, "data": data})
 
 
 def posterior_predictive(
@@ -154,27 +162,29 @@ def log_predictive_density(
     if y_new.shape[0] != X_new.shape[0]:
         raise ValueError(f"y_new: expected {X_new.shape[0]} rows like X_new, got shape {tuple(y_new.shape)}")
 
-    def one(draw: dict, random: dict) -> Array:
-        return model.predict_log_density(draw, X_new, y_new, **random, **data)
+    def one(draw: dict, random: dict, arrays: dict) -> Array:
+        return model.predict_log_density(draw, arrays["X_new"], arrays["y_new"], **random, **arrays["data"])
 
-    logp = _map_draws(one, samples, params, batch, key)
+    logp = _map_draws(one, samples, params, batch, key, {"X_new": X_new, "y_new": y_new, "data": data})
     mixture = np.asarray(mixture_log_density(logp))
     return mixture if standardizer is None else standardizer.log_density_to_original(mixture)
 
 
-def guide_sampler(
-    guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, **guide_kwargs: Array
-) -> Callable[[Array], dict[str, Array]]:
-    """``key -> site -> [num_draws, ...]``: draws of every latent site of a fitted guide, to be called inside a
-    compiled program (eager tracing is far slower)."""
+def guide_sampler(guide: Callable, num_draws: int) -> Callable[..., dict[str, Array]]:
+    """``(key, params, *guide_args, **guide_kwargs) -> site -> [num_draws, ...]``: draws of every latent site of a
+    guide fitted to ``params``, to be called inside a compiled program (eager tracing is far slower) that takes the
+    params and the guide's arguments as its own arguments (closed over, they would be constants of the program)."""
     check_count("num_draws", num_draws, minimum=1)
-    predictive = Predictive(guide, params=dict(params), num_samples=num_draws)
-    return lambda key: predictive(key, *guide_args, **guide_kwargs)
+
+    def draw(key: Array, params: Mapping[str, Array], *guide_args: Array, **guide_kwargs: Array) -> dict[str, Array]:
+        return Predictive(guide, params=dict(params), num_samples=num_draws)(key, *guide_args, **guide_kwargs)
+
+    return draw
 
 
 def guide_draws(
     guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, key: Array, **guide_kwargs: Array
 ) -> dict[str, np.ndarray]:
     """Draws of every latent site of a fitted guide: site -> [num_draws, ...] (the SVI "posterior samples")."""
-    draws = jax.jit(guide_sampler(guide, params, num_draws, *guide_args, **guide_kwargs))(key)
+    draws = jax.jit(guide_sampler(guide, num_draws))(key, dict(params), *guide_args, **guide_kwargs)
     return {k: np.asarray(v) for k, v in draws.items()}

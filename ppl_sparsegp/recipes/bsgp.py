@@ -85,8 +85,8 @@ class BSGPFit:
             raise ValueError("window_draws: the window is empty (no warmup iteration has finished)")
         draws = {k: v[:count] for k, v in point.window.items()}
         draws.update({k: jnp.broadcast_to(v, (count, *jnp.shape(v))) for k, v in state.z.items() if k not in draws})
-        constrain = jax.jit(jax.vmap(self.kernel.postprocess_fn((jnp.asarray(X), jnp.asarray(y)), {})))
-        return {k: np.asarray(v) for k, v in constrain(draws).items()}
+        constrain = jax.jit(lambda z, args: jax.vmap(self.kernel.postprocess_fn(args, {}))(z))
+        return {k: np.asarray(v) for k, v in constrain(draws, (jnp.asarray(X), jnp.asarray(y))).items()}
 
     def log_predictive_density(
         self,

@@ -6,6 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _selective_problems import (
+    B7_SETTINGS,
+    assert_keeps_few_grid_points_near_the_latents,
+    curve_in_3d,
+    manifold_in_4d,
+)
 from numpyro import handlers
 from numpyro.infer import TraceMeanField_ELBO
 
@@ -25,10 +31,7 @@ K = SIZE**Q
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(2)
-    t = rng.uniform(-2, 2, size=(N, Q))
-    Y = np.stack([np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1]], axis=1) + 0.05 * rng.normal(size=(N, D))
-    return (Y - Y.mean(axis=0)) / Y.std(axis=0)
+    return curve_in_3d(N, Q)
 
 
 @pytest.fixture(scope="module")
@@ -332,17 +335,5 @@ def test_bad_data_is_rejected(data):
 @pytest.mark.parametrize("bound", ["uncollapsed", "collapsed"])
 def test_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents(bound):
     """Spec check B7 in small: 80 points on a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps."""
-    rng = np.random.default_rng(0)
-    t = rng.uniform(-2, 2, size=(80, 2))
-    features = (np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1], np.tanh(t[:, 0] - t[:, 1]))
-    Y = np.stack(features, axis=1) + 0.05 * rng.normal(size=(80, 4))
-    Y = (Y - Y.mean(axis=0)) / Y.std(axis=0)
-    fit = fit_selective_gplvm(Y, grid_size=8, steps=300, record_every=100, key=0, prune=True, bound=bound)
-    counts = fit.inclusion_trace.sum(axis=1)
-    assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
-    assert 1 <= fit.mask.sum() < 32
-    active = fit.inclusion_probs > 0.5
-    latents = fit.model.ordinary.latents.means(fit.params)
-    spacing = np.ptp(fit.grid[:, 0]) / 7
-    nearest = np.sqrt(np.min(np.sum((fit.grid[active, None] - latents[None]) ** 2, axis=-1), axis=1))
-    assert active.sum() >= 5 and np.mean(nearest <= spacing) >= 0.8
+    fit = fit_selective_gplvm(manifold_in_4d(), key=0, bound=bound, **B7_SETTINGS)
+    assert_keeps_few_grid_points_near_the_latents(fit)

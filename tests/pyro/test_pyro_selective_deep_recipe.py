@@ -15,6 +15,7 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from _selective_problems import ctrl_c_at_call, trap_phases
 
 from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.models.pyro._base import twin_of
@@ -139,18 +140,8 @@ def test_each_layerwise_phase_moves_only_its_own_layer_and_the_likelihood(layerw
 def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupted_one(
     layerwise_fit, elbo, kill_at, written, tmp_path, monkeypatch
 ):
-    calls, step = [], elbo.loss_and_grads
-
-    def killed(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == kill_at:
-            raise KeyboardInterrupt
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(elbo, "loss_and_grads", killed)
-    with pytest.raises(KeyboardInterrupt):
+    with ctrl_c_at_call(monkeypatch, elbo, kill_at):
         _fit(**LAYERWISE, checkpoint_dir=tmp_path)
-    monkeypatch.setattr(elbo, "loss_and_grads", step)
     assert {p.name for p in tmp_path.iterdir()} == {f"selective_{name}.npz" for name in written}
     resumed = _fit(**LAYERWISE, checkpoint_dir=tmp_path)
     straight = layerwise_fit
@@ -184,10 +175,7 @@ def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupte
     ],
 )
 def test_bad_input_is_refused_before_anything_runs_or_is_written(arguments, name, tmp_path, monkeypatch):
-    def trap(*args, **kwargs):
-        raise AssertionError("a phase started before the bad input was refused")
-
-    monkeypatch.setattr(selective_pyro, "fit_svi", trap)
+    trap_phases(monkeypatch, selective_pyro)
     folder = tmp_path / "checkpoints"
     arguments = {**TINY, "seed": 3, **arguments}
     y = arguments.pop("y", Y)

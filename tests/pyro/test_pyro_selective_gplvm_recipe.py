@@ -13,6 +13,14 @@ import numpy as np
 import pyro
 import pytest
 import torch
+from _selective_problems import (
+    B7_SETTINGS,
+    assert_keeps_few_grid_points_near_the_latents,
+    ctrl_c_at_call,
+    curve_in_3d,
+    manifold_in_4d,
+    trap_phases,
+)
 
 from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
 from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM
@@ -28,10 +36,7 @@ TINY = {"grid_size": SIZE, "alpha": 0.5, "pre_steps": 3, "steps": 6, "record_eve
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(2)
-    t = rng.uniform(-2, 2, size=(N, Q))
-    Y = np.stack([np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1]], axis=1) + 0.05 * rng.normal(size=(N, D))
-    return (Y - Y.mean(axis=0)) / Y.std(axis=0)
+    return curve_in_3d(N, Q)
 
 
 def _fit(Y, **settings):
@@ -119,18 +124,8 @@ def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupte
     uninterrupted fit's params, losses, trace and subset, bit for bit."""
     settings = {"bound": "collapsed", "steps": 9, "record_every": 2, "checkpoint_every": 3, "prune": True}
     straight = _fit(data, **settings)
-    calls, step = [], elbo.loss_and_grads
-
-    def killed(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == kill_at:
-            raise KeyboardInterrupt
-        return step(self, *args, **kwargs)
-
-    monkeypatch.setattr(elbo, "loss_and_grads", killed)
-    with pytest.raises(KeyboardInterrupt):
+    with ctrl_c_at_call(monkeypatch, elbo, kill_at):
         _fit(data, checkpoint_dir=tmp_path, **settings)
-    monkeypatch.setattr(elbo, "loss_and_grads", step)
     if elbo is pyro.infer.TraceGraph_ELBO:
         with np.load(tmp_path / TRACE_FILE) as trace:
             np.testing.assert_array_equal(trace["steps"], [0, 2, 4])
@@ -167,10 +162,7 @@ def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupte
     ],
 )
 def test_bad_input_is_refused_before_anything_runs_or_is_written(data, arguments, name, tmp_path, monkeypatch):
-    def trap(*args, **kwargs):
-        raise AssertionError("a phase started before the bad input was refused")
-
-    monkeypatch.setattr(selective_pyro, "fit_svi", trap)
+    trap_phases(monkeypatch, selective_pyro)
     folder = tmp_path / "checkpoints"
     arguments = {**TINY, "seed": 1, **arguments}
     Y = {"first column": data[:, 0], "inf": np.where(data > 1, np.inf, data)}.get(arguments.pop("Y", None), data)
@@ -195,19 +187,5 @@ def test_the_joint_phase_takes_the_configured_baseline_decay(data):
 def test_a_collapsed_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the_latents():
     """The NumPyro recipe's check B7 in small (tests/models/test_selective_gplvm.py) on the Pyro twin: 80 points on
     a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps of the collapsed bound."""
-    rng = np.random.default_rng(0)
-    t = rng.uniform(-2, 2, size=(80, 2))
-    features = (np.sin(2 * t[:, 0]), np.cos(t[:, 1]), t[:, 0] * t[:, 1], np.tanh(t[:, 0] - t[:, 1]))
-    Y = np.stack(features, axis=1) + 0.05 * rng.normal(size=(80, 4))
-    Y = (Y - Y.mean(axis=0)) / Y.std(axis=0)
-    fit = selective_pyro.fit_selective_gplvm(
-        Y, grid_size=8, steps=300, record_every=100, seed=0, prune=True, bound="collapsed", progress=False
-    )
-    counts = fit.inclusion_trace.sum(axis=1)
-    assert counts[0] == 32 and fit.expected_count < 26 and np.all(np.diff(counts) < 0)
-    assert 1 <= fit.mask.sum() < 32
-    active = fit.inclusion_probs > 0.5
-    latents = fit.model.ordinary.latents.means(fit.params)
-    spacing = np.ptp(fit.grid[:, 0]) / 7
-    nearest = np.sqrt(np.min(np.sum((fit.grid[active, None] - latents[None]) ** 2, axis=-1), axis=1))
-    assert active.sum() >= 5 and np.mean(nearest <= spacing) >= 0.8
+    fit = selective_pyro.fit_selective_gplvm(manifold_in_4d(), seed=0, bound="collapsed", progress=False, **B7_SETTINGS)
+    assert_keeps_few_grid_points_near_the_latents(fit)
