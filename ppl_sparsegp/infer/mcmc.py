@@ -546,7 +546,7 @@ def run_mcmc(
             warmup_done += n
             _check_warmup_state(state, result)
             if path is not None:
-                _save(path, expected, state, {}, {}, 0, warmup_s, warmup_done)
+                _save(path, expected, parallel.fetch(state), {}, {}, 0, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
         warmup_bar.close()
@@ -557,7 +557,7 @@ def run_mcmc(
             parts = []
             for m in progress_bars.pieces(n, sample_tick):
                 state, collected = steps(state, sample_tick, thinning, m, f"{name} steps {done}-{done + n - 1}")
-                parts.append(jax.device_get(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
+                parts.append(parallel.fetch(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
                 bar.update(m)
             collected = jax.tree.map(lambda *xs: np.concatenate(xs, axis=int(num_chains > 1)), *parts)
             new_draws = constrain(collected.pop(kernel.sample_field))
@@ -578,7 +578,9 @@ def run_mcmc(
             _append(extras, new_extras)
             done += n
             if path is not None:
-                _save(path, expected, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
+                _save(
+                    path, expected, parallel.fetch(state), _concat(draws), _concat(extras), done, warmup_s, warmup_done
+                )
             if callback is not None:
                 callback(result(False, state))
     except KeyboardInterrupt:
