@@ -419,7 +419,10 @@ def run_mcmc(
             vectorized chains over that many devices (``num_chains`` a multiple of it; each device steps its own
             chains under ``shard_map``); the SG-MCMC kernels split the minibatch of the model's subsampled
             ``"data"`` plate over them (the data and the state replicated), taking the same steps as on one device
-            up to the order of floating-point sums. None: one device.
+            up to the order of floating-point sums. None: one device. With several processes
+            (:func:`ppl_sparsegp.infer.sharding.initialize`) every process runs the same call and gets the whole
+            result: all chains' draws (gathered from the processes that stepped them) and extra fields; only
+            ``last_state`` stays a global array split over the processes when the chains are.
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.

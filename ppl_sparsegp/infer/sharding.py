@@ -20,7 +20,9 @@ chunk under ``shard_map``: each device steps its C/P chains, with no communicati
 
 **Several processes.** :func:`initialize` calls ``jax.distributed.initialize`` (CPU: collectives through gloo);
 afterwards the mesh spans every process's devices, and :meth:`DataParallel.put` builds global arrays from the
-values every process holds (``jax.make_array_from_callback``).
+values every process holds (``jax.make_array_from_callback``). Every process gets the whole result: the replicated
+parameters and SG-MCMC draws are on each already, and NUTS/HMC chains split over the processes are gathered to
+each of them (:meth:`ChainParallel.fetch`), as a single-process NumPyro user would expect from ``mcmc.get_samples``.
 
 Every check of ``devices`` and of the batch size raises a ``ValueError`` naming the argument before anything is
 compiled.
