@@ -3,9 +3,9 @@ joins a multi-process run (``ppl_sparsegp.infer.sharding.initialize``; gloo coll
 ``devices="all"`` over every process's devices, and writes its numbers with the device and process counts; with
 NUM_PROCESSES 0 it runs MODE on one device in one process instead, the reference. Every process writes its OUT.
 
-MODE is one of ``svgp`` (100 Adam steps of ``_on_devices.svgp_problem``: the losses and params), ``sghmc`` (the
-draws of ``_on_devices.sghmc_draws`` by SGHMC and by adaptive SGHMC, the minibatch split over the processes) or
-``chains`` (``_on_devices.nuts_chains`` by HMC and by NUTS, the 4 chains split over the processes).
+MODE is one of ``svgp`` (100 Adam steps of ``_on_devices.svgp_problem``: the losses and params), ``SGHMC`` or
+``AdaptiveSGHMC`` (the draws of ``_on_devices.sghmc_draws`` by that kernel, the minibatch split over the processes),
+``HMC`` or ``NUTS`` (``_on_devices.nuts_chains`` by that kernel, the 4 chains split over the processes).
 """
 
 import sys
@@ -38,15 +38,12 @@ def svgp() -> dict[str, np.ndarray]:
     return {"losses": res.losses, **{f"params/{k}": np.asarray(v) for k, v in res.params.items()}}
 
 
-def by_kernel(case, kernels: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """``case(devices, kernel_name)`` for each kernel, its outputs named ``KERNEL/...``."""
-    return {f"{name}/{k}": v for name in kernels for k, v in case(devices, name).items()}
-
-
 MODES = {
     "svgp": svgp,
-    "sghmc": lambda: by_kernel(sghmc_draws, ("SGHMC", "AdaptiveSGHMC")),
-    "chains": lambda: by_kernel(nuts_chains, ("HMC", "NUTS")),
+    "SGHMC": lambda: sghmc_draws(devices, "SGHMC"),
+    "AdaptiveSGHMC": lambda: sghmc_draws(devices, "AdaptiveSGHMC"),
+    "HMC": lambda: nuts_chains(devices, "HMC"),
+    "NUTS": lambda: nuts_chains(devices, "NUTS"),
 }
 numbers = MODES[mode]()
 np.savez(out, devices=jax.device_count(), processes=jax.process_count(), **numbers)
