@@ -425,7 +425,10 @@ def run_mcmc(
             vectorized chains over that many devices (``num_chains`` a multiple of it; each device steps its own
             chains under ``shard_map``); the SG-MCMC kernels split the minibatch of the model's subsampled
             ``"data"`` plate over them (the data and the state replicated), taking the same steps as on one device
-            up to the order of floating-point sums. None: one device.
+            up to the order of floating-point sums. None: one device. With several processes
+            (:func:`ppl_sparsegp.infer.sharding.initialize`) every process runs the same call and gets the whole
+            result: all chains' draws (gathered from the processes that stepped them) and extra fields; only
+            ``last_state`` stays a global array split over the processes when the chains are.
 
     Raises:
         DivergingChainError: a chain reached a non-finite state; the error carries the earlier draws.
@@ -552,7 +555,7 @@ def run_mcmc(
             warmup_done += n
             _check_warmup_state(state, result)
             if path is not None:
-                _save(path, expected, state, {}, {}, 0, warmup_s, warmup_done)
+                _save(path, expected, parallel.fetch(state), {}, {}, 0, warmup_s, warmup_done)
             if callback is not None:
                 callback(result(False, state))
         warmup_bar.close()
@@ -563,7 +566,7 @@ def run_mcmc(
             parts = []
             for m in progress_bars.pieces(n, sample_tick):
                 state, collected = steps(state, sample_tick, thinning, m, f"{name} steps {done}-{done + n - 1}")
-                parts.append(jax.device_get(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
+                parts.append(parallel.fetch(_first_draws(collected, kept=m // thinning, chains=num_chains > 1)))
                 bar.update(m)
             collected = jax.tree.map(lambda *xs: np.concatenate(xs, axis=int(num_chains > 1)), *parts)
             new_draws = constrain(collected.pop(kernel.sample_field))
@@ -584,7 +587,9 @@ def run_mcmc(
             _append(extras, new_extras)
             done += n
             if path is not None:
-                _save(path, expected, state, _concat(draws), _concat(extras), done, warmup_s, warmup_done)
+                _save(
+                    path, expected, parallel.fetch(state), _concat(draws), _concat(extras), done, warmup_s, warmup_done
+                )
             if callback is not None:
                 callback(result(False, state))
     except KeyboardInterrupt:

@@ -20,7 +20,9 @@ chunk under ``shard_map``: each device steps its C/P chains, with no communicati
 
 **Several processes.** :func:`initialize` calls ``jax.distributed.initialize`` (CPU: collectives through gloo);
 afterwards the mesh spans every process's devices, and :meth:`DataParallel.put` builds global arrays from the
-values every process holds (``jax.make_array_from_callback``).
+values every process holds (``jax.make_array_from_callback``). Every process gets the whole result: the replicated
+parameters and SG-MCMC draws are on each already, and NUTS/HMC chains split over the processes are gathered to
+each of them (:meth:`ChainParallel.fetch`), as a single-process NumPyro user would expect from ``mcmc.get_samples``.
 
 Every check of ``devices`` and of the batch size raises a ``ValueError`` naming the argument before anything is
 compiled.
@@ -36,6 +38,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from numpyro.primitives import Messenger
@@ -215,6 +218,13 @@ class ChainParallel:
         """The kernel state: split by its leading chain axis (``over_chains``) or replicated."""
         return DataParallel(self.mesh).put(state, P(DATA_AXIS) if self.over_chains else None)
 
+    def fetch(self, tree: Any) -> Any:
+        """Every array leaf of ``tree`` (e.g. a chunk's draws [C, S, ...] or the kernel state) as a whole host
+        array on every process. Chains split over the devices of several processes are gathered from all of them
+        (``process_allgather``, a collective: every process calls it in the same order); ``jax.device_get`` for the
+        others."""
+        return jax.tree.map(_whole, tree)
+
     def step(self, fn: Callable, num_shared: int) -> Callable:
         """``fn(state, *shared) -> (state, collected)`` on the mesh: under ``shard_map`` over the chains, or with
         its outputs constrained to stay replicated (so that a compiled chunk takes back what it returns)."""
@@ -242,6 +252,12 @@ def _place(x: Any, sharding: NamedSharding) -> Any:
             return jax.device_put(x, sharding)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
     return x
+
+
+def _whole(x: Any) -> Any:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+        return multihost_utils.process_allgather(x, tiled=True)
+    return jax.device_get(x)
 
 
 def over_chains(fn: Callable, mesh: Mesh, num_shared: int) -> Callable:

@@ -79,9 +79,11 @@ def resumed(devices: int | None) -> dict[str, np.ndarray]:
     return out
 
 
-def sghmc_draws(devices: int | None) -> dict[str, np.ndarray]:
+def sghmc_draws(devices: int | str | None, kernel_name: str = "AdaptiveSGHMC") -> dict[str, np.ndarray]:
+    """50 warmup steps and 50 draws of SGPMC (N = 1000, B = 64, M = 10) by BSGP's adaptive SGHMC or by SGHMC
+    (``kernel_name``)."""
+    from ppl_sparsegp.infer import sghmc
     from ppl_sparsegp.infer.mcmc import run_mcmc
-    from ppl_sparsegp.infer.sghmc import AdaptiveSGHMC
     from ppl_sparsegp.models.numpyro.sgpmc import SGPMC, default_priors
 
     _, X, y = svgp_problem(n=1000)
@@ -89,16 +91,21 @@ def sghmc_draws(devices: int | None) -> dict[str, np.ndarray]:
     likelihood = likelihoods.Gaussian(0.1)
     priors = default_priors(kernel, likelihood)
     gp = SGPMC(kernel=kernel, likelihood=likelihood, Z=X[::100].copy(), batch_size=64, priors=priors)
-    kernel = AdaptiveSGHMC(gp.model, step_size=0.01, num_data=X.shape[0])
+    if kernel_name == "AdaptiveSGHMC":
+        kernel = sghmc.AdaptiveSGHMC(gp.model, step_size=0.01, num_data=X.shape[0])
+    else:
+        kernel = sghmc.SGHMC(gp.model, step_size=1e-3)
     res = run_mcmc(kernel, X, y, num_warmup=50, num_samples=50, key=jax.random.PRNGKey(5), progress=False,
                    devices=devices)  # fmt: skip
     return {f"samples/{k}": v for k, v in res.samples.items()}
 
 
-def nuts_chains(devices: int | None) -> dict[str, np.ndarray]:
+def nuts_chains(devices: int | str | None, kernel_name: str = "NUTS") -> dict[str, np.ndarray]:
+    """Four chains of NUTS (or HMC with 10 leapfrog steps of 0.1, a fixed path) on a normal model with unknown mean
+    and scale: 100 warmup steps and 100 draws each."""
     import numpyro
     import numpyro.distributions as dist
-    from numpyro.infer import NUTS
+    from numpyro.infer import HMC, NUTS
 
     from ppl_sparsegp.infer.mcmc import run_mcmc
 
@@ -110,7 +117,8 @@ def nuts_chains(devices: int | None) -> dict[str, np.ndarray]:
         with numpyro.plate("data", y.shape[0]):
             numpyro.sample("y", dist.Normal(mu, sigma), obs=y)
 
-    res = run_mcmc(NUTS(model), y, num_warmup=100, num_samples=100, num_chains=4, key=jax.random.PRNGKey(0),
+    kernel = NUTS(model) if kernel_name == "NUTS" else HMC(model, step_size=0.1, num_steps=10, adapt_step_size=False)
+    res = run_mcmc(kernel, y, num_warmup=100, num_samples=100, num_chains=4, key=jax.random.PRNGKey(0),
                    progress=False, devices=devices)  # fmt: skip
     out = {f"samples/{k}": v for k, v in res.samples.items()}
     out["sharding"] = np.asarray(str(jax.tree.leaves(res.last_state)[0].sharding))
