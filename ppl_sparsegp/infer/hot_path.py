@@ -3,6 +3,9 @@
 * **Data on the device once**: :func:`on_device` places the model's arguments before the first chunk; every chunk
   then takes device arrays, and the call runs under ``jax.transfer_guard("disallow")`` (:func:`call_guarded`), so
   an implicit host-device copy inside the hot loop is an error rather than a silent stall.
+* **Arrays as arguments, Python values as constants**: :func:`split_static` separates the model's array data (a
+  program's arguments) from its Python values (a plate size ``n=10``, an option string), which a program can only hold
+  as compile-time constants, as NumPyro's own engines hold them.
 * **Explicit matmul precision**: float32 matrix products run at :data:`MATMUL_PRECISION` (``"highest"``: full
   float32, never TF32 or bfloat16 passes on a GPU), applied when a chunk is traced (:func:`precision_scope`).
 * **Jitter escalation outside the step**: the Cholesky inside a compiled program is one factorisation at a static
@@ -17,7 +20,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import wraps
 from typing import Any, TypeVar
 
 import jax
@@ -58,6 +63,47 @@ def precision_scope(precision: str, step: int = 0) -> Iterator[None]:
 def on_device(tree: Any) -> Any:
     """``tree`` with every array leaf placed on the default device (an explicit transfer, once per run)."""
     return jax.device_put(tree)
+
+
+@dataclass(frozen=True)
+class StaticValues:
+    """The non-array leaves of a model's ``(args, kwargs)``, kept out of the compiled programs' arguments."""
+
+    treedef: Any
+    leaves: tuple
+    """One per leaf of ``treedef``: the Python value, or None where the leaf is an array (a program argument)."""
+
+    def full(self, arrays: tuple[tuple, dict]) -> tuple[tuple, dict]:
+        """The model's ``(args, kwargs)`` from the array part (traced or not) and these values."""
+        given = self.treedef.flatten_up_to(arrays)
+        return self.treedef.unflatten([v if v is not None else a for a, v in zip(given, self.leaves, strict=True)])
+
+    def bind(self, fn: Callable) -> Callable:
+        """``fn`` (a model or guide) called with the array part of its arguments: it gets them all back."""
+        if all(v is None for v in self.leaves):
+            return fn
+
+        @wraps(fn)
+        def bound(*args: Any, **kwargs: Any) -> Any:
+            full_args, full_kwargs = self.full((args, kwargs))
+            return fn(*full_args, **full_kwargs)
+
+        return bound
+
+
+def split_static(args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple[tuple, dict], StaticValues]:
+    """Split a model's data into the arrays a compiled program takes as arguments and the other leaves (Python
+    numbers, strings, functions): those decide shapes and control flow (``numpyro.plate("data", n)``), so the program
+    holds them as constants, as ``numpyro.infer.MCMC`` does with all of its model arguments.
+
+    Returns:
+        ``((args, kwargs) with None for every non-array leaf, StaticValues)``; ``StaticValues.full`` inverts it.
+    """
+    leaves, treedef = jax.tree.flatten((tuple(args), dict(kwargs)))
+    arrays = [isinstance(x, (jax.Array, np.ndarray, np.generic)) for x in leaves]
+    dynamic = treedef.unflatten([x if is_array else None for x, is_array in zip(leaves, arrays, strict=True)])
+    static = tuple(None if is_array else x for x, is_array in zip(leaves, arrays, strict=True))
+    return dynamic, StaticValues(treedef, static)
 
 
 def call_guarded(compiled: Callable[..., Result], *args: Any) -> Result:

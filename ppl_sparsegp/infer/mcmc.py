@@ -173,7 +173,10 @@ def init_from_svi(
     """
     check_count("num_chains", num_chains, minimum=1)
 
-    def draw_unconstrained(k: Array, fitted: dict, args: tuple, kwargs: dict) -> dict[str, Array]:
+    arrays, static = hot_path.split_static(model_args, model_kwargs)
+
+    def draw_unconstrained(k: Array, fitted: dict, arrays: tuple[tuple, dict]) -> dict[str, Array]:
+        args, kwargs = static.full(arrays)
         predictive = Predictive(guide, params=fitted, num_samples=num_chains)
         fixed_model = handlers.substitute(model, data=fitted)
         unconstrain = lambda values: unconstrain_fn(fixed_model, args, kwargs, values)  # noqa: E731
@@ -181,7 +184,7 @@ def init_from_svi(
 
     # compiled (run eagerly, tracing the guide and model op by op costs a compilation per operation), with the
     # params and the data as arguments, not constants XLA would fold
-    unconstrained = jax.jit(draw_unconstrained)(key, dict(params), model_args, model_kwargs)
+    unconstrained = jax.jit(draw_unconstrained)(key, dict(params), arrays)
     if num_chains == 1:
         return {k: v[0] for k, v in unconstrained.items()}
     return unconstrained
@@ -266,12 +269,14 @@ def _init_state(
     num_warmup: int,
     init_params: Mapping[str, Array] | None,
     data: tuple[tuple, dict],
+    static: hot_path.StaticValues,
     num_chains: int,
     chain_method: str,
 ) -> Any:
     """The kernel's initial state (compiled, as eager initialisation is several times slower): one call with a
-    batch of keys for vectorized chains, else one per chain, stacked. ``data`` is ``(model_args, model_kwargs)``."""
-    init = jax.jit(lambda k, p, data: kernel.init(k, num_warmup, p, *data))
+    batch of keys for vectorized chains, else one per chain, stacked. ``data`` is the array part of
+    ``(model_args, model_kwargs)``, ``static`` the rest (:func:`~ppl_sparsegp.infer.hot_path.split_static`)."""
+    init = jax.jit(lambda k, p, data: kernel.init(k, num_warmup, p, *static.full(data)))
     if num_chains == 1:
         return init(key, init_params, data)
     keys = jax.random.split(key, num_chains)
@@ -292,6 +297,7 @@ def _compiled_chunk(
     chain_method: str,
     state: Any,
     data: tuple[tuple, dict],
+    static: hot_path.StaticValues,
     precision: str,
     step: int,
     parallel: ChainParallel | None = None,
@@ -301,14 +307,15 @@ def _compiled_chunk(
     A scan of ``length`` iterations of ``thinning`` kernel steps each, both static; the steps are numbered from 0,
     and those numbered ``active`` or more are computed but discarded by a select (no branch, no loop whose trip
     count the program reads at run time), so one program serves every piece of up to ``length * thinning`` steps.
-    After each iteration it records ``kernel.sample_field`` and ``fields``: [length, ...] per chain. ``data`` is
-    ``(model_args, model_kwargs)``, an argument of the program (placed on the device once), not a constant in it.
+    After each iteration it records ``kernel.sample_field`` and ``fields``: [length, ...] per chain. ``data``, the
+    array part of ``(model_args, model_kwargs)``, is an argument of the program (placed on the device once), not a
+    constant in it; ``static`` holds the rest, which the program does hold as constants.
     Factorisations run at jitter escalation ``step`` and float32 products at ``precision`` (see :mod:`.hot_path`).
     """
     getters = {name: attrgetter(name) for name in (kernel.sample_field, *fields)}
 
     def one_chain(chain_state: Any, data: tuple[tuple, dict], active: Array) -> tuple[Any, dict]:
-        model_args, model_kwargs = data
+        model_args, model_kwargs = static.full(data)
 
         def kernel_step(number: Array, carry: Any) -> Any:
             moved = kernel.sample(carry, model_args, model_kwargs)
@@ -335,17 +342,19 @@ def _count(n: int) -> Array:
     return jax.device_put(np.int32(n))
 
 
-def _constrain(kernel: MCMCKernel, model_args: tuple, model_kwargs: dict, num_chains: int) -> Callable:
+def _constrain(
+    kernel: MCMCKernel, data: tuple[tuple, dict], static: hot_path.StaticValues, num_chains: int
+) -> Callable:
     """[C, S] (or [S]) unconstrained draws -> constrained draws and deterministic sites, [C, S, ...]."""
 
-    def postprocess(z: Any, args: tuple, kwargs: dict) -> dict[str, Array]:
-        one = jax.vmap(kernel.postprocess_fn(args, kwargs))
+    def postprocess(z: Any, data: tuple[tuple, dict]) -> dict[str, Array]:
+        one = jax.vmap(kernel.postprocess_fn(*static.full(data)))
         return jax.vmap(one)(z) if num_chains > 1 else one(z)
 
     over_draws = jax.jit(postprocess)  # the data are arguments, not constants XLA would fold
 
     def constrain(z: Any) -> dict[str, np.ndarray]:
-        out = jax.device_get(over_draws(z, model_args, model_kwargs))
+        out = jax.device_get(over_draws(z, data))
         return {k: v if num_chains > 1 else v[None] for k, v in out.items()}
 
     return constrain
@@ -394,7 +403,9 @@ def run_mcmc(
 
     Args:
         kernel: any NumPyro MCMC kernel built on a model (``NUTS(model)``, ``HMC(model)``, ``SGHMC(model)``...).
-        model_args, model_kwargs: the model's data (pandas DataFrames and Series go in as their numpy arrays).
+        model_args, model_kwargs: the model's data (pandas DataFrames and Series go in as their numpy arrays); arrays
+            are arguments of the compiled programs, other values (a plate size ``n=10``, an option) their constants
+            (:func:`ppl_sparsegp.infer.hot_path.split_static`).
         num_warmup: adaptation steps (not kept).
         num_samples: post-warmup steps per chain; every ``thinning``-th is kept (S = num_samples // thinning).
         key: JAX PRNG key.
@@ -475,13 +486,16 @@ def run_mcmc(
         expected = checkpoints.make_fingerprint(fingerprint, model_args, model_kwargs, run)
         saved = checkpoints.read(path, fingerprint=expected) if path.exists() else None
 
-    data = parallel.put(hot_path.on_device((model_args, model_kwargs)))
+    arrays, static = hot_path.split_static(model_args, model_kwargs)
+    data = parallel.put(hot_path.on_device(arrays))
     name = type(kernel).__name__
     escalation = hot_path.Escalation()
 
     def initial(step: int) -> Any:
         with hot_path.precision_scope(precision, step), parallel.tracing():
-            return parallel.put_state(_init_state(kernel, key, num_warmup, init_params, data, num_chains, chain_method))
+            return parallel.put_state(
+                _init_state(kernel, key, num_warmup, init_params, data, static, num_chains, chain_method)
+            )
 
     init_state = escalation.run(initial, lambda state: not _any_nonfinite(state), f"{name} initialisation")[0]
     draws: dict[str, list] = {}
@@ -515,6 +529,7 @@ def run_mcmc(
                         chain_method=chain_method,
                         state=state,
                         data=data,
+                        static=static,
                         precision=precision,
                         step=step,
                         parallel=parallel,
@@ -537,7 +552,7 @@ def run_mcmc(
             warmup_done=warmup_done,
         )
 
-    constrain = _constrain(kernel, model_args, model_kwargs, num_chains)
+    constrain = _constrain(kernel, arrays, static, num_chains)
     shown = {"mininterval": 0, "disable": not progress}  # moved about UPDATES times: show every move
     warmup_bar = tqdm(total=num_warmup, initial=warmup_done, desc=f"{name} warmup", **shown)
     bar = None

@@ -567,8 +567,9 @@ def sample_streamed(
     expected, saved = _resume(checkpoint, fingerprint, batches, run)
     parallel = DataParallel(batches.mesh)
     first_batch = batches.batch(0)
+    batch_data, static = hot_path.split_static(first_batch, {})
     with hot_path.precision_scope(precision):
-        state = _init_state(kernel, key, num_warmup, init_params, (first_batch, {}), num_chains, "vectorized")
+        state = _init_state(kernel, key, num_warmup, init_params, batch_data, static, num_chains, "vectorized")
     state = parallel.put(state)
     done, position, draws, extras, seconds = 0, 1, {}, {}, {"warmup": 0.0, "sample": 0.0}
     if saved is not None:
@@ -576,7 +577,7 @@ def sample_streamed(
         done, position = saved.counters["steps"], saved.counters["stream_position"]
         draws, extras = ({k: [v] for k, v in saved.groups[g].items()} for g in ("samples", "extra_fields"))
         seconds.update(saved.metadata.get("seconds") or {})
-    constrain = _constrain(kernel, first_batch, {}, num_chains)
+    constrain = _constrain(kernel, batch_data, static, num_chains)
     with hot_path.precision_scope(precision):
         step = jax.jit(lambda s, X, y: parallel.constrain(kernel.sample(s, (X, y), {})))
         step = step.lower(state, *first_batch).compile()

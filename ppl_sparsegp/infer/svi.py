@@ -148,7 +148,8 @@ def fit_svi(
     Args:
         model, guide: NumPyro programs called as ``model(*args, **kwargs)``.
         *args, **kwargs: data passed to both (e.g. ``X [N, D]``, ``y [N]``); arrays are jit arguments (pandas
-            DataFrames and Series go in as their numpy arrays).
+            DataFrames and Series go in as their numpy arrays), other values (a plate size ``n=10``, an option) are
+            constants of the compiled programs (:func:`ppl_sparsegp.infer.hot_path.split_static`).
         optimizer: an optax ``GradientTransformation`` (e.g. ``optax.adam(0.01)``), a ``numpyro.optim``, or
             :class:`~ppl_sparsegp.infer.optimisers.LBFGS` for a deterministic (full-batch) loss, refused otherwise
             before the run.
@@ -219,6 +220,8 @@ def fit_svi(
         if not isinstance(optimizer, optax.GradientTransformation):
             raise ValueError(f"freeze: needs an optax optimizer or LBFGS, got {optimizer!r}")
         optimizer = frozen_for(optimizer, freeze)
+    data, static = hot_path.split_static(args, kwargs)
+    model, guide = static.bind(model), static.bind(guide)  # they take the arrays and hold the Python values
     svi = SVI(
         parallel.wrap(model), parallel.wrap(guide), _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO()
     )
@@ -244,7 +247,7 @@ def fit_svi(
                 checkpoint, f"holds {saved.counters['step']} steps, more than the {num_steps} asked for"
             )
     init_params = None if init_params is None else {k: jnp.asarray(v) for k, v in init_params.items()}
-    args, kwargs = hot_path.on_device((args, kwargs))
+    args, kwargs = hot_path.on_device(data)
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     args, kwargs = parallel.put((args, kwargs))
     with hot_path.precision_scope(precision):

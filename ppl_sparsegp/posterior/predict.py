@@ -186,5 +186,6 @@ def guide_draws(
     guide: Callable, params: Mapping[str, Array], num_draws: int, *guide_args: Array, key: Array, **guide_kwargs: Array
 ) -> dict[str, np.ndarray]:
     """Draws of every latent site of a fitted guide: site -> [num_draws, ...] (the SVI "posterior samples")."""
-    draws = jax.jit(guide_sampler(guide, num_draws))(key, dict(params), *guide_args, **guide_kwargs)
+    (args, kwargs), static = hot_path.split_static(guide_args, guide_kwargs)
+    draws = jax.jit(guide_sampler(static.bind(guide), num_draws))(key, dict(params), *args, **kwargs)
     return {k: np.asarray(v) for k, v in draws.items()}
