@@ -251,7 +251,9 @@ def fit_svi(
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     args, kwargs = parallel.put((args, kwargs))
     with hot_path.precision_scope(precision):
-        state = jax.jit(partial(svi.init, init_params=init_params))(_as_key(key), *args, **kwargs)
+        # the initial values are arguments too: closed over, they would be constants XLA folds
+        init = jax.jit(lambda k, start, args, kwargs: svi.init(k, *args, init_params=start, **kwargs))
+        state = init(_as_key(key), init_params, args, kwargs)
     if init_state is not None:
         state = init_state
     state = parallel.put(state)

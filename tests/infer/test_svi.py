@@ -9,6 +9,7 @@ import numpyro
 import numpyro.distributions as dist
 import optax
 import pytest
+from _lowered_programs import LoweredPrograms, dense_constant_sizes
 
 from ppl_sparsegp.core import kernels, likelihoods
 from ppl_sparsegp.infer.svi import EarlyStopping, NonFiniteLossError, fit_svi
@@ -213,3 +214,23 @@ def test_float32_svgp_training_has_no_nan(rng):
         assert np.all(np.isfinite(res.losses)) and res.losses[-100:].mean() < res.losses[:100].mean()
         mean, var = gp.predict_y(res.params, X)
         assert np.all(np.isfinite(np.asarray(var))) and float(jnp.sqrt(jnp.mean((mean - y) ** 2))) < 0.2
+
+
+def test_no_program_of_fit_svi_embeds_the_data_or_the_initial_values(monkeypatch):
+    """The data and ``init_params`` are arguments of every program the fit compiles, initialisation included
+    (closed over, they were constants of the init program, which XLA folds at compile time)."""
+
+    def model(y):
+        w = numpyro.sample("w", dist.Normal(jnp.zeros(57), 1.0).to_event(1))
+        numpyro.sample("y", dist.Normal(w.sum(), 1.0).expand([y.shape[0]]).to_event(1), obs=y)
+
+    def guide(y):
+        numpyro.sample("w", dist.Normal(numpyro.param("loc", jnp.zeros(57)), 0.1).to_event(1))
+
+    programs = LoweredPrograms(jax.jit)
+    monkeypatch.setattr(jax, "jit", programs)
+    y, start = np.linspace(0.0, 1.0, 43), {"loc": np.linspace(-1.0, 1.0, 57)}
+    fit = fit_svi(model, guide, y, optimizer=optax.adam(0.01), num_steps=3, key=0, init_params=start, progress=False)
+    assert np.all(np.isfinite(fit.losses)) and len(programs.texts) >= 2  # initialisation and the step chunk
+    sizes = [size for text in programs.texts for size in dense_constant_sizes(text)]
+    assert 43 not in sizes and 57 not in sizes, sizes
