@@ -503,7 +503,7 @@ def run_mcmc(
     done, warmup_s, sample_s, warmup_done = 0, 0.0, 0.0, 0
     state = init_state
     if saved is not None:
-        state = parallel.put_state(saved.restore(init_state))
+        state = parallel.put_state(saved.restore(parallel.fetch(init_state)))  # a template on the host
         _append(draws, saved.groups["samples"])
         _append(extras, saved.groups["extra_fields"])
         done, warmup_done = saved.counters["draws_done"], saved.counters["warmup_done"]

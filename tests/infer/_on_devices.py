@@ -2,6 +2,7 @@
 before jax is imported): ``python _on_devices.py CASE OUT.npz``. Each case writes its numbers to OUT.npz."""
 
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -100,9 +101,9 @@ def sghmc_draws(devices: int | str | None, kernel_name: str = "AdaptiveSGHMC") -
     return {f"samples/{k}": v for k, v in res.samples.items()}
 
 
-def nuts_chains(devices: int | str | None, kernel_name: str = "NUTS") -> dict[str, np.ndarray]:
+def nuts_chains(devices: int | str | None, kernel_name: str = "NUTS", **run_options: Any) -> dict[str, np.ndarray]:
     """Four chains of NUTS (or HMC with 10 leapfrog steps of 0.1, a fixed path) on a normal model with unknown mean
-    and scale: 100 warmup steps and 100 draws each."""
+    and scale: 100 warmup steps and 100 draws each; ``run_options`` go to ``run_mcmc`` (chunks, checkpoint)."""
     import numpyro
     import numpyro.distributions as dist
     from numpyro.infer import HMC, NUTS
@@ -119,7 +120,7 @@ def nuts_chains(devices: int | str | None, kernel_name: str = "NUTS") -> dict[st
 
     kernel = NUTS(model) if kernel_name == "NUTS" else HMC(model, step_size=0.1, num_steps=10, adapt_step_size=False)
     res = run_mcmc(kernel, y, num_warmup=100, num_samples=100, num_chains=4, key=jax.random.PRNGKey(0),
-                   progress=False, devices=devices)  # fmt: skip
+                   progress=False, devices=devices, **run_options)  # fmt: skip
     out = {f"samples/{k}": v for k, v in res.samples.items()}
     out["sharding"] = np.asarray(str(jax.tree.leaves(res.last_state)[0].sharding))
     return out

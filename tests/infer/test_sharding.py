@@ -228,6 +228,29 @@ def test_hmc_chains_over_two_processes_draw_as_one_process(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_checkpointed_run_over_two_processes_resumes_as_one_uninterrupted_process(tmp_path):
+    """The HMC chains of the test above, 2 per process, checkpointed every 50 draws into one file both processes
+    write, killed after the first chunk and resumed from that file: every process gets the draws of an uninterrupted
+    run in one process."""
+    processes, want = on_two_processes("HMC-resumed", tmp_path)
+    assert want["samples/mu"].shape == (4, 100)
+    want.pop("sharding")
+    for got in processes:
+        assert "P('data',)" in str(got.pop("sharding"))
+        assert_same(want, got, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_checkpointed_fit_over_two_processes_resumes_as_one_uninterrupted_process(tmp_path):
+    """The 100 sharded Adam steps of the SVGP above, checkpointed every 50 steps into one file both processes write,
+    killed after step 50's checkpoint and resumed: every process ends where one uninterrupted process does."""
+    processes, want = on_two_processes("svgp-resumed", tmp_path)
+    assert want["losses"].shape == (100,)
+    for got in processes:
+        assert_same(want, got, atol=1e-6)
+
+
+@pytest.mark.slow
 def test_nuts_chains_over_two_processes(tmp_path):
     """4 NUTS chains, 2 per process: every process gets the same 4 chains back. NUTS chains amplify round-off
     through their tree decisions and adaptation (measured: three chains within 7.5e-9 of the one-process draws,
