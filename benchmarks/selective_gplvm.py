@@ -4,7 +4,7 @@ Run (from the repository root)::
 
     .venv/bin/python benchmarks/selective_gplvm.py                  # seeds 0 1 2 (resumes: finished seeds skipped)
     .venv/bin/python benchmarks/selective_gplvm.py --seeds 0        # one seed
-    .venv/bin/python benchmarks/selective_gplvm.py --quick          # 30 steps, written to results/..._runs/
+    .venv/bin/python benchmarks/selective_gplvm.py --quick          # 60 epochs, written to results/..._runs/
     .venv/bin/python benchmarks/selective_gplvm.py --seeds 0 --pre-steps 300 \
         --output benchmarks/results/selective_gplvm_pretrained.json   # the released demo's pre-fit first
     .venv/bin/python benchmarks/selective_gplvm.py --seeds 0 --noise-variance learned \
@@ -13,6 +13,8 @@ Run (from the repository root)::
         --output benchmarks/results/selective_gplvm_collapsed.json      # q(u) collapsed (CollapsedGPLVM)
     .venv/bin/python benchmarks/selective_gplvm.py --bound collapsed --epochs 1500 --seeds 0 \
         --output benchmarks/results/selective_gplvm_collapsed_1500.json # the same, trained 5x longer
+    .venv/bin/python benchmarks/selective_gplvm.py --seeds 0 --backend pyro \
+        --output benchmarks/results/selective_gplvm_pyro.json           # the Pyro twins and engine
 
 The paper's experiment (qPCR, Fig. 7) is qualitative; this one applies its protocol to the oil-flow data (the
 1000-point training set, 12 outputs, 3 flow regimes used only for evaluation) and checks spec 000 §7.2 B7:
@@ -34,19 +36,33 @@ The paper's experiment (qPCR, Fig. 7) is qualitative; this one applies its proto
   against the baseline's bound (ratio and difference; 32 draws each); and the leave-one-out 1-NN error of the
   3 classes on the latent means (also for the PCA initialisation).
 
-Output: ``benchmarks/results/selective_gplvm.json`` (rewritten atomically after every seed) and a figure
+``--backend pyro`` runs all of it on the Pyro side (:class:`Backend`): the Pyro twin of the recipe
+(:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_gplvm`, the same grid and initialisation), the all-grid
+baseline's Pyro twin (:func:`ppl_sparsegp.recipes.selective_pyro.gplvm_on_grid`) trained by the Pyro engine
+(:func:`ppl_sparsegp.pyro.svi.fit_svi`, torch's Adam), and the bounds drawn from torch's generator seeded by
+10000 + seed before each one (where the NumPyro side takes that key), in float64 on one torch thread. The backend is
+a setting of the results file (a file holds the runs of one backend) and a field of every record.
+
+Output: ``benchmarks/results/selective_gplvm.json`` (rewritten atomically after every seed; ``--output`` names another,
+with ``--quick`` too) and a figure
 ``benchmarks/results/selective_gplvm.png`` (latent means by class, grid points sized by λ, first seed run). Each
-seed checkpoints to ``results/selective_gplvm_runs/checkpoints/<output name>_seed<seed>/``, so the same command
-resumes a killed seed; delete that folder after changing a setting.
+seed checkpoints to ``results/selective_gplvm_runs/checkpoints/<output name>_seed<seed>/`` (``<output
+name>_pyro_seed<seed>/`` with ``--backend pyro``), so the same command resumes a killed seed; delete that folder after
+changing a setting.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -58,17 +74,18 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from svgp_uci import _loadavg, add_cell, has_cell  # noqa: E402
+import pyro  # noqa: E402
+import torch  # noqa: E402
+from svgp_uci import _loadavg, _version, add_cell, has_cell  # noqa: E402
 
 from ppl_sparsegp.data import load_oilflow  # noqa: E402
-from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+from ppl_sparsegp.infer import svi as numpyro_svi  # noqa: E402
+from ppl_sparsegp.infer.svi import SVIResult  # noqa: E402
 from ppl_sparsegp.models.numpyro.gplvm import pca_latents  # noqa: E402
-from ppl_sparsegp.recipes.selective import (  # noqa: E402
-    BOUNDS,
-    SelectiveGPLVMFit,
-    fit_selective_gplvm,
-    gplvm_on_grid,
-)
+from ppl_sparsegp.pyro import svi as pyro_svi  # noqa: E402
+from ppl_sparsegp.pyro.dtype import default_dtype, intra_op_threads  # noqa: E402
+from ppl_sparsegp.recipes import selective, selective_pyro  # noqa: E402
+from ppl_sparsegp.recipes.selective import BOUNDS, SelectiveGPLVMFit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results" / "selective_gplvm.json"
@@ -88,6 +105,80 @@ SETTINGS = {
     "bound": "uncollapsed",
 }
 EPOCHS, EARLY_EPOCH, RECORD_EVERY, ELBO_DRAWS, ACTIVE = 300, 50, 10, 32, 0.5
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What :func:`run_seed` does on one engine: ``fit(Y, seed, **settings)`` the selective GP-LVM recipe,
+    ``on_grid(Y, grid, **settings)`` the all-grid GP-LVM, ``train(model, Y, learning_rate, num_steps, seed,
+    checkpoint)`` its full-batch Adam fit from ``model.initial_params()``, ``elbo(model, params, Y, seed)`` a model's
+    bound from :data:`ELBO_DRAWS` draws seeded by 10000 + seed (the same draws for every model of a seed), all within
+    ``scope()``; ``packages``: whose versions a record names; ``checkpoint_suffix``: added to the checkpoint folder's
+    name, so that the two backends never resume each other's runs."""
+
+    name: str
+    fit: Callable[..., SelectiveGPLVMFit]
+    on_grid: Callable[..., Any]
+    train: Callable[[Any, np.ndarray, float, int, int, Path], SVIResult]
+    elbo: Callable[[Any, dict, np.ndarray, int], float]
+    scope: Callable[[], contextlib.AbstractContextManager]
+    packages: tuple[str, ...]
+    checkpoint_suffix: str
+
+
+def _numpyro_train(
+    model: Any, Y: np.ndarray, learning_rate: float, num_steps: int, seed: int, checkpoint: Path
+) -> SVIResult:
+    return numpyro_svi.fit_svi(
+        model.model, model.guide, Y, optimizer=optax.adam(learning_rate), num_steps=num_steps, key=seed,
+        init_params=model.initial_params(), progress=False, checkpoint=checkpoint,
+    )  # fmt: skip
+
+
+def _pyro_train(
+    model: Any, Y: np.ndarray, learning_rate: float, num_steps: int, seed: int, checkpoint: Path
+) -> SVIResult:
+    return pyro_svi.fit_svi(
+        model.model, model.guide, Y, optimizer=partial(torch.optim.Adam, lr=learning_rate),
+        num_steps=num_steps, seed=seed, init_params=model.initial_params(), progress=False, checkpoint=checkpoint,
+    )  # fmt: skip
+
+
+def _pyro_elbo(model: Any, params: dict, Y: np.ndarray, seed: int) -> float:
+    pyro.set_rng_seed(10_000 + seed)
+    with torch.no_grad():
+        return float(model.elbo(params, Y, ELBO_DRAWS))
+
+
+@contextlib.contextmanager
+def _float64_one_thread() -> Iterator[None]:
+    """torch in float64 (as JAX here) on one intra-op thread (as the NumPyro side's BLAS) within the block."""
+    with default_dtype("float64"), intra_op_threads(1):
+        yield
+
+
+BACKENDS = {
+    "numpyro": Backend(
+        "numpyro",
+        fit=lambda Y, seed, **settings: selective.fit_selective_gplvm(Y, key=seed, **settings),
+        on_grid=selective.gplvm_on_grid,
+        train=_numpyro_train,
+        elbo=lambda model, params, Y, seed: float(model.elbo(params, Y, jax.random.PRNGKey(10_000 + seed), ELBO_DRAWS)),
+        scope=contextlib.nullcontext,
+        packages=("jax", "numpyro", "optax"),
+        checkpoint_suffix="",
+    ),
+    "pyro": Backend(
+        "pyro",
+        fit=lambda Y, seed, **settings: selective_pyro.fit_selective_gplvm(Y, seed=seed, **settings),
+        on_grid=selective_pyro.gplvm_on_grid,
+        train=_pyro_train,
+        elbo=_pyro_elbo,
+        scope=_float64_one_thread,
+        packages=("torch", "pyro-ppl"),
+        checkpoint_suffix="_pyro",
+    ),
+}
 
 
 def standardised_oilflow() -> tuple[np.ndarray, np.ndarray]:
@@ -143,31 +234,33 @@ def run_seed(
     pre_steps: int,
     figure: Path | None,
     checkpoints: Path,
+    backend: Backend = BACKENDS["numpyro"],
 ) -> dict:
     """Fit the selective GP-LVM and the all-grid baseline (pre_steps + epochs steps) from the same initialisation,
-    both with ``settings`` (:data:`SETTINGS` with the noise variance of the command line); both checkpoint to the
-    folder ``checkpoints``, so a killed seed resumes."""
-    fit = fit_selective_gplvm(
-        Y, **settings, steps=epochs, pre_steps=pre_steps, key=seed, record_every=RECORD_EVERY, prune=True,
-        checkpoint_dir=checkpoints,
-    )  # fmt: skip
-    eval_key = jax.random.PRNGKey(10_000 + seed)
-    selective_elbo = float(fit.model.elbo(fit.params, Y, eval_key, ELBO_DRAWS))
-    pruned_elbo = float(fit.pruned.elbo(fit.pruned_params, Y, eval_key, ELBO_DRAWS))
+    both with ``settings`` (:data:`SETTINGS` with the noise variance of the command line) on ``backend``'s engine;
+    both checkpoint to the folder ``checkpoints``, so a killed seed resumes."""
+    with backend.scope():
+        fit = backend.fit(
+            Y, seed, **settings, steps=epochs, pre_steps=pre_steps, record_every=RECORD_EVERY, prune=True,
+            checkpoint_dir=checkpoints,
+        )  # fmt: skip
+        selective_elbo = backend.elbo(fit.model, fit.params, Y, seed)
+        pruned_elbo = backend.elbo(fit.pruned, fit.pruned_params, Y, seed)
 
-    shared = ("latent_dim", "noise_variance", "latent_scale", "bound")
-    baseline = gplvm_on_grid(Y, fit.grid, **{k: settings[k] for k in shared})
-    t0 = time.perf_counter()
-    base = fit_svi(
-        baseline.model, baseline.guide, Y, optimizer=optax.adam(settings["learning_rate"]),
-        num_steps=pre_steps + epochs, key=seed, init_params=baseline.initial_params(), progress=False,
-        checkpoint=checkpoints / "all_grid.npz",
-    )  # fmt: skip
-    base_seconds = time.perf_counter() - t0
-    baseline_elbo = float(baseline.elbo(base.params, Y, eval_key, ELBO_DRAWS))
+        shared = ("latent_dim", "noise_variance", "latent_scale", "bound")
+        baseline = backend.on_grid(Y, fit.grid, **{k: settings[k] for k in shared})
+        t0 = time.perf_counter()
+        base = backend.train(
+            baseline, Y, settings["learning_rate"], pre_steps + epochs, seed, checkpoints / "all_grid.npz"
+        )
+        base_seconds = time.perf_counter() - t0
+        baseline_elbo = backend.elbo(baseline, base.params, Y, seed)
+        selective_means = fit.model.ordinary.latents.means(fit.params)
+        baseline_means = baseline.latents.means(base.params)
     X_init = pca_latents(Y, settings["latent_dim"])
     record = {
         "seed": seed,
+        "backend": backend.name,
         "pre_steps": pre_steps,
         "expected_count": fit.expected_count,
         "count_sd": float(np.sqrt(fit.count_variance)),
@@ -180,8 +273,8 @@ def run_seed(
         "elbo_ratio_selective_over_all_grid": selective_elbo / baseline_elbo,
         "elbo_difference_selective_minus_all_grid": selective_elbo - baseline_elbo,
         "elbo_difference_pruned_minus_all_grid": pruned_elbo - baseline_elbo,
-        "nn_error_selective": nearest_neighbour_error(fit.model.ordinary.latents.means(fit.params), labels),
-        "nn_error_all_grid": nearest_neighbour_error(baseline.latents.means(base.params), labels),
+        "nn_error_selective": nearest_neighbour_error(selective_means, labels),
+        "nn_error_all_grid": nearest_neighbour_error(baseline_means, labels),
         "nn_error_pca_init": nearest_neighbour_error(X_init, labels),
         "lengthscale_selective": np.asarray(fit.params["kernel.lengthscale"]).tolist(),
         "lengthscale_all_grid": np.asarray(base.params["kernel.lengthscale"]).tolist(),
@@ -194,6 +287,7 @@ def run_seed(
         "final_loss_all_grid": float(np.mean(base.losses[-10:])),
         "seconds": {"selective": fit.seconds, "all_grid": base_seconds},
         "loadavg": _loadavg(),
+        "versions": {package: _version(package) for package in backend.packages},
     }
     if figure is not None:
         save_figure(fit, labels, figure)
@@ -270,7 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the GP-LVM bound: q(u) learned (uncollapsed, the paper's) or collapsed (optimal per subset and draw)",
     )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"joint epochs (default {EPOCHS}, the paper's)")
-    parser.add_argument("--quick", action="store_true", help="60 epochs, written to the runs folder")
+    parser.add_argument(
+        "--backend", choices=tuple(BACKENDS), default="numpyro",
+        help="the engine of every fit and bound: the NumPyro recipe and models (default) or their Pyro twins",
+    )  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="60 epochs, written to the runs folder (or --output)")
     args = parser.parse_args(argv)
     if args.pre_steps < 0:
         parser.error(f"--pre-steps: expected a number of steps >= 0, got {args.pre_steps}")
@@ -278,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--epochs: expected at least {EARLY_EPOCH} (the early epoch of the Jaccard check), got {args.epochs}"
         )
-    path, epochs = (QUICK_RESULTS, 60) if args.quick else (args.output or RESULTS, args.epochs)
+    path = args.output or (QUICK_RESULTS if args.quick else RESULTS)
+    epochs = 60 if args.quick else args.epochs
     Y, labels = standardised_oilflow()
     model_settings = {**SETTINGS, "noise_variance": args.noise_variance, "bound": args.bound}
     settings = {
@@ -287,17 +386,24 @@ def main(argv: list[str] | None = None) -> int:
         "pre_steps": args.pre_steps,
         "batch_size": None,
         "N": int(Y.shape[0]),
+        "backend": args.backend,
     }
     stored = json.loads(path.read_text()) if path.exists() else {}
-    earlier = {"pre_steps": 0, "bound": "uncollapsed"}  # runs from before these options existed have neither
-    if {**earlier, **stored.get("settings", settings)} != settings:
+    earlier = {"pre_steps": 0, "bound": "uncollapsed", "backend": "numpyro"}  # runs from before these options existed
+    stored_settings = {**earlier, **stored.get("settings", settings)}
+    if stored_settings["backend"] != args.backend:
+        parser.error(
+            f"{path} holds runs of the {stored_settings['backend']} backend, not {args.backend}; give another --output"
+        )
+    if stored_settings != settings:
         parser.error(f"{path} holds runs with other settings ({stored['settings']}); give another --output")
     for seed in args.seeds:
         if has_cell(path, str(seed), section="runs"):
             continue
         figure = path.with_suffix(".png") if seed == args.seeds[0] and not args.quick else None
-        checkpoints = CHECKPOINTS / f"{path.stem}_seed{seed}"
-        record = run_seed(seed, Y, labels, model_settings, epochs, args.pre_steps, figure, checkpoints)
+        backend = BACKENDS[args.backend]
+        checkpoints = CHECKPOINTS / f"{path.stem}{backend.checkpoint_suffix}_seed{seed}"
+        record = run_seed(seed, Y, labels, model_settings, epochs, args.pre_steps, figure, checkpoints, backend)
         print(seed, {k: record[k] for k in ("expected_count", "sampled_count", "jaccard_epoch_50_vs_end")})
         add_cell(path, str(seed), record, settings, section="runs", summarise=summarise)
     if path.exists():

@@ -67,11 +67,14 @@ from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.infer.svi import SVIResult
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
+from ppl_sparsegp.models.pyro.gplvm import BayesianGPLVM, CollapsedGPLVM
 from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM, INCLUSION_SITE
+from ppl_sparsegp.models.pyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
 from ppl_sparsegp.pyro.sites import score_function_baseline
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion
 from ppl_sparsegp.pyro.svi import OptimizerFactory, fit_svi
 
+from . import selective as numpyro_recipes
 from .phases import (
     INCLUSION_SUFFIX,
     LABELS,
@@ -374,6 +377,22 @@ def fit_layerwise(
         return {name: torch.as_tensor(np.array(v)) for name, v in start.items()}
 
     return sequence_layerwise(fit, added_start, keys, checkpoints)
+
+
+def gplvm_on_grid(
+    Y: Array, grid: Array, **settings: Any
+) -> BayesianGPLVM | CollapsedGPLVM | SelectiveGPLVM | SelectiveCollapsedGPLVM:
+    """The Pyro twin of :func:`ppl_sparsegp.recipes.selective.gplvm_on_grid` (same arguments: Y [N, D], the grid
+    [K, Q] as fixed inducing inputs, ``latent_dim``, ``noise_variance``, ``latent_scale``, ``batch_size``, ``bound``
+    and, for the selective model, ``alpha`` and ``initial_inclusion``): the twin
+    (:func:`ppl_sparsegp.models.pyro._base.twin_of`) of the NumPyro model it builds, so the same kernel, likelihood,
+    grid and PCA-started latents, e.g. the all-grid baseline of a :func:`fit_selective_gplvm` fit (train a
+    :class:`~ppl_sparsegp.models.pyro.gplvm.BayesianGPLVM` from its ``initial_params()``, q(u) = p(u)).
+
+    Raises:
+        ValueError: a bad setting, as the NumPyro function, before anything is built.
+    """
+    return twin_of(numpyro_recipes.gplvm_on_grid(Y, grid, **settings))
 
 
 def fit_selective_gplvm(

@@ -1,10 +1,11 @@
 """The Pyro twin of fit_selective_gplvm (recipes/selective_pyro.py): with either bound it pre-trains, trains
 everything jointly, records λ and the latent means, and prunes to an ordinary Pyro GP-LVM on the kept grid points; it
 builds the NumPyro recipe's grid and model, and at the same params both give the same bound of the kept subset at
-the same latent draws (to 1e-8); a fit interrupted in either phase and resumed from its checkpoints ends where an
-uninterrupted fit ends, the trace included; the joint phase's baseline takes ``baseline_decay``; bad input is refused
-before anything runs or is written; (slow) on a 2-D manifold it keeps far fewer than all grid points, those near the
-latents. Float64 (tests/conftest.py)."""
+the same latent draws (to 1e-8), and its all-grid GP-LVM (gplvm_on_grid) is the NumPyro one's twin, with the same
+start and the same bound at the same params and draws; a fit interrupted in either phase and resumed from its
+checkpoints ends where an uninterrupted fit ends, the trace included; the joint phase's baseline takes
+``baseline_decay``; bad input is refused before anything runs or is written; (slow) on a 2-D manifold it keeps far
+fewer than all grid points, those near the latents. Float64 (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -189,3 +190,56 @@ def test_a_collapsed_fit_keeps_far_fewer_than_all_grid_points_and_those_near_the
     a 2-D manifold in 4-D, an 8 × 8 grid, α = 3, 300 joint steps of the collapsed bound."""
     fit = selective_pyro.fit_selective_gplvm(manifold_in_4d(), seed=0, bound="collapsed", progress=False, **B7_SETTINGS)
     assert_keeps_few_grid_points_near_the_latents(fit)
+
+
+@pytest.mark.parametrize("noise_variance", [0.01, None], ids=["fixed noise", "learned noise"])
+@pytest.mark.parametrize("bound", ["uncollapsed", "collapsed"])
+def test_the_all_grid_gplvm_is_the_numpyro_ones_twin_with_its_initial_values_and_bound(data, bound, noise_variance):
+    """selective_pyro.gplvm_on_grid builds the twin of the NumPyro all-grid GP-LVM (selective.gplvm_on_grid): the
+    same class, grid, PCA-started latents and q(u) = p(u) start, and at the same params and the same latent draws
+    the same bound (to 1e-10); a moved lengthscale moves it, so the comparison can fail. With ``alpha`` it is the
+    selective GP-LVM over the grid, as the NumPyro function's."""
+    grid = selective.latent_grid(SIZE, latents=pyro_gplvm.pca_latents(data, Q))
+    settings = {"latent_dim": Q, "noise_variance": noise_variance, "latent_scale": 0.2, "bound": bound}
+    numpyro_model = selective.gplvm_on_grid(data, grid, **settings)
+    model = selective_pyro.gplvm_on_grid(data, grid, **settings)
+    assert type(model) is CLASSES[bound][1]
+    np.testing.assert_array_equal(model.Z.numpy(), grid)
+    np.testing.assert_array_equal(model.X_init, np.asarray(numpyro_model.X_init))
+    assert set(model.fixed) == set(numpyro_model.fixed) == ({"likelihood.variance"} if noise_variance else set())
+    start = model.initial_params()
+    assert set(start) == set(numpyro_model.initial_params())
+    for name, value in numpyro_model.initial_params().items():
+        np.testing.assert_allclose(start[name].numpy(), np.asarray(value), rtol=1e-12, atol=1e-12)
+
+    rng = np.random.default_rng(4)
+    params = {
+        "kernel.variance": np.array(0.9),
+        "kernel.lengthscale": np.array([0.8, 1.2]),
+        "X_loc": model.X_init + 0.05 * rng.standard_normal((N, Q)),
+        "X_scale": rng.uniform(0.1, 0.3, (N, Q)),
+        "likelihood.variance": np.array(0.01 if noise_variance else 0.3),
+    }
+    if bound == "uncollapsed":
+        params |= {"u_loc": 0.1 * rng.standard_normal((D, K)), **{k: v.numpy() for k, v in start.items()}}
+
+    def pyro_bound(values):
+        pyro.set_rng_seed(7)
+        return float(model.elbo(values, data, num_samples=3))
+
+    pyro.set_rng_seed(7)  # the latent draws that elbo takes, replayed into the NumPyro bound
+    X_draws = model.latents.q(params).rsample((3,)).numpy()
+    data_bound = jax.jit(numpyro_model.svgp.elbo if bound == "uncollapsed" else numpyro_model.sgpr.elbo)
+    gp = {name: v for name, v in params.items() if not name.startswith("X_")}
+    by_numpyro = np.mean([float(data_bound(gp, X, data)) for X in X_draws])
+    by_numpyro -= float(numpyro_model.latents.kl(params))
+    by_pyro = pyro_bound(params)
+    assert np.isfinite(by_pyro) and abs(by_pyro - by_numpyro) <= 1e-10 * abs(by_numpyro)
+    moved = {**params, "kernel.lengthscale": params["kernel.lengthscale"] * 1.01}
+    assert abs(pyro_bound(moved) - by_pyro) > 1e-6 * abs(by_pyro)
+
+    selection = {"alpha": 3.0, "initial_inclusion": 0.4}
+    on_grid = selective_pyro.gplvm_on_grid(data, grid, **settings, **selection)
+    assert type(on_grid) is CLASSES[bound][0]
+    assert type(on_grid.ordinary) is CLASSES[bound][1]
+    np.testing.assert_allclose(on_grid.inclusion_probabilities({}).numpy(), 0.4)
