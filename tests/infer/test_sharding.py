@@ -216,23 +216,13 @@ def test_sghmc_over_two_processes_draws_as_one_process(tmp_path, kernel):
 
 
 @pytest.mark.slow
-def test_hmc_chains_over_two_processes_draw_as_one_process(tmp_path):
+@pytest.mark.parametrize("mode", ["HMC", "HMC-resumed"])
+def test_hmc_chains_over_two_processes_draw_as_one_process(tmp_path, mode):
     """4 chains of HMC with a fixed path of 10 leapfrog steps, 2 per process under shard_map: every process gets
-    all 4 chains back, with the draws of one process on one device up to round-off (measured 4.4e-16)."""
-    processes, want = on_two_processes("HMC", tmp_path)
-    assert want["samples/mu"].shape == (4, 100)
-    want.pop("sharding")
-    for got in processes:
-        assert "P('data',)" in str(got.pop("sharding"))
-        assert_same(want, got, atol=1e-12)
-
-
-@pytest.mark.slow
-def test_a_checkpointed_run_over_two_processes_resumes_as_one_uninterrupted_process(tmp_path):
-    """The HMC chains of the test above, 2 per process, checkpointed every 50 draws into one file both processes
-    write, killed after the first chunk and resumed from that file: every process gets the draws of an uninterrupted
-    run in one process."""
-    processes, want = on_two_processes("HMC-resumed", tmp_path)
+    all 4 chains back, with the draws of one process on one device up to round-off (measured 4.4e-16). HMC-resumed:
+    checkpointed every 50 draws into one file both processes write, killed after the first chunk and resumed from
+    that file, against an uninterrupted run in one process."""
+    processes, want = on_two_processes(mode, tmp_path)
     assert want["samples/mu"].shape == (4, 100)
     want.pop("sharding")
     for got in processes:

@@ -60,6 +60,14 @@ CLASSES = {
 }
 
 
+def _numpyro_bound(model, params, X_draws, data, bound: str) -> float:
+    """A NumPyro GP-LVM's bound at given latent draws [S, N, Q]: the mean data term (the svgp or sgpr bound by
+    ``bound``) minus the latents' KL, to compare with the Pyro twin's estimate from the same draws."""
+    data_bound = jax.jit(model.svgp.elbo if bound == "uncollapsed" else model.sgpr.elbo)
+    gp = {name: v for name, v in params.items() if not name.startswith("X_")}
+    return float(np.mean([float(data_bound(gp, X, data)) for X in X_draws]) - float(model.latents.kl(params)))
+
+
 def test_both_phases_run_record_the_trace_and_prune_to_an_ordinary_gplvm(data, pruned_fit):
     fit = pruned_fit
     assert (type(fit.model), type(fit.pruned)) == CLASSES[fit.bound]
@@ -100,10 +108,7 @@ def test_the_numpyro_recipes_grid_and_the_same_bound_at_the_same_params(data, pr
     pruned, sparse = fit.model.prune(params, fit.mask)
     X_draws = pruned.latents.q(sparse).sample((2,)).numpy()
     numpyro_pruned, numpyro_sparse = numpyro_model.prune(params, fit.mask)
-    data_bound = jax.jit(numpyro_pruned.svgp.elbo if bound == "uncollapsed" else numpyro_pruned.sgpr.elbo)
-    gp = {name: v for name, v in numpyro_sparse.items() if not name.startswith("X_")}
-    by_numpyro = np.mean([float(data_bound(gp, X, data)) for X in X_draws])
-    by_numpyro -= float(numpyro_pruned.latents.kl(numpyro_sparse))
+    by_numpyro = _numpyro_bound(numpyro_pruned, numpyro_sparse, X_draws, data, bound)
     by_pyro = pyro_bound(params)
     assert np.isfinite(by_pyro) and abs(by_pyro - by_numpyro) <= 1e-8 * abs(by_numpyro)
     np.testing.assert_allclose(
@@ -229,10 +234,7 @@ def test_the_all_grid_gplvm_is_the_numpyro_ones_twin_with_its_initial_values_and
 
     pyro.set_rng_seed(7)  # the latent draws that elbo takes, replayed into the NumPyro bound
     X_draws = model.latents.q(params).rsample((3,)).numpy()
-    data_bound = jax.jit(numpyro_model.svgp.elbo if bound == "uncollapsed" else numpyro_model.sgpr.elbo)
-    gp = {name: v for name, v in params.items() if not name.startswith("X_")}
-    by_numpyro = np.mean([float(data_bound(gp, X, data)) for X in X_draws])
-    by_numpyro -= float(numpyro_model.latents.kl(params))
+    by_numpyro = _numpyro_bound(numpyro_model, params, X_draws, data, bound)
     by_pyro = pyro_bound(params)
     assert np.isfinite(by_pyro) and abs(by_pyro - by_numpyro) <= 1e-10 * abs(by_numpyro)
     moved = {**params, "kernel.lengthscale": params["kernel.lengthscale"] * 1.01}
