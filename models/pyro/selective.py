@@ -19,7 +19,9 @@ other parameter its pathwise gradient. Where the NumPyro twin's ``ScoreFunctionE
 form, ``TraceGraph_ELBO`` estimates it by log p(s) − log q(s) of the drawn s (same expectation; the closed form is
 :meth:`SelectiveModel.kl_selection`, through the KL registered with torch's ``kl_divergence``). Its baseline's
 running average is the param ``"__baseline_avg_downstream_cost_inclusion"``
-(:func:`~ppl_sparsegp.pyro.sites.baseline_param_name`), which :func:`gp_parameters` drops.
+(:func:`~ppl_sparsegp.pyro.sites.baseline_param_name`), which :func:`gp_parameters` drops, as it drops the running
+sums of :class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`, the NumPyro twin's estimator on Pyro (closed-form
+KLs), which fits the selective GP-LVM (:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_gplvm`).
 
 :meth:`SelectiveModel.prune` turns a drawn mask into an ordinary Pyro :class:`SGPR` / :class:`SVGP` with the
 selected points.
@@ -40,6 +42,7 @@ from ppl_sparsegp.core.likelihoods import Gaussian
 from ppl_sparsegp.core.masking import masked_cholesky, masked_conditional, masked_q, masked_sgpr_elbo, subset_q
 from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.dtype import as_tensor, float_dtype
+from ppl_sparsegp.pyro.score_function import BASELINE_TOTAL, BASELINE_WEIGHT
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 from .._shared import (
@@ -58,6 +61,8 @@ Array = Any
 INCLUSION_SITE = "inclusion"
 INCLUSION_PARAM = "inclusion_probs"
 BASELINE_PARAM = sites.baseline_param_name(INCLUSION_SITE)
+SCORE_FUNCTION_BASELINE = (BASELINE_TOTAL, BASELINE_WEIGHT)
+"""The param-store entries of :class:`~ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`'s baseline."""
 
 __all__ = [
     "SelectiveModel",
@@ -75,7 +80,9 @@ def gp_parameters(params: Mapping[str, Array]) -> dict[str, Array]:
     return {
         k: v
         for k, v in params.items()
-        if k != INCLUSION_PARAM and not k.endswith(f".{INCLUSION_PARAM}") and not k.startswith(baseline)
+        if k not in (INCLUSION_PARAM, *SCORE_FUNCTION_BASELINE)
+        and not k.endswith(f".{INCLUSION_PARAM}")
+        and not k.startswith(baseline)
     }
 
 
@@ -95,9 +102,10 @@ class SubsetSelection:
         check_initial_inclusion(self.initial_inclusion)
 
     def parameter_names(self) -> set[str]:
-        """The selection's sites: ``"<prefix>inclusion"``, ``"<prefix>inclusion_probs"`` and the baseline's average."""
+        """The selection's sites: ``"<prefix>inclusion"``, ``"<prefix>inclusion_probs"``, the baseline's average of
+        ``TraceGraph_ELBO`` and the running sums of :class:`~ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`'s."""
         site = f"{self.prefix}{INCLUSION_SITE}"
-        return {site, f"{self.prefix}{INCLUSION_PARAM}", sites.baseline_param_name(site)}
+        return {site, f"{self.prefix}{INCLUSION_PARAM}", sites.baseline_param_name(site), *SCORE_FUNCTION_BASELINE}
 
     def prior(self) -> SubsetPointProcess:
         """p_α over masks [K]."""

@@ -9,7 +9,9 @@ guide param ``"inclusion_probs"`` [K] with Pyro's decaying-average baseline)::
 
     s ~ p_α(s) ∝ exp(−α |s|²),   q_λ(s) = Π_k Bernoulli(s_k | λ_k),   ELBO = E_{q_λ(s)}[L(s)] − KL[q_λ ‖ p_α]
 
-Fit with ``pyro.infer.TraceGraph_ELBO`` (λ by the score function, the rest pathwise; :mod:`models.pyro.selective`).
+Fit with :class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO` (λ by the score function, the rest pathwise, the
+KLs in closed form: the NumPyro twin's estimator), as :func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_gplvm`
+does; ``pyro.infer.TraceGraph_ELBO`` has the same expectation but estimates the KLs from the draws (noisier).
 ``elbo`` estimates the ELBO with the KLs of s, u and X in closed form (the value of the NumPyro twin's
 ``ScoreFunctionELBO``), ``subset_bound`` is the bound of the GP-LVM pruned to a mask; both draw from torch's
 generator where the NumPyro twins take a key.
@@ -40,7 +42,7 @@ def selection_elbo(self: Any, params: Mapping[str, Array], Y: Array, num_samples
     """The ``elbo`` of both selective GP-LVMs: a full-batch estimate of E_{q_λ}[L(s)] − KL[q_λ ‖ p_α] from
     ``num_samples`` joint draws of (s, X) (and u), every KL in closed form (scalar). It is the value of Pyro's
     ``TraceMeanField_ELBO``, run with validation off because s is not reparameterisable (its gradient would miss the
-    score-function term; fit with ``TraceGraph_ELBO``)."""
+    score-function term; fit with :class:`~ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`)."""
     if getattr(self.ordinary, "batch_size", None) is not None:
         self = replace(self, ordinary=replace(self.ordinary, batch_size=None))
     values = {k: as_tensor(v) for k, v in params.items()}

@@ -3,9 +3,10 @@ everything jointly, records λ and the latent means, and prunes to an ordinary P
 builds the NumPyro recipe's grid and model, and at the same params both give the same bound of the kept subset at
 the same latent draws (to 1e-8), and its all-grid GP-LVM (gplvm_on_grid) is the NumPyro one's twin, with the same
 start and the same bound at the same params and draws; a fit interrupted in either phase and resumed from its
-checkpoints ends where an uninterrupted fit ends, the trace included; the joint phase's baseline takes
-``baseline_decay``; bad input is refused before anything runs or is written; (slow) on a 2-D manifold it keeps far
-fewer than all grid points, those near the latents. Float64 (tests/conftest.py)."""
+checkpoints ends where an uninterrupted fit ends, the trace included; the joint phase's baseline (of the Pyro
+ScoreFunctionELBO, tests/pyro/test_pyro_score_function.py) takes ``baseline_decay``; bad input is refused before
+anything runs or is written; (slow) on a 2-D manifold it keeps far fewer than all grid points, those near the
+latents. Float64 (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ppl_sparsegp.models.pyro import gplvm as pyro_gplvm
 from ppl_sparsegp.models.pyro.selective import INCLUSION_PARAM
 from ppl_sparsegp.models.pyro.selective_gplvm import SelectiveCollapsedGPLVM, SelectiveGPLVM
 from ppl_sparsegp.pyro.dtype import default_dtype
+from ppl_sparsegp.pyro.score_function import BASELINE_TOTAL, BASELINE_WEIGHT, ScoreFunctionELBO
 from ppl_sparsegp.recipes import selective, selective_pyro
 from ppl_sparsegp.recipes.selective import TRACE_FILE, SelectiveGPLVMConfig
 
@@ -120,7 +122,7 @@ def test_the_numpyro_recipes_grid_and_the_same_bound_at_the_same_params(data, pr
 
 @pytest.mark.parametrize(
     ("elbo", "kill_at"),
-    [(pyro.infer.TraceMeanField_ELBO, 2), (pyro.infer.TraceGraph_ELBO, 6)],
+    [(pyro.infer.TraceMeanField_ELBO, 2), (ScoreFunctionELBO, 6)],
     ids=["pre", "joint"],
 )
 def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupted_one(data, elbo, kill_at, tmp_path,
@@ -132,7 +134,7 @@ def test_an_interrupted_fit_resumed_from_its_checkpoints_ends_as_an_uninterrupte
     straight = _fit(data, **settings)
     with ctrl_c_at_call(monkeypatch, elbo, kill_at):
         _fit(data, checkpoint_dir=tmp_path, **settings)
-    if elbo is pyro.infer.TraceGraph_ELBO:
+    if elbo is ScoreFunctionELBO:
         with np.load(tmp_path / TRACE_FILE) as trace:
             np.testing.assert_array_equal(trace["steps"], [0, 2, 4])
     resumed = _fit(data, checkpoint_dir=tmp_path, **settings)
@@ -178,14 +180,14 @@ def test_bad_input_is_refused_before_anything_runs_or_is_written(data, arguments
 
 
 def test_the_joint_phase_takes_the_configured_baseline_decay(data):
-    """The guide's inclusion site gets Pyro's decaying-average baseline at β = baseline_decay: after one step from
-    b_0 = 0 its running average is (1 − β) times the first step's downstream cost, so two decays give averages in
-    the ratio of their (1 − β)."""
-    averages = {}
+    """The joint phase's ScoreFunctionELBO keeps its baseline at β = baseline_decay: after one step its running
+    weight is β and its running total β times that step's mean bound, the same bound for both decays."""
+    means = {}
     for decay in (0.95, 0.5):
         fit = _fit(data, bound="collapsed", pre_steps=0, steps=1, record_every=1, num_particles=1, baseline_decay=decay)
-        averages[decay] = float(fit.params["__baseline_avg_downstream_cost_inclusion"])
-    assert averages[0.5] / averages[0.95] == pytest.approx(0.5 / 0.05, rel=1e-9)
+        assert float(fit.params[BASELINE_WEIGHT]) == pytest.approx(decay, rel=1e-12)
+        means[decay] = float(fit.params[BASELINE_TOTAL]) / decay
+    assert means[0.5] == pytest.approx(means[0.95], rel=1e-9)
     assert INCLUSION_PARAM in fit.params
 
 
