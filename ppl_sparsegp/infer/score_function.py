@@ -46,6 +46,7 @@ from numpyro.infer.elbo import ELBO
 from numpyro.primitives import mutable
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.score_function_terms import particle_terms
 
 Array = Any
 
@@ -99,30 +100,7 @@ class ScoreFunctionELBO(ELBO):
         model_trace = trace(substitute(replay(seed(model, model_key), guide_trace), data=param_map)).get_trace(
             *args, **kwargs
         )
-        bound = score = exact = jnp.zeros(())
-        for name, site in model_trace.items():
-            if site["type"] != "sample":
-                continue
-            if site["is_observed"]:
-                bound = bound + _log_prob_sum(site)
-                continue
-            if name not in guide_trace:
-                raise ValueError(f"model: latent site {name!r} has no counterpart in the guide")
-            guide_site = guide_trace[name]
-            kl = _closed_form_kl(guide_site, site)
-            if guide_site["fn"].support.is_discrete:
-                score = score + _log_prob_sum(guide_site)
-                if kl is not None:
-                    exact = exact - kl
-                    continue
-            if kl is not None:
-                bound = bound - kl
-            else:
-                bound = bound + _log_prob_sum(site) - _log_prob_sum(guide_site)
-        for name, site in guide_trace.items():
-            if site["type"] == "sample" and name not in model_trace and not site["is_observed"]:
-                raise ValueError(f"guide: site {name!r} has no counterpart in the model")
-        return bound, score, exact
+        return particle_terms(model_trace, guide_trace, _log_prob_sum, _closed_form_kl, jnp.zeros(()))
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
         """Negative surrogate ELBO (its value is −ELBO estimate) and the updated baseline sums."""

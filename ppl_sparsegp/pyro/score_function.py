@@ -34,6 +34,7 @@ from pyro.infer.enum import get_importance_trace
 from torch.distributions.kl import kl_divergence
 
 from ppl_sparsegp import validation
+from ppl_sparsegp.core.score_function_terms import particle_terms
 
 Array = Any
 
@@ -72,31 +73,9 @@ class ScoreFunctionELBO(ELBO):
     def _particle(self, model: Callable, guide: Callable, args: tuple, kwargs: dict) -> tuple[Array, Array, Array]:
         """One draw: (L(s), Σ log q(s) over discrete sites, −KL of discrete sites in closed form), scalars."""
         model_trace, guide_trace = self._get_trace(model, guide, args, kwargs)
-        zero = torch.zeros(())
-        bound, score, exact = zero, zero, zero
-        for name, site in model_trace.nodes.items():
-            if site["type"] != "sample":
-                continue
-            if site["is_observed"]:
-                bound = bound + site["log_prob_sum"]
-                continue
-            if name not in guide_trace.nodes:
-                raise ValueError(f"model: latent site {name!r} has no counterpart in the guide")
-            guide_site = guide_trace.nodes[name]
-            kl = _closed_form_kl(guide_site, site)
-            if guide_site["fn"].support.is_discrete:
-                score = score + guide_site["log_prob_sum"]
-                if kl is not None:
-                    exact = exact - kl
-                    continue
-            if kl is not None:
-                bound = bound - kl
-            else:
-                bound = bound + site["log_prob_sum"] - guide_site["log_prob_sum"]
-        for name, site in guide_trace.nodes.items():
-            if site["type"] == "sample" and not site["is_observed"] and name not in model_trace.nodes:
-                raise ValueError(f"guide: site {name!r} has no counterpart in the model")
-        return bound, score, exact
+        return particle_terms(
+            model_trace.nodes, guide_trace.nodes, lambda site: site["log_prob_sum"], _closed_form_kl, torch.zeros(())
+        )
 
     def _particles(self, model: Callable, guide: Callable, args: tuple, kwargs: dict) -> tuple[Array, Array, Array]:
         """The S particles' (L(s), Σ log q(s), −KL of the discrete sites), each [S]."""
