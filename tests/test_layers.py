@@ -19,6 +19,7 @@ ALLOWED = {
     "infer": (
         "ppl_sparsegp.core.ops",
         "ppl_sparsegp.core.sgmcmc",  # the SG-MCMC update rules, shared with the Pyro kernels
+        "ppl_sparsegp.core.score_function_terms",  # a particle's terms of ScoreFunctionELBO, shared with the Pyro twin
         "ppl_sparsegp.infer",
         "ppl_sparsegp.results",
         "ppl_sparsegp.validation",
