@@ -251,9 +251,12 @@ def fit_svi(
     # Compiled: run op by op, initialisation dispatches (and compiles) hundreds of tiny programs.
     args, kwargs = parallel.put((args, kwargs))
     with hot_path.precision_scope(precision):
-        # the initial values are arguments too: closed over, they would be constants XLA folds
-        init = jax.jit(lambda k, start, args, kwargs: svi.init(k, *args, init_params=start, **kwargs))
-        state = init(_as_key(key), init_params, args, kwargs)
+
+        def init(k: Array, start: dict | None, args: tuple, kwargs: dict) -> SVIState:
+            # the initial values are arguments too: closed over, they would be constants XLA folds
+            return svi.init(k, *args, init_params=start, **kwargs)
+
+        state = jax.jit(init)(_as_key(key), init_params, args, kwargs)
     if init_state is not None:
         state = init_state
     state = parallel.put(state)
