@@ -212,7 +212,7 @@ def test_the_selection_phase_has_the_numpyro_recipes_loss_and_gradients_at_the_s
 @pytest.mark.parametrize("deep", [False, True], ids=["fit_selective", "fit_selective_deep"])
 def test_the_recipes_checkpoint_one_baseline_with_the_selection(deep, tmp_path):
     """After n selection steps the weight is Σ_{j=1..n} β^j at β = 0.95 (both engines' default), and the running
-    sums, one pair for every layer, are in the returned params and the selection's checkpoint; TraceGraph_ELBO's
+    sums, one pair for all layers, are in the returned params and the selection's checkpoint; TraceGraph_ELBO's
     per-site averages are not."""
     settings = DEEP if deep else SHALLOW
     fit = (selective_pyro.fit_selective_deep if deep else selective_pyro.fit_selective)(
