@@ -11,17 +11,16 @@ plate ``"data"``, the factor ``"y"`` [B] and the guide params ``"u_loc"`` [P, K]
 
 L(s) is evaluated at fixed shapes by :mod:`ppl_sparsegp.core.masking`, the functions the NumPyro twins call.
 
-Fitting: the score-function estimator (paper Eq. 3) is Pyro's own. The guide's ``"inclusion"`` site is not
-reparameterisable and carries ``infer={"baseline": ...}`` (:func:`ppl_sparsegp.pyro.sites.score_function_baseline`),
-so ``pyro.infer.TraceGraph_ELBO`` gives λ the gradient (L̃(s) − b) ∇_λ log q_λ(s), with L̃(s) the downstream cost
-of s (log p(s) − log q(s) and every model and guide term after it) and b the decaying average of past L̃, and every
-other parameter its pathwise gradient. Where the NumPyro twin's ``ScoreFunctionELBO`` takes KL[q_λ ‖ p_α] in closed
-form, ``TraceGraph_ELBO`` estimates it by log p(s) − log q(s) of the drawn s (same expectation; the closed form is
-:meth:`SelectiveModel.kl_selection`, through the KL registered with torch's ``kl_divergence``). Its baseline's
-running average is the param ``"__baseline_avg_downstream_cost_inclusion"``
-(:func:`~ppl_sparsegp.pyro.sites.baseline_param_name`), which :func:`gp_parameters` drops, as it drops the running
-sums of :class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`, the NumPyro twin's estimator on Pyro (closed-form
-KLs), which fits the selective GP-LVM (:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_gplvm`).
+Fitting: the recipes (:mod:`ppl_sparsegp.recipes.selective_pyro`) use
+:class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`, the NumPyro twin's estimator on Pyro: λ by the score
+function against a normalised decaying-average baseline, KL[q_λ ‖ p_α] (:meth:`SelectiveModel.kl_selection`, through
+the KL registered with torch's ``kl_divergence``) and, for the SVGP, the KL of q(u) in closed form. The guide's
+``"inclusion"`` site is not reparameterisable and also carries ``infer={"baseline": ...}``
+(:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), so ``pyro.infer.TraceGraph_ELBO`` fits it too: λ gets
+(L̃(s) − b) ∇_λ log q_λ(s), with L̃(s) the downstream cost of s and b Pyro's decaying average of past L̃, every KL
+estimated from the draws (same expectation, noisier). That baseline's running average is the param
+``"__baseline_avg_downstream_cost_inclusion"`` (:func:`~ppl_sparsegp.pyro.sites.baseline_param_name`), which
+:func:`gp_parameters` drops, as it drops the running sums of ``ScoreFunctionELBO``'s baseline.
 
 :meth:`SelectiveModel.prune` turns a drawn mask into an ordinary Pyro :class:`SGPR` / :class:`SVGP` with the
 selected points.

@@ -7,9 +7,11 @@ Sites (as the NumPyro twin's): those of :class:`models.pyro.deep_svgp.DeepSVGP`,
     s^ℓ ~ p_{α_ℓ}(s^ℓ),   q(s^1..s^L) = Π_ℓ Π_k Bernoulli(s^ℓ_k | λ^ℓ_k),
     ELBO = E_q[L(s^1..s^L)] − Σ_ℓ KL[q_{λ^ℓ} ‖ p_{α_ℓ}]
 
-Fit with ``pyro.infer.TraceGraph_ELBO``: each layer's inclusion site carries Pyro's decaying-average baseline
-(:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), where the NumPyro twin shares one baseline of the joint
-score Σ_ℓ log q(s^ℓ); both estimators are unbiased. The deep GP's noise comes from torch's generator, so
+The recipe (:func:`ppl_sparsegp.recipes.selective_pyro.fit_selective_deep`) fits it with
+:class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO`, as the NumPyro twin: one baseline of the joint score
+Σ_ℓ log q(s^ℓ), every KL in closed form. Each layer's inclusion site also carries Pyro's decaying-average baseline
+(:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), one per site, which ``pyro.infer.TraceGraph_ELBO`` reads;
+both estimators are unbiased. The deep GP's noise comes from torch's generator, so
 ``subset_bound`` takes no key.
 """
 

@@ -132,15 +132,16 @@ def fit_selective(X: np.ndarray, y: np.ndarray, config: Any, opts: dict[str, Any
     :class:`~ppl_sparsegp.recipes.selective.SelectiveFit` with every param a numpy array and, as ``selective`` and
     ``model``, the NumPyro selective model over the same candidates
     (:func:`~ppl_sparsegp.recipes.selective.build_selective`) and its pruning to the drawn subset, which evaluate and
-    store the fit; the selection's params leave out the running average of Pyro's score-function baseline, which the
-    NumPyro model does not have."""
-    from ppl_sparsegp.models.pyro.selective import BASELINE_PARAM
+    store the fit; the selection's params leave out the running sums of the Pyro ``ScoreFunctionELBO``'s baseline
+    (:data:`ppl_sparsegp.models.pyro.selective.SCORE_FUNCTION_BASELINE`), which the NumPyro model does not take as
+    params."""
+    from ppl_sparsegp.models.pyro.selective import SCORE_FUNCTION_BASELINE
     from ppl_sparsegp.recipes.selective import build_selective
     from ppl_sparsegp.recipes.selective_pyro import fit_selective as fit_by_pyro
 
     with default_dtype(opts["dtype"]):
         fit = fit_by_pyro(X, y, config, seed=opts["seed"], **recipe)
-    selective_params = {k: v.numpy() for k, v in fit.selective_params.items() if k != BASELINE_PARAM}
+    selective_params = {k: v.numpy() for k, v in fit.selective_params.items() if k not in SCORE_FUNCTION_BASELINE}
     parts = {"likelihood": recipe["likelihood"], "kernel": recipe["kernel"]}
     _, selective = build_selective(X, y, config, **parts, key=opts["seed"])
     pruned, _ = selective.prune(selective_params, fit.mask)

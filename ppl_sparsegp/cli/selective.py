@@ -6,8 +6,8 @@ Writes params.npz (the pruned model), selection.npz (inclusion probabilities, ma
 fit.png (the phases' losses, the inclusion probabilities, the predictive picture) and results.json; each phase
 checkpoints to OUT/selective_<phase>.npz and the same command (the step counts may be raised) resumes. With
 ``--backend pyro`` the Pyro twins and engine run the same phases (:mod:`ppl_sparsegp.recipes.selective_pyro`: λ by
-Pyro's TraceGraph_ELBO, torch's randomness seeded by --seed, the candidates those of the NumPyro run) and the pruned
-model is evaluated and stored as a NumPyro run's (:mod:`ppl_sparsegp.cli.pyro_backend`).
+the Pyro twin of the NumPyro run's ScoreFunctionELBO, torch's randomness seeded by --seed, the candidates those of the
+NumPyro run) and the pruned model is evaluated and stored as a NumPyro run's (:mod:`ppl_sparsegp.cli.pyro_backend`).
 """
 
 from __future__ import annotations

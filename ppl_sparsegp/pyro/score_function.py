@@ -10,6 +10,11 @@ surrogate's value is the estimate (1/S) Σ_i L(s⁽ⁱ⁾) − KL and its gradie
 
     ∇_λ ≈ (1/S) Σ_i (L(s⁽ⁱ⁾) − b) ∇_λ log q_λ(s⁽ⁱ⁾) − ∇_λ KL,      ∇_θ ≈ (1/S) Σ_i ∇_θ L(s⁽ⁱ⁾)   (θ: the rest).
 
+``pathwise=False`` stops the gradient of L(s) itself, as the NumPyro twin does, so only the discrete sites' params
+learn (the selection phase with the GP frozen): backpropagation then never reaches θ, whose ``.grad`` stays None
+(where the NumPyro twin gives an exact zero). A guide with several discrete sites (one per layer of the deep GP)
+gets one score Σ_sites log q(s) per particle and one baseline, as the NumPyro twin.
+
 Pyro's ``TraceGraph_ELBO`` has the same expectation but estimates every KL from the particles (the 12 × |s| entries
 of q(u) of the GP-LVM on oil flow among them) and starts its decaying-average baseline at 0, so its gradients are
 noisier: at the same params its standard deviation is 2–11 times the NumPyro estimator's on the selective GP-LVM.
@@ -58,13 +63,19 @@ class ScoreFunctionELBO(ELBO):
     Args:
         num_particles: S, draws of the guide per step (the paper's default is 4).
         baseline_decay: β of the decaying-average baseline, in (0, 1) (0.95 in the released code).
+        pathwise: also differentiate L(s) with respect to the continuous params (joint training); False freezes
+            them (backpropagation does not reach them: their ``.grad`` stays None) so that only the discrete sites'
+            params learn.
     """
 
-    def __init__(self, num_particles: int = 4, *, baseline_decay: float = 0.95):
+    def __init__(self, num_particles: int = 4, *, baseline_decay: float = 0.95, pathwise: bool = True):
         validation.check_count("num_particles", num_particles, minimum=1)
         baseline_decay = validation.check_open_unit_interval("baseline_decay", baseline_decay)
+        if not isinstance(pathwise, bool):
+            raise ValueError(f"pathwise: expected True or False, got {pathwise!r}")
         super().__init__(num_particles=num_particles)
         self.baseline_decay = float(baseline_decay)
+        self.pathwise = pathwise
 
     def _get_trace(self, model: Callable, guide: Callable, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """The model's and the guide's trace of one particle (the guide's draws replayed), log-probs computed."""
@@ -111,7 +122,8 @@ class ScoreFunctionELBO(ELBO):
         bounds, scores, exacts = self._particles(model, guide, args, kwargs)
         fixed_bounds = bounds.detach()
         learning_signal = fixed_bounds - self._baseline(fixed_bounds)
-        surrogate = bounds + learning_signal * (scores - scores.detach()) + exacts
+        differentiated = bounds if self.pathwise else fixed_bounds
+        surrogate = differentiated + learning_signal * (scores - scores.detach()) + exacts
         loss = -surrogate.mean()
         if loss.requires_grad:
             loss.backward()

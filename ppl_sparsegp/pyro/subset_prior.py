@@ -11,7 +11,8 @@ shape [K] and is a **float 0/1 tensor** of the parameters' dtype, as on the NumP
 
 The KL is registered with torch's ``kl_divergence`` (:func:`torch.distributions.kl.register_kl`). Neither
 distribution is reparameterisable (``has_rsample = False``), so Pyro's ``TraceGraph_ELBO`` (and ``Trace_ELBO``) give
-λ score-function gradients; see :mod:`models.pyro.selective`.
+λ score-function gradients, as does :class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO` (the KL in closed
+form), which the selective recipes use; see :mod:`models.pyro.selective`.
 
 Shapes: masks [..., K]; ``probs`` λ [..., K] (leading axes are the guide's batch shape); α a scalar;
 ``size_log_probs()`` [K + 1]; ``log_prob`` and the KL drop the last axis. Constructors check their arguments eagerly

@@ -7,12 +7,15 @@ the same fingerprint settings):
 * pre-train the Pyro SGPR (``bound="collapsed"``) or unwhitened SVGP (``"uncollapsed"``) on all K candidates by Adam
   (:func:`ppl_sparsegp.pyro.svi.fit_svi`), from each of ``lengthscale_starts`` (the NumPyro recipe's starts,
   :func:`~ppl_sparsegp.recipes.selective.lengthscale_starts`), the one of highest final bound going on;
-* learn λ of the Pyro selective model (:mod:`models.pyro.selective`) by ``pyro.infer.TraceGraph_ELBO`` with S =
-  ``num_particles`` draws per step: the score-function gradient of λ against the guide site's decaying-average
-  baseline (:func:`ppl_sparsegp.pyro.sites.score_function_baseline`), KL[q_λ ‖ p_α] estimated by the draws where the
-  NumPyro recipe takes it in closed form (same expectation). Adam at ``selection_learning_rate`` moves λ; with
-  ``selection="frozen"`` no other param moves (they are not given to the optimiser, which leaves them without a
-  gradient: the twin of ``optax.set_to_zero``), with ``"joint"`` Adam at ``learning_rate`` moves them too;
+* learn λ of the Pyro selective model (:mod:`models.pyro.selective`) by
+  :class:`ppl_sparsegp.pyro.score_function.ScoreFunctionELBO` with S = ``num_particles`` draws per step, the NumPyro
+  recipe's estimator and settings: the score-function gradient of λ against the normalised decaying-average baseline
+  (β = 0.95, the default of both engines; one baseline for the whole bound, the running sums
+  :data:`~ppl_sparsegp.pyro.score_function.BASELINE_TOTAL` and ``BASELINE_WEIGHT`` kept with the params), KL[q_λ ‖ p_α]
+  and the KL of q(u) in closed form, ``pathwise`` only with ``selection="joint"``. Adam at
+  ``selection_learning_rate`` moves λ; with ``selection="frozen"`` no other param moves (the bound's gradient is
+  stopped and they are not given to the optimiser: the twin of ``optax.set_to_zero``), with ``"joint"`` Adam at
+  ``learning_rate`` moves them too;
 * draw one subset from q_λ (redrawn while empty, as the NumPyro recipe), prune, post-train the pruned SGPR / SVGP.
 
 The selective model is the twin (:func:`ppl_sparsegp.models.pyro._base.twin_of`) of the NumPyro recipe's
@@ -27,7 +30,9 @@ torch's default dtype (:func:`ppl_sparsegp.pyro.dtype.default_dtype`).
 (:class:`~ppl_sparsegp.recipes.selective.SelectiveDeepFit`) and checkpoints (``selective_layer<ℓ>.npz`` and
 ``selective_<phase>.npz``): the same phases, one joint subset of every layer drawn by torch's generator, and the
 layer-wise pre-training's loop (:func:`~ppl_sparsegp.recipes.selective.sequence_layerwise`), in which layer ℓ's fit
-gives the optimiser only the params that are not the lower layers' (these keep their values bit for bit). Its
+gives the optimiser only the params that are not the lower layers' (these keep their values bit for bit). Its selection
+phase learns every layer's λ^ℓ by the same ``ScoreFunctionELBO``: one joint draw of all layers' masks per particle,
+their summed score and one baseline, as the NumPyro recipe. Its
 candidates and the inputs that start each added layer (:func:`~ppl_sparsegp.recipes.selective.added_layer_start`,
 evaluated on the NumPyro twin at the Pyro fit's values) are the NumPyro recipe's for ``key=seed``; phase i is seeded
 by seed + i as above, layer ℓ's layer-wise fit by seed + 4 + ℓ.
@@ -60,7 +65,6 @@ from typing import Any
 import numpy as np
 import pyro
 import torch
-from pyro.infer import TraceGraph_ELBO
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core.kernels import Kernel
@@ -180,7 +184,8 @@ def phase_fit(
 ) -> PhaseFit:
     """The Pyro engine's fit of one phase of :func:`~.phases.sequence_phases` on X [N, D], y [N] or [N, P] for both
     recipes here: Adam at ``config.learning_rate`` (pre- and post-training), :func:`selection_optimizer` and
-    ``TraceGraph_ELBO`` with ``config.num_particles`` draws (selection), ``steps[phase]`` steps, checkpointed in
+    :class:`~ppl_sparsegp.pyro.score_function.ScoreFunctionELBO` with ``config.num_particles`` draws, pathwise only
+    for ``selection="joint"`` (selection; the NumPyro recipes' loss), ``steps[phase]`` steps, checkpointed in
     ``checkpoints``. A pruned model that holds its kept candidates as constants (``learn_Z=False``) gets no ``Z``."""
     c = config
 
@@ -188,7 +193,7 @@ def phase_fit(
         optimizer, loss = partial(torch.optim.Adam, lr=c.learning_rate), None
         if phase == "selection":
             optimizer = selection_optimizer(c.learning_rate, c.selection_learning_rate, c.selection == "joint")
-            loss = TraceGraph_ELBO(num_particles=c.num_particles)
+            loss = ScoreFunctionELBO(c.num_particles, pathwise=c.selection == "joint")
         if phase == "post" and not getattr(model, "learn_Z", True):
             params = {name: value for name, value in params.items() if name != "Z"}
         return fit_svi(
@@ -229,7 +234,8 @@ def fit_selective(
     Returns:
         A :class:`~ppl_sparsegp.recipes.selective.SelectiveFit` of the Pyro models: ``model`` the pruned Pyro SGPR /
         SVGP, ``selective`` the Pyro selective model over all K candidates, their params detached tensors (the
-        selection's include the baseline's running average ``"__baseline_avg_downstream_cost_inclusion"``).
+        selection's include the baseline's running sums :data:`ppl_sparsegp.pyro.score_function.BASELINE_TOTAL` and
+        ``BASELINE_WEIGHT``).
 
     Raises:
         ValueError: a bad setting, seed or data, before anything runs or is written.
@@ -302,7 +308,8 @@ def fit_selective_deep(
     Returns:
         A :class:`~ppl_sparsegp.recipes.selective.SelectiveDeepFit` of the Pyro models: ``model`` the pruned Pyro
         :class:`~ppl_sparsegp.models.pyro.deep_svgp.DeepSVGP`, ``selective`` the Pyro selective deep GP over every
-        candidate, their params detached tensors (the selection's include the baselines' running averages).
+        candidate, their params detached tensors (the selection's include the baseline's running sums
+        :data:`ppl_sparsegp.pyro.score_function.BASELINE_TOTAL` and ``BASELINE_WEIGHT``, one for all layers).
 
     Raises:
         ValueError: a bad setting, seed or data, before anything runs or is written.

@@ -13,12 +13,12 @@ import json
 import shutil
 
 import numpy as np
-import pyro
 import pytest
 from test_cli_outputs import QUIET
 
 from ppl_sparsegp import data, metrics
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.pyro.score_function import ScoreFunctionELBO
 from ppl_sparsegp.runs import load_run
 
 TINY = ("--candidates", "12", "--pre-steps", "30", "--selection-steps", "10", "--post-steps", "10",
@@ -68,7 +68,7 @@ def test_a_pyro_run_writes_the_numpyro_runs_outputs_and_scores_alike(runs):
 @pytest.mark.slow
 def test_a_run_interrupted_in_the_selection_resumes_to_the_uninterrupted_run(runs, tmp_path, monkeypatch):
     steps = []
-    step = pyro.infer.TraceGraph_ELBO.loss_and_grads
+    step = ScoreFunctionELBO.loss_and_grads
 
     def killed(elbo, *args, **kwargs):
         steps.append(1)
@@ -76,9 +76,9 @@ def test_a_run_interrupted_in_the_selection_resumes_to_the_uninterrupted_run(run
             raise KeyboardInterrupt
         return step(elbo, *args, **kwargs)
 
-    monkeypatch.setattr(pyro.infer.TraceGraph_ELBO, "loss_and_grads", killed)
+    monkeypatch.setattr(ScoreFunctionELBO, "loss_and_grads", killed)
     assert main(["fit", "selective", *PYRO, "--out", str(tmp_path), *QUIET]) != 0
-    monkeypatch.setattr(pyro.infer.TraceGraph_ELBO, "loss_and_grads", step)
+    monkeypatch.setattr(ScoreFunctionELBO, "loss_and_grads", step)
     assert {p.name for p in tmp_path.iterdir()} == {"selective_pre.npz", "selective_selection.npz"}
     resumed = _fit(tmp_path, *PYRO)
     straight = runs["pyro"][1]

@@ -22,6 +22,7 @@ from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.models.pyro.deep_svgp import DeepSVGP
 from ppl_sparsegp.models.pyro.selective_deep import SelectiveDeepSVGP
 from ppl_sparsegp.pyro.dtype import default_dtype
+from ppl_sparsegp.pyro.score_function import ScoreFunctionELBO
 from ppl_sparsegp.recipes import selective, selective_pyro
 from ppl_sparsegp.recipes.phases import PHASES, PhaseCheckpoints
 
@@ -133,7 +134,7 @@ def test_each_layerwise_phase_moves_only_its_own_layer_and_the_likelihood(layerw
     ("elbo", "kill_at", "written"),
     [
         (pyro.infer.TraceMeanField_ELBO, 9, {"layer0", "layer1"}),  # layer 1's 4th step, after its checkpoint at 3
-        (pyro.infer.TraceGraph_ELBO, 5, {"layer0", "layer1", "pre", "selection"}),
+        (ScoreFunctionELBO, 5, {"layer0", "layer1", "pre", "selection"}),
     ],
     ids=["layerwise", "selection"],
 )

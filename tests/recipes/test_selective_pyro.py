@@ -7,7 +7,6 @@ settings are refused before anything runs or is written."""
 from __future__ import annotations
 
 import numpy as np
-import pyro
 import pytest
 import torch
 from _selective_problems import trap_phases
@@ -17,6 +16,7 @@ from ppl_sparsegp.core.likelihoods import Bernoulli
 from ppl_sparsegp.models.pyro.sgpr import SGPR
 from ppl_sparsegp.models.pyro.svgp import SVGP
 from ppl_sparsegp.pyro.dtype import default_dtype
+from ppl_sparsegp.pyro.score_function import ScoreFunctionELBO
 from ppl_sparsegp.recipes import selective, selective_pyro
 from ppl_sparsegp.recipes.phases import PHASES
 
@@ -72,7 +72,7 @@ def test_frozen_selection_moves_only_lambda_and_joint_selection_the_gp_too():
 def test_an_interrupted_phase_resumed_from_its_checkpoint_ends_as_an_uninterrupted_fit(bound, tmp_path, monkeypatch):
     straight = _fit(bound=bound)
     steps = []
-    step = pyro.infer.TraceGraph_ELBO.loss_and_grads
+    step = ScoreFunctionELBO.loss_and_grads
 
     def killed(elbo, *args, **kwargs):
         steps.append(1)
@@ -80,10 +80,10 @@ def test_an_interrupted_phase_resumed_from_its_checkpoint_ends_as_an_uninterrupt
             raise KeyboardInterrupt
         return step(elbo, *args, **kwargs)
 
-    monkeypatch.setattr(pyro.infer.TraceGraph_ELBO, "loss_and_grads", killed)
+    monkeypatch.setattr(ScoreFunctionELBO, "loss_and_grads", killed)
     with pytest.raises(KeyboardInterrupt):
         _fit(bound=bound, checkpoint_dir=tmp_path)
-    monkeypatch.setattr(pyro.infer.TraceGraph_ELBO, "loss_and_grads", step)
+    monkeypatch.setattr(ScoreFunctionELBO, "loss_and_grads", step)
     assert {p.name for p in tmp_path.iterdir()} == {"selective_pre.npz", "selective_selection.npz"}
     resumed = _fit(bound=bound, checkpoint_dir=tmp_path)
     assert {p.name for p in tmp_path.iterdir()} == {f"selective_{phase}.npz" for phase in PHASES}
