@@ -8,18 +8,16 @@ mean and then follows the NumPyro twin's normalised decaying average at the conf
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pyro
 import pytest
 import torch
+from _score_function_checks import captured_loss, numpyro_loss_and_grads, pyro_loss_and_grads
 from _selective_problems import curve_in_3d
 from numpyro import handlers
 from pyro import poutine
-from pyro.poutine.messenger import Messenger
 
-from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO as NumPyroScoreFunctionELBO
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.pyro.score_function import BASELINE_TOTAL, BASELINE_WEIGHT, ScoreFunctionELBO
@@ -32,35 +30,9 @@ SETTINGS = {"grid_size": SIZE, "alpha": 0.5, "num_particles": PARTICLES, "baseli
 BASELINE = -250.0
 
 
-class _Captured(Exception):
-    """Raised by the stand-in of the recipe's ``fit_svi`` once it holds the joint phase's loss."""
-
-
-class _Drawn(Messenger):
-    """Gives the guide's sample sites named in ``values`` those values as their draws (still latent, unlike
-    ``poutine.condition``), the twin of NumPyro's ``handlers.substitute`` of sample sites."""
-
-    def __init__(self, values):
-        super().__init__()
-        self.values = values
-
-    def _pyro_sample(self, msg):
-        if msg["name"] in self.values:
-            msg["value"], msg["done"] = self.values[msg["name"]], True
-
-
 def _recipe_loss(Y, monkeypatch):
     """The ELBO that the Pyro recipe's joint phase hands to ``fit_svi``."""
-    captured = {}
-
-    def capture(*args, **kwargs):
-        captured["loss"] = kwargs["loss"]
-        raise _Captured
-
-    monkeypatch.setattr(selective_pyro, "fit_svi", capture)
-    with pytest.raises(_Captured):
-        selective_pyro.fit_selective_gplvm(Y, seed=0, progress=False, **SETTINGS)
-    return captured["loss"]
+    return captured_loss(monkeypatch, selective_pyro, selective_pyro.fit_selective_gplvm, Y, seed=0, **SETTINGS)
 
 
 def _problem():
@@ -84,46 +56,23 @@ def _problem():
     return Y, numpyro_model, twin_of(numpyro_model), params, draws
 
 
-def _numpyro_loss_and_grads(model, params, draws, Y):
-    guide = handlers.substitute(model.guide, data={name: jnp.asarray(v) for name, v in draws.items()})
-    state = {"total": jnp.asarray(BASELINE), "weight": jnp.asarray(1.0)}
-    elbo = NumPyroScoreFunctionELBO(PARTICLES)
-
-    def loss(values):
-        result = elbo.loss_with_mutable_state(
-            jax.random.PRNGKey(0), {**values, BASELINE_SITE: state}, model.model, guide, jnp.asarray(Y)
-        )
-        return result["loss"]
-
-    value, grads = jax.value_and_grad(loss)({name: jnp.asarray(v) for name, v in params.items()})
-    return float(value), {name: np.asarray(g) for name, g in grads.items()}
-
-
-def _pyro_loss_and_grads(elbo, model, params, draws, Y):
-    leaves = {name: torch.tensor(v, requires_grad=True) for name, v in params.items()}
-    pyro.clear_param_store()
-    store = pyro.get_param_store()
-    store[BASELINE_TOTAL], store[BASELINE_WEIGHT] = torch.tensor(BASELINE), torch.tensor(1.0)
-    store["__baseline_avg_downstream_cost_inclusion"] = torch.tensor(BASELINE)  # TraceGraph_ELBO's, the same b
-    guide = _Drawn({name: torch.as_tensor(v) for name, v in draws.items()})(
-        poutine.substitute(model.guide, data=leaves)
-    )
-    value = elbo.loss_and_grads(poutine.substitute(model.model, data=leaves), guide, torch.as_tensor(Y))
-    return float(value), {name: leaf.grad.numpy() for name, leaf in leaves.items()}
-
-
 def test_the_joint_phase_has_the_numpyro_recipes_loss_and_gradients_at_the_same_draws(monkeypatch):
     Y, numpyro_model, pyro_model, params, draws = _problem()
     elbo = _recipe_loss(Y, monkeypatch)
-    by_numpyro, numpyro_grads = _numpyro_loss_and_grads(numpyro_model, params, draws, Y)
-    by_pyro, pyro_grads = _pyro_loss_and_grads(elbo, pyro_model, params, draws, Y)
+    by_numpyro, numpyro_grads = numpyro_loss_and_grads(
+        NumPyroScoreFunctionELBO(PARTICLES), numpyro_model, params, draws, (Y,), BASELINE
+    )
+    by_pyro, pyro_grads = pyro_loss_and_grads(elbo, pyro_model, params, draws, (Y,), BASELINE)
     assert np.isfinite(by_numpyro) and by_pyro == pytest.approx(by_numpyro, rel=1e-8)
     assert set(pyro_grads) == set(numpyro_grads)
     for name, grad in numpyro_grads.items():
         assert np.any(grad != 0), name  # every param is in the comparison
-        np.testing.assert_allclose(pyro_grads[name], grad, rtol=1e-8, atol=1e-8 * np.max(np.abs(grad)), err_msg=name)
+        np.testing.assert_allclose(
+            pyro_grads[name].numpy(), grad, rtol=1e-8, atol=1e-8 * np.max(np.abs(grad)), err_msg=name
+        )
     moved = {**params, "u_loc": params["u_loc"] * 1.01}
-    assert abs(_pyro_loss_and_grads(elbo, pyro_model, moved, draws, Y)[0] - by_pyro) > 1e-6  # it can fail
+    by_pyro_moved = pyro_loss_and_grads(elbo, pyro_model, moved, draws, (Y,), BASELINE)[0]
+    assert abs(by_pyro_moved - by_pyro) > 1e-6  # it can fail
 
 
 def test_the_baseline_is_the_normalised_decaying_average_at_the_given_decay():

@@ -9,18 +9,14 @@ side, and the recipes checkpoint its running sums with the selection's params. F
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-import pyro
 import pytest
 import torch
+from _score_function_checks import captured_loss, numpyro_loss_and_grads, pyro_loss_and_grads
 from numpyro import handlers
-from pyro import poutine
-from pyro.poutine.messenger import Messenger
 
 from ppl_sparsegp.infer import checkpoint
-from ppl_sparsegp.infer.score_function import BASELINE_SITE
 from ppl_sparsegp.infer.score_function import ScoreFunctionELBO as NumPyroScoreFunctionELBO
 from ppl_sparsegp.models.pyro._base import twin_of
 from ppl_sparsegp.pyro.dtype import default_dtype
@@ -44,46 +40,13 @@ def float64():
         yield
 
 
-class _Captured(Exception):
-    """Raised by the stand-in of a recipe's ``fit_svi`` once it holds the selection phase's loss."""
-
-
-class _Drawn(Messenger):
-    """Gives the guide's sample sites named in ``values`` those values as their draws (still latent), the twin of
-    NumPyro's ``handlers.substitute`` of sample sites."""
-
-    def __init__(self, values):
-        super().__init__()
-        self.values = values
-
-    def _pyro_sample(self, msg):
-        if msg["name"] in self.values:
-            msg["value"], msg["done"] = self.values[msg["name"]], True
-
-
-def _selection_loss(trainer, fit, monkeypatch, *args, **kwargs):
-    """The ELBO that ``fit`` (a NumPyro or a Pyro recipe, without pre-training) hands to ``trainer.fit_svi`` (the
-    module whose ``fit_svi`` trains its phases) for the selection."""
-    captured = {}
-
-    def capture(*_, **options):
-        captured["loss"] = options["loss"]
-        raise _Captured
-
-    monkeypatch.setattr(trainer, "fit_svi", capture)
-    with pytest.raises(_Captured):
-        fit(*args, progress=False, **kwargs)
-    monkeypatch.undo()
-    return captured["loss"]
-
-
 @pytest.mark.parametrize("selection", ["frozen", "joint"])
 @pytest.mark.parametrize("deep", [False, True], ids=["fit_selective", "fit_selective_deep"])
 def test_the_selection_loss_is_set_as_the_numpyro_recipes(deep, selection, monkeypatch):
     settings = {**(DEEP if deep else SHALLOW), "selection": selection}
     name = "fit_selective_deep" if deep else "fit_selective"
-    by_pyro = _selection_loss(selective_pyro, getattr(selective_pyro, name), monkeypatch, X, Y, seed=0, **settings)
-    by_numpyro = _selection_loss(phases, getattr(selective, name), monkeypatch, X, Y, key=0, **settings)
+    by_pyro = captured_loss(monkeypatch, selective_pyro, getattr(selective_pyro, name), X, Y, seed=0, **settings)
+    by_numpyro = captured_loss(monkeypatch, phases, getattr(selective, name), X, Y, key=0, **settings)
     assert isinstance(by_pyro, ScoreFunctionELBO) and isinstance(by_numpyro, NumPyroScoreFunctionELBO)
     assert by_pyro.pathwise is (selection == "joint") and by_numpyro.pathwise is (selection == "joint")
     assert (by_pyro.num_particles, by_pyro.baseline_decay) == (by_numpyro.num_particles, by_numpyro.baseline_decay)
@@ -115,31 +78,6 @@ def _draws(params):
             mask[0] = 1.0
             draws[name.replace("inclusion_probs", "inclusion")] = mask
     return draws
-
-
-def _numpyro_loss_and_grads(elbo, model, params, draws, args):
-    guide = handlers.substitute(model.guide, data={name: jnp.asarray(v) for name, v in draws.items()})
-    state = {"total": jnp.asarray(BASELINE), "weight": jnp.asarray(1.0)}
-
-    def loss(values):
-        param_map = {**values, BASELINE_SITE: state}
-        return elbo.loss_with_mutable_state(jax.random.PRNGKey(0), param_map, model.model, guide, *args)["loss"]
-
-    value, grads = jax.value_and_grad(loss)({name: jnp.asarray(v) for name, v in params.items()})
-    return float(value), {name: np.asarray(g) for name, g in grads.items()}
-
-
-def _pyro_loss_and_grads(elbo, model, params, draws, args):
-    leaves = {name: torch.tensor(v, requires_grad=True) for name, v in params.items()}
-    pyro.clear_param_store()
-    pyro.set_rng_seed(0)
-    store = pyro.get_param_store()
-    store[BASELINE_TOTAL], store[BASELINE_WEIGHT] = torch.tensor(BASELINE), torch.tensor(1.0)
-    guide = _Drawn({name: torch.as_tensor(v) for name, v in draws.items()})(
-        poutine.substitute(model.guide, data=leaves)
-    )
-    value = elbo.loss_and_grads(poutine.substitute(model.model, data=leaves), guide, *map(torch.as_tensor, args))
-    return float(value), {name: leaf.grad for name, leaf in leaves.items()}
 
 
 def _fixed_noise(i: int, shape: tuple[int, ...]) -> np.ndarray:
@@ -183,18 +121,16 @@ def test_the_selection_phase_has_the_numpyro_recipes_loss_and_gradients_at_the_s
 ):
     settings = {**(DEEP if deep else {**SHALLOW, "bound": bound}), "selection": selection}
     fit = selective_pyro.fit_selective_deep if deep else selective_pyro.fit_selective
-    elbo = _selection_loss(selective_pyro, fit, monkeypatch, X, Y, seed=SEED, **settings)
-    numpyro_elbo = _selection_loss(
-        phases, selective.fit_selective_deep if deep else selective.fit_selective, monkeypatch, X, Y, key=SEED,
-        **settings,
-    )  # fmt: skip
+    elbo = captured_loss(monkeypatch, selective_pyro, fit, X, Y, seed=SEED, **settings)
+    numpyro_fit = selective.fit_selective_deep if deep else selective.fit_selective
+    numpyro_elbo = captured_loss(monkeypatch, phases, numpyro_fit, X, Y, key=SEED, **settings)
     numpyro_model, pyro_model = _problem(deep, settings)
     args = (X, Y)
     params = _params(numpyro_model, *map(jnp.asarray, args))
     draws = _draws(params)
     assert len(draws) == (2 if deep else 1)
-    by_numpyro, numpyro_grads = _numpyro_loss_and_grads(numpyro_elbo, numpyro_model, params, draws, args)
-    by_pyro, pyro_grads = _pyro_loss_and_grads(elbo, pyro_model, params, draws, args)
+    by_numpyro, numpyro_grads = numpyro_loss_and_grads(numpyro_elbo, numpyro_model, params, draws, args, BASELINE)
+    by_pyro, pyro_grads = pyro_loss_and_grads(elbo, pyro_model, params, draws, args, BASELINE)
     assert np.isfinite(by_numpyro) and by_pyro == pytest.approx(by_numpyro, rel=1e-8)
     assert set(pyro_grads) == set(numpyro_grads)
     for name, grad in numpyro_grads.items():
@@ -206,7 +142,7 @@ def test_the_selection_phase_has_the_numpyro_recipes_loss_and_gradients_at_the_s
         by_torch = pyro_grads[name].numpy()
         np.testing.assert_allclose(by_torch, grad, rtol=1e-8, atol=1e-8 * np.max(np.abs(grad)), err_msg=name)
     moved = {name: 0.9 * v if name.endswith("inclusion_probs") else v for name, v in params.items()}
-    assert abs(_pyro_loss_and_grads(elbo, pyro_model, moved, draws, args)[0] - by_pyro) > 1e-6  # it can fail
+    assert abs(pyro_loss_and_grads(elbo, pyro_model, moved, draws, args, BASELINE)[0] - by_pyro) > 1e-6  # it can fail
 
 
 @pytest.mark.parametrize("deep", [False, True], ids=["fit_selective", "fit_selective_deep"])
