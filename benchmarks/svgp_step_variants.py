@@ -22,6 +22,40 @@ import time
 import numpy as np
 
 
+def problem(dtype: str, M: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The benchmark's data: X [20000, 8] standard normal, y = sin(sum of X's columns) [20000], Z = M rows of X."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, 8)).astype(dt)
+    y = np.sin(X.sum(axis=1)).astype(dt)
+    return X, y, X[rng.choice(X.shape[0], M, replace=False)]
+
+
+def compiled_update(X: np.ndarray, y: np.ndarray, Z: np.ndarray):
+    """(program, state, compile seconds): one ``SVI.update`` of the whitened SVGP (RBF, Gaussian, B = 256, Adam 0.01,
+    ``TraceMeanField_ELBO``) compiled ahead of time for (state, X, y), at the linear algebra and bijection that the
+    environment and ``ppl_sparsegp.numpyro.sites`` hold when it is called."""
+    import jax
+    import optax
+    from numpyro.infer import SVI, TraceMeanField_ELBO
+
+    from ppl_sparsegp.core import kernels, likelihoods
+    from ppl_sparsegp.models.numpyro.svgp import SVGP
+
+    gp = SVGP(
+        kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(X.shape[1], X.dtype)),
+        likelihood=likelihoods.Gaussian(variance=0.1),
+        Z=Z,
+        batch_size=256,
+        whiten=True,
+    )
+    svi = SVI(gp.model, gp.guide, optax.adam(0.01), TraceMeanField_ELBO())
+    state = svi.init(jax.random.PRNGKey(0), X, y)
+    t = time.perf_counter()
+    program = jax.jit(lambda s, X, y: svi.update(s, X, y)).lower(state, X, y).compile()
+    return program, state, time.perf_counter() - t
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -33,39 +67,21 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", a.dtype == "float64")
-    import optax
     from numpyro.distributions import constraints
-    from numpyro.infer import SVI, TraceMeanField_ELBO
 
     from ppl_sparsegp.backends import jax_blocked
-    from ppl_sparsegp.core import kernels, likelihoods, ops
-    from ppl_sparsegp.models.numpyro.svgp import SVGP
+    from ppl_sparsegp.core import ops
     from ppl_sparsegp.numpyro import distributions as transforms
     from ppl_sparsegp.numpyro import sites
 
-    dt = np.dtype(a.dtype)
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((20000, 8)).astype(dt)
-    y = np.sin(X.sum(axis=1)).astype(dt)
-    Z = X[rng.choice(X.shape[0], a.M, replace=False)]
+    X, y, Z = problem(a.dtype, a.M)
     programs, states, compile_s = {}, {}, {}
     for blocked in ("0", "1"):
         for bijection in ("numpyro", "constant-index"):
             name = f"blocked={blocked}, lower_cholesky={bijection}"
             os.environ[jax_blocked.ENV_SWITCH] = blocked  # read when the step is traced
             sites.lower_cholesky = constraints.lower_cholesky if bijection == "numpyro" else transforms.lower_cholesky
-            gp = SVGP(
-                kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(8, dt)),
-                likelihood=likelihoods.Gaussian(variance=0.1),
-                Z=Z,
-                batch_size=256,
-                whiten=True,
-            )
-            svi = SVI(gp.model, gp.guide, optax.adam(0.01), TraceMeanField_ELBO())
-            states[name] = svi.init(jax.random.PRNGKey(0), X, y)
-            t = time.perf_counter()
-            programs[name] = jax.jit(lambda s, X, y, svi=svi: svi.update(s, X, y)).lower(states[name], X, y).compile()
-            compile_s[name] = time.perf_counter() - t
+            programs[name], states[name], compile_s[name] = compiled_update(X, y, Z)
     sites.lower_cholesky = transforms.lower_cholesky
     times = {name: [] for name in programs}
     losses = {}
