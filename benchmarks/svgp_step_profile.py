@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime as _dt
 import glob
 import gzip
 import json
 import os
-import platform
 import re
 import sys
 import tempfile
 import time
 
 import numpy as np
-from svgp_step_variants import compiled_update, problem
+from svgp_step_variants import compiled_update, problem, write_record
 
 KINDS = (
     ("lapack", re.compile(r"^(cholesky|triangular_solve)")),
@@ -118,13 +116,7 @@ def main(argv=None) -> int:
     for name, ms in top:
         print(f"  {ms:7.2f} ms  {kind_of(name):8s} {name}")
     if a.output:
-        payload = {
-            "benchmark": "svgp_step_profile",
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
-            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "loadavg_1min": load},
-            "versions": {"jax": jax.__version__, "python": platform.python_version()},
-            "config": vars(a),
+        results = {
             "step_ms_median": step_ms,
             "step_ms_min": 1e3 * float(np.min(times)),
             "compile_s": compile_s,
@@ -133,11 +125,7 @@ def main(argv=None) -> int:
             "ms_per_step_by_operation": dict(top),
             "operations": len(per_operation),
         }
-        tmp = a.output + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(payload, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, a.output)
+        write_record(a.output, "svgp_step_profile", vars(a), load, results)
     return 0
 
 

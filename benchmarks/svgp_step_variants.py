@@ -56,6 +56,27 @@ def compiled_update(X: np.ndarray, y: np.ndarray, Z: np.ndarray):
     return program, state, time.perf_counter() - t
 
 
+def write_record(path: str, benchmark: str, config: dict, load: list[float], results: dict) -> None:
+    """Write ``results`` under the record's header (benchmark, date, command, machine with the 1-minute loads,
+    versions, config) as JSON at ``path``, atomically (a temporary file renamed over it)."""
+    import jax
+
+    payload = {
+        "benchmark": benchmark,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "loadavg_1min": load},
+        "versions": {"jax": jax.__version__, "python": platform.python_version()},
+        "config": config,
+        **results,
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(payload, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -116,19 +137,7 @@ def main(argv=None) -> int:
             f"loss {losses[name]!r}"
         )
     if a.output:
-        payload = {
-            "benchmark": "svgp_step_variants",
-            "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "command": " ".join([sys.executable.split("/")[-1], *sys.argv]),
-            "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "loadavg_1min": load},
-            "versions": {"jax": jax.__version__, "python": platform.python_version()},
-            "config": vars(a),
-            "rows": rows,
-            "times_s": times,
-        }
-        with open(a.output, "w") as fh:
-            json.dump(payload, fh, indent=2)
-            fh.write("\n")
+        write_record(a.output, "svgp_step_variants", vars(a), load, {"rows": rows, "times_s": times})
     return 0
 
 
