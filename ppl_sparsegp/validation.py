@@ -277,6 +277,13 @@ def check_positive_float(name: str, value: Any) -> float:
     return float(value)
 
 
+def check_bool(name: str, value: Any) -> bool:
+    """Check a Python ``True`` or ``False`` (not 0/1, not a string); returns it."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {value!r}")
+    return value
+
+
 def check_choice(name: str, value: Any, choices: Collection[Any]) -> Any:
     """Check that ``value`` is one of ``choices``; returns ``value``."""
     if value not in choices:

@@ -71,8 +71,7 @@ class ScoreFunctionELBO(ELBO):
     def __init__(self, num_particles: int = 4, *, baseline_decay: float = 0.95, pathwise: bool = True):
         validation.check_count("num_particles", num_particles, minimum=1)
         baseline_decay = validation.check_open_unit_interval("baseline_decay", baseline_decay)
-        if not isinstance(pathwise, bool):
-            raise ValueError(f"pathwise: expected True or False, got {pathwise!r}")
+        validation.check_bool("pathwise", pathwise)
         super().__init__(num_particles=num_particles)
         self.baseline_decay = float(baseline_decay)
         self.pathwise = pathwise

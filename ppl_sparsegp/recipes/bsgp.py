@@ -216,8 +216,7 @@ class BSGPConfig:
         check_choice("engine", self.engine, BSGP_ENGINES)
         check_choice("chain_method", self.chain_method, CHAIN_METHODS)
         check_choice("noise", self.noise, NOISE_MODES)
-        if not isinstance(self.noise_per_output, bool):
-            raise ValueError(f"noise_per_output: expected True or False, got {self.noise_per_output!r}")
+        validation.check_bool("noise_per_output", self.noise_per_output)
         if isinstance(self.z_prior, str):  # or a numpyro distribution over Z
             check_choice("z_prior", self.z_prior, Z_PRIORS)
         check_choice("likelihood_term", self.likelihood_term, LIKELIHOOD_TERMS)

@@ -817,8 +817,7 @@ class SelectiveGPLVMConfig(SelectionConfig):
             check_count(name, getattr(self, name), least)
         check_choice("bound", self.bound, BOUNDS)
         validation.check_open_unit_interval("baseline_decay", self.baseline_decay)
-        if not isinstance(self.prune, bool):
-            raise ValueError(f"prune: expected True or False, got {self.prune!r}")
+        validation.check_bool("prune", self.prune)
 
 
 def latent_grid(
