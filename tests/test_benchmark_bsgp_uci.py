@@ -1,0 +1,102 @@
+"""The ablation options of BSGP's UCI benchmark (benchmarks/bsgp_uci.py, issue 24 item 4): ``--likelihood-terms`` and
+``--num-inducing`` reach ``fit_bsgp`` (the data term, and k-means Z of each M), every combination is its own cell,
+the cells run before the options existed keep their keys, and the summary sets the E[log p] cells beside the
+authors' E[log p] numbers and no paper number beside an M the paper's table does not have."""
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bsgp_uci.py"
+DATA_DIR = Path(os.environ.get("PPL_SPARSEGP_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+@pytest.fixture
+def bench(monkeypatch, tmp_path):
+    """The benchmark module, its run folder under ``tmp_path``; importing it leaves XLA's and BLAS's thread settings
+    of this process as they were."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    for var in ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.setenv(var, os.environ.get(var, ""))
+    spec = importlib.util.spec_from_file_location("bsgp_uci_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
+    return module
+
+
+def _cell(**settings) -> dict:
+    cell = {"dataset": "yacht", "layers": 1, "z_prior": "normal", "iterations": 10_000, "kept": 256, "fold": 0}
+    return {**cell, **settings}
+
+
+def test_keys_of_the_earlier_cells_are_kept_and_each_ablation_is_its_own_cell(bench):
+    assert bench.cell_key(_cell()) == "yacht/L1/normal/it10000/kept256/fold0"
+    assert bench.cell_key(_cell(likelihood_term="log_expected", num_inducing=100)) == bench.cell_key(_cell())
+    assert bench.cell_key(_cell(likelihood_term="expected_log")) == "yacht+expected-log/L1/normal/it10000/kept256/fold0"
+    assert bench.cell_key(_cell(num_inducing=50)) == "yacht+M50/L1/normal/it10000/kept256/fold0"
+    both = _cell(likelihood_term="expected_log", num_inducing=25, noise_per_output=True)
+    assert bench.cell_key(both) == "yacht+noise-per-output+expected-log+M25/L1/normal/it10000/kept256/fold0"
+
+
+def test_summary_sets_each_data_term_beside_its_own_paper_number(bench):
+    cells = {}
+    for term, m, mnll in (("log_expected", 100, -0.2), ("expected_log", 100, 0.7), ("log_expected", 50, 0.1)):
+        for fold in (0, 1):
+            cell = _cell(likelihood_term=term, num_inducing=m, fold=fold, test_mnll=mnll + 0.1 * fold)
+            cell.update(updates_per_second=None, **{"seconds_to_within_0.05": None})
+            cells[bench.cell_key(cell)] = cell
+    summary = bench.summarise(cells)
+    default = summary["yacht/L1/normal/it10000/kept256"]
+    assert default["paper_table6"] == -0.23 and default["paper_table7"] == -0.32
+    assert default["test_mnll_mean"] == pytest.approx(-0.15)
+    expected_log = summary["yacht+expected-log/L1/normal/it10000/kept256"]
+    assert (expected_log["likelihood_term"], expected_log["num_inducing"]) == ("expected_log", 100)
+    assert expected_log["paper_table6"] == 0.78 and expected_log["paper_table7"] is None
+    assert expected_log["test_mnll_mean"] == pytest.approx(0.75)
+    smaller = summary["yacht+M50/L1/normal/it10000/kept256"]
+    assert smaller["num_inducing"] == 50 and smaller["paper_table6"] is None and smaller["paper_table7"] is None
+    table = bench.markdown_table(summary)
+    assert "yacht (E[log p])" in table and "yacht (M = 50)" in table
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_main_hands_every_term_and_m_to_fit_bsgp(bench, monkeypatch, tmp_path):
+    """``main`` over 2 terms x 2 M: ``fit_bsgp`` gets each data term and a k-means Z of each size (it is replaced by
+    a stand-in that records its arguments and fails, which ``main`` records as the cell's error and goes on)."""
+    monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
+    seen = []
+
+    def fit_bsgp(X, y, **kwargs):
+        seen.append((kwargs["likelihood_term"], kwargs["Z"].shape))
+        raise RuntimeError("stand-in")
+
+    monkeypatch.setattr(bench, "fit_bsgp", fit_bsgp)
+    output = tmp_path / "cells.json"
+    argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
+            "--likelihood-terms", "log_expected", "expected_log", "--num-inducing", "100", "7",
+            "--output", str(output)]  # fmt: skip
+    assert bench.main(argv) == 0
+    assert seen == [("log_expected", (100, 6)), ("log_expected", (7, 6)), ("expected_log", (100, 6)),
+                    ("expected_log", (7, 6))]  # fmt: skip
+    cells = json.loads(output.read_text())["cells"]
+    assert sorted(cells) == [
+        "yacht+M7/L1/normal/it20/kept4/fold0",
+        "yacht+expected-log+M7/L1/normal/it20/kept4/fold0",
+        "yacht+expected-log/L1/normal/it20/kept4/fold0",
+        "yacht/L1/normal/it20/kept4/fold0",
+    ]
+    assert all(cell["error"] == "RuntimeError: stand-in" for cell in cells.values())
+
+
+@pytest.mark.parametrize("argv", [["--num-inducing", "0"], ["--likelihood-terms", "log_p"]])
+def test_bad_ablation_arguments_are_refused_before_anything_runs(bench, argv, capsys):
+    with pytest.raises(SystemExit):
+        bench.main([*argv, "--output", "/nonexistent/never-written.json"])
+    err = capsys.readouterr().err
+    assert "--num-inducing" in err or "--likelihood-terms" in err
