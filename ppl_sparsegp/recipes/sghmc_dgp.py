@@ -30,6 +30,12 @@ fold ended at σ² ≈ 4e-7 (standardised) with test RMSE 0.53 and MNLL 5.01 on 
 (benchmarks/README.md, "SGHMC-GP on energy, naval, power and protein"). Check the fitted ``likelihood.variance``
 on small sets; BSGP samples σ² under its prior instead.
 
+**Which sites are point estimates** (``optimised``, default :data:`SGHMC_DGP_OPTIMISED`): any non-empty subset of
+Z and the kernel's two hyperparameters; the others are sampled with v under BSGP's priors (LogNormal on θ). The BSGP
+paper's "inducing points optimised, hyperparameters inferred" variant (spec 001 §3.5, Fig. 1) is
+``optimised=("Z",)``: θ and v sampled, Z by the MCEM steps. Run it with BSGP's schedule (``updates_per_iteration=21``,
+``num_kept=256``, ``thinning=32``) to compare it with BSGP at equal gradient evaluations.
+
 The draws carry BSGP's site names (``"Z"``, ``"kernel.*"``, ``"likelihood.variance"`` constant over the kept
 draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's.
 The Pyro twin is :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp` (the same config and plan).
@@ -59,7 +65,8 @@ from .phases import check_choice, configure
 Array = Any
 
 SGHMC_DGP_OPTIMISED = ("Z", "kernel.lengthscale", "kernel.variance")
-"""The sites (of every layer) SGHMC-DGP point-estimates beside the likelihood's: Z and the RBF kernel's θ."""
+"""The sites (of every layer) SGHMC-DGP point-estimates beside the likelihood's: Z and the RBF kernel's θ (the default
+of :attr:`SGHMCDGPConfig.optimised`, and the sites it may name)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class SGHMCDGPConfig:
     the point estimates at their start). window: the states the Adam step's state is drawn from. step_size, mdecay:
     ε and the momentum decay of :class:`AdaptiveSGHMC`. batch_size: minibatch (min(batch_size, N) are used).
     num_chains, warmup_chunk_size, chunk_size, chain_method: as :class:`~ppl_sparsegp.recipes.bsgp.BSGPConfig`'s.
+    optimised: the sites of every layer that are point estimates (a non-empty subset of :data:`SGHMC_DGP_OPTIMISED`,
+    stored in that order); the rest of them are sampled under BSGP's priors. ``("Z",)``: the BSGP paper's "Z
+    optimised, θ and u sampled".
     """
 
     num_layers: int = 1
@@ -93,8 +103,20 @@ class SGHMCDGPConfig:
     warmup_chunk_size: int | None = None
     chunk_size: int | None = None
     chain_method: str = "vectorized"
+    optimised: tuple[str, ...] = SGHMC_DGP_OPTIMISED
 
     def __post_init__(self) -> None:
+        sites = self.optimised
+        if (
+            not isinstance(sites, tuple | list)
+            or not sites
+            or any(s not in SGHMC_DGP_OPTIMISED for s in sites)
+            or len(set(sites)) != len(sites)
+        ):
+            raise ValueError(
+                f"optimised: expected a non-empty list of distinct sites among {SGHMC_DGP_OPTIMISED}, got {sites!r}"
+            )
+        object.__setattr__(self, "optimised", tuple(s for s in SGHMC_DGP_OPTIMISED if s in sites))
         check_choice("likelihood_term", self.likelihood_term, LIKELIHOOD_TERMS)
         check_choice("chain_method", self.chain_method, CHAIN_METHODS)
         validation.check_positive("noise_variance", self.noise_variance)
@@ -149,7 +171,7 @@ def plan_sghmc_dgp(
     )  # fmt: skip
     p = plan_bsgp(X, y, bsgp, {}, likelihood=likelihood, Z=Z, z_prior_options=None)
     own = {
-        "sghmc_dgp.optimised": list(SGHMC_DGP_OPTIMISED),
+        "sghmc_dgp.optimised": list(c.optimised),
         "sghmc_dgp.learning_rate": c.learning_rate,
         "sghmc_dgp.window": c.window,
         "sghmc_dgp.updates_per_iteration": c.updates_per_iteration,
@@ -172,7 +194,8 @@ def fit_sghmc_dgp(
     devices: int | str | None = None,
     **overrides: Any,
 ) -> BSGPFit:
-    """Sample v of SGHMC-GP (or SGHMC-DGP) with (Z, θ, σ²) optimised by moving-window MCEM (module docstring).
+    """Sample v of SGHMC-GP (or SGHMC-DGP) with (Z, θ, σ²) optimised by moving-window MCEM (module docstring); with
+    ``optimised`` a subset of (Z, θ), the rest of θ is sampled with v.
 
     Args:
         X [N, D], y [N] or [N, P]: standardised training data.
@@ -188,7 +211,7 @@ def fit_sghmc_dgp(
         likelihood's with several layers).
     """
     c, p = plan_sghmc_dgp(X, y, config, overrides, likelihood=likelihood, Z=Z)
-    model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray, SGHMC_DGP_OPTIMISED)
+    model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray, c.optimised)
     estimates = PointEstimates(
         model.point_estimate_sites(), optimizer=optax.adam(c.learning_rate), every=c.updates_per_iteration,
         window=c.window,

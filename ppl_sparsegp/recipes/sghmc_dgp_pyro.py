@@ -1,12 +1,13 @@
 """SGHMC-DGP's recipe (Havasi et al. 2018; spec 001 §2.6) on the Pyro twins and engines, the twin of
 :func:`ppl_sparsegp.recipes.sghmc_dgp.fit_sghmc_dgp` with the same settings
 (:class:`~ppl_sparsegp.recipes.sghmc_dgp.SGHMCDGPConfig`), plan (:func:`~ppl_sparsegp.recipes.sghmc_dgp.plan_sghmc_dgp`)
-and start: :class:`models.pyro.bsgp.BSGP` (or :class:`models.pyro.deep_bsgp.DeepBSGP`) with Z and θ point
-estimates (``optimised``), v sampled by :class:`ppl_sparsegp.pyro.sgmcmc.AdaptiveSGHMC` while
-:class:`~ppl_sparsegp.pyro.sgmcmc.PointEstimates` takes a ``torch.optim.Adam`` step on (Z, θ, σ²) after every
-iteration at a window state, run by :func:`ppl_sparsegp.pyro.mcmc.run_mcmc` (chains one after another, whatever
-``chain_method`` says). The draws carry the NumPyro site names and are evaluated by the NumPyro twin of the model,
-as in :mod:`ppl_sparsegp.recipes.bsgp_pyro`.
+and start: :class:`models.pyro.bsgp.BSGP` (or :class:`models.pyro.deep_bsgp.DeepBSGP`) with the config's
+``optimised`` sites (Z and θ by default) point estimates, v (and any θ not among them) sampled by
+:class:`ppl_sparsegp.pyro.sgmcmc.AdaptiveSGHMC` while :class:`~ppl_sparsegp.pyro.sgmcmc.PointEstimates` takes a
+``torch.optim.Adam`` step on the point estimates and σ² after every iteration at a window state, run by
+:func:`ppl_sparsegp.pyro.mcmc.run_mcmc` (chains one after another, whatever ``chain_method`` says). The draws carry
+the NumPyro site names and are evaluated by the NumPyro twin of the model, as in
+:mod:`ppl_sparsegp.recipes.bsgp_pyro`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ppl_sparsegp.pyro.sgmcmc import AdaptiveSGHMC, PointEstimates
 
 from .bsgp import BSGPFit, build_model
 from .bsgp_pyro import run_plan
-from .sghmc_dgp import SGHMC_DGP_OPTIMISED, SGHMCDGPConfig, plan_sghmc_dgp
+from .sghmc_dgp import SGHMCDGPConfig, plan_sghmc_dgp
 
 Array = Any
 
@@ -64,8 +65,8 @@ def fit_sghmc_dgp(
         ValueError: a bad setting or input (as the NumPyro recipe), before anything runs.
     """
     c, p = plan_sghmc_dgp(X, y, config, overrides, likelihood=likelihood, Z=Z)
-    model, initial = build_model(p, pyro_bsgp, pyro_deep_bsgp, as_tensor, SGHMC_DGP_OPTIMISED)
-    evaluator, _ = build_model(p, numpyro_bsgp, numpyro_deep_bsgp, np.asarray, SGHMC_DGP_OPTIMISED)
+    model, initial = build_model(p, pyro_bsgp, pyro_deep_bsgp, as_tensor, c.optimised)
+    evaluator, _ = build_model(p, numpyro_bsgp, numpyro_deep_bsgp, np.asarray, c.optimised)
     estimates = PointEstimates(
         model.point_estimate_sites(), optimizer=partial(torch.optim.Adam, lr=c.learning_rate),
         every=c.updates_per_iteration, window=c.window,

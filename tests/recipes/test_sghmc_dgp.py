@@ -124,6 +124,10 @@ def test_killed_in_warmup_resumes_to_the_uninterrupted_draws_and_refuses_other_s
         ({"likelihood_term": "expected"}, "likelihood_term"),
         ({"num_inducing": N + 1}, "num_inducing"),
         ({"num_layers": 0}, "num_layers"),
+        ({"optimised": ()}, "optimised: expected a non-empty list"),
+        ({"optimised": ("Z", "Z")}, "optimised: expected a non-empty list of distinct sites"),
+        ({"optimised": ("likelihood.variance",)}, "optimised"),
+        ({"optimised": "Z"}, "optimised"),
     ],
 )
 def test_bad_settings_are_refused_by_name_before_compiling(overrides, match, monkeypatch):
@@ -131,6 +135,33 @@ def test_bad_settings_are_refused_by_name_before_compiling(overrides, match, mon
     monkeypatch.setattr(jax, "jit", lambda *a, **k: pytest.fail("jax.jit was reached"))
     with pytest.raises(ValueError, match=match):
         fit_sghmc_dgp(X, Y, SMALL, key=jax.random.PRNGKey(0), **overrides)
+
+
+def test_optimised_sites_are_stored_as_a_tuple_in_the_default_order():
+    assert SGHMCDGPConfig().optimised == SGHMC_DGP_OPTIMISED
+    config = SGHMCDGPConfig(optimised=["kernel.variance", "Z"])
+    assert config.optimised == ("Z", "kernel.variance")
+
+
+@pytest.mark.slow
+def test_z_optimised_samples_theta_with_v_and_its_checkpoint_refuses_sghmc_dgps(tmp_path):
+    """``optimised=("Z",)``, the BSGP paper's "Z optimised, θ inferred": Z and σ² are point estimates (moved by the
+    MCEM steps, then fixed), θ is sampled with v; a checkpoint of it is refused to the default (Z and θ optimised)."""
+    path = str(tmp_path / "z_optimised.ckpt")
+    config = SGHMCDGPConfig(num_inducing=M, num_iterations=100, num_kept=20, thinning=5, optimised=("Z",))
+    fit = fit_sghmc_dgp(X, Y, config, key=jax.random.PRNGKey(5), progress=False, checkpoint=path)
+    assert fit.kernel.point_estimates.sites == ("Z", "likelihood.variance")
+    draws = fit.mcmc.flat_samples()
+    assert set(draws) == POINT_SITES | {"u"}
+    for site in ("Z", "likelihood.variance"):
+        assert np.all(draws[site] == draws[site][0]), site
+    assert np.max(np.abs(draws["Z"][0] - fit.model.Z)) > 0.05
+    for site in ("kernel.lengthscale", "kernel.variance", "u"):
+        assert np.ptp(draws[site], axis=0).min() > 1e-3, site  # sampled: every coordinate moves between draws
+    assert np.isfinite(fit.log_predictive_density(X, Y)).all()
+    with pytest.raises(ValueError, match="sghmc_dgp.optimised"):
+        fit_sghmc_dgp(X, Y, config, key=jax.random.PRNGKey(5), progress=False, checkpoint=path,
+                      optimised=SGHMC_DGP_OPTIMISED)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,25 @@ def test_two_layers_point_estimate_every_layers_z_and_theta():
     assert np.ptp(draws["layer1.u"], axis=0).min() > 1e-4
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_z_optimised_samples_theta_with_v(layers):
+    """``optimised=("Z",)`` (the BSGP paper's "Z optimised, θ inferred"): every layer's Z and σ² are point estimates,
+    every layer's θ is sampled with v, as in the NumPyro twin."""
+    fit = sghmc_dgp_pyro.fit_sghmc_dgp(
+        X, Y, SMALL, seed=3, progress=False, optimised=("Z",), num_layers=layers, num_iterations=40
+    )
+    prefixes = [""] if layers == 1 else [f"layer{i}." for i in range(layers)]
+    points = {f"{p}Z" for p in prefixes} | {"likelihood.variance"}
+    sampled = {f"{p}{s}" for p in prefixes for s in ("kernel.lengthscale", "kernel.variance", "u")}
+    assert set(fit.kernel.point_estimates.sites) == points
+    draws = fit.mcmc.flat_samples()
+    assert set(draws) == points | sampled
+    for site in points:
+        assert np.all(draws[site] == draws[site][0]), site
+    for site in sampled:
+        assert np.ptp(draws[site], axis=0).min() > 1e-4, site
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
@@ -69,6 +88,7 @@ def test_two_layers_point_estimate_every_layers_z_and_theta():
         ({"window": 0}, "window"),
         ({"updates_per_iteration": 0}, "updates_per_iteration"),
         ({"num_inducing": N + 1}, "num_inducing"),
+        ({"optimised": ("W",)}, "optimised"),
     ],
 )
 def test_bad_settings_are_refused_before_any_step(overrides, match, monkeypatch):
