@@ -1,7 +1,8 @@
 """The ablation options of BSGP's UCI benchmark (benchmarks/bsgp_uci.py, issue 24 item 4): ``--likelihood-terms`` and
 ``--num-inducing`` reach ``fit_bsgp`` (the data term, and k-means Z of each M), every combination is its own cell,
 the cells run before the options existed keep their keys, and the summary sets the E[log p] cells beside the
-authors' E[log p] numbers and no paper number beside an M the paper's table does not have."""
+authors' E[log p] numbers and no paper number beside an M the paper's data does not have; ``--methods z-optimised``
+runs SGHMC-DGP's recipe with only Z optimised on BSGP's schedule, in cells of its own, beside Fig. 1's numbers."""
 
 import importlib.util
 import json
@@ -53,14 +54,14 @@ def test_summary_sets_each_data_term_beside_its_own_paper_number(bench):
             cells[bench.cell_key(cell)] = cell
     summary = bench.summarise(cells)
     default = summary["yacht/L1/normal/it10000/kept256"]
-    assert default["paper_table6"] == -0.23 and default["paper_table7"] == -0.32
+    assert default["paper"] == -0.23 and default["paper_table7"] == -0.32
     assert default["test_mnll_mean"] == pytest.approx(-0.15)
     expected_log = summary["yacht+expected-log/L1/normal/it10000/kept256"]
     assert (expected_log["likelihood_term"], expected_log["num_inducing"]) == ("expected_log", 100)
-    assert expected_log["paper_table6"] == 0.78 and expected_log["paper_table7"] is None
+    assert expected_log["paper"] == 0.78 and expected_log["paper_table7"] is None
     assert expected_log["test_mnll_mean"] == pytest.approx(0.75)
     smaller = summary["yacht+M50/L1/normal/it10000/kept256"]
-    assert smaller["num_inducing"] == 50 and smaller["paper_table6"] is None and smaller["paper_table7"] is None
+    assert smaller["num_inducing"] == 50 and smaller["paper"] is None and smaller["paper_table7"] is None
     table = bench.markdown_table(summary)
     assert "yacht (E[log p])" in table and "yacht (M = 50)" in table
 
@@ -92,6 +93,41 @@ def test_main_hands_every_term_and_m_to_fit_bsgp(bench, monkeypatch, tmp_path):
         "yacht/L1/normal/it20/kept4/fold0",
     ]
     assert all(cell["error"] == "RuntimeError: stand-in" for cell in cells.values())
+
+
+def test_paper_numbers_follow_the_settings(bench):
+    number = bench.paper_number
+    assert number("bsgp", "naval", 1, "normal", "log_expected", 100) == -8.22  # Table 6
+    assert number("bsgp", "naval", 1, "normal", "log_expected", 50) == -7.83  # Fig. 1's data
+    assert number("bsgp", "naval", 1, "normal", "log_expected", 25) is None
+    assert number("bsgp", "naval", 1, "dpp", "log_expected", 50) is None
+    assert number("bsgp", "naval", 1, "normal", "expected_log", 100) == -8.16
+    assert number("bsgp", "naval", 1, "normal", "expected_log", 50) is None
+    assert number("sghmc-dgp", "naval", 1, "optimised", "log_expected", 100) == -6.23  # Table 6's SGHMC GP
+    assert number("sghmc-dgp", "naval", 1, "optimised", "expected_log", 100) is None
+    assert number("z-optimised", "naval", 1, "optimised", "log_expected", 100) == -6.67
+    assert number("z-optimised", "protein", 1, "optimised", "log_expected", 10) == 2.98
+    assert number("z-optimised", "yacht", 1, "optimised", "log_expected", 100) is None
+    assert number("z-optimised", "naval", 2, "optimised", "log_expected", 100) is None
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_z_optimised_runs_sghmc_dgp_with_only_z_optimised_on_bsgps_schedule(bench, monkeypatch, tmp_path):
+    monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
+    seen = []
+
+    def fit_sghmc_dgp(X, y, **kwargs):
+        seen.append({k: kwargs[k] for k in ("optimised", "updates_per_iteration", "thinning", "num_kept")})
+        raise RuntimeError("stand-in")
+
+    monkeypatch.setattr(bench, "fit_sghmc_dgp", fit_sghmc_dgp)
+    output = tmp_path / "cells.json"
+    argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
+            "--methods", "z-optimised", "--output", str(output)]  # fmt: skip
+    assert bench.main(argv) == 0
+    assert seen == [{"optimised": ("Z",), "updates_per_iteration": 21, "thinning": 32, "num_kept": 4}]
+    (key,) = json.loads(output.read_text())["cells"]
+    assert key == "z-optimised-upd21/yacht/L1/optimised/it20/kept4/fold0"
 
 
 @pytest.mark.parametrize("argv", [["--num-inducing", "0"], ["--likelihood-terms", "log_p"]])
