@@ -36,8 +36,8 @@ paper's "inducing points optimised, hyperparameters inferred" variant (spec 001 
 ``optimised=("Z",)``: θ and v sampled, Z by the MCEM steps. Run it with BSGP's schedule (``updates_per_iteration=21``,
 ``num_kept=256``, ``thinning=32``) to compare it with BSGP at equal gradient evaluations.
 
-The draws carry BSGP's site names (``"Z"``, ``"kernel.*"``, ``"likelihood.variance"`` constant over the kept
-draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's.
+The draws carry BSGP's site names (``"Z"``, ``"kernel.*"``, ``"likelihood.variance"``, the point estimates among
+them constant over the kept draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's.
 The Pyro twin is :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp` (the same config and plan).
 """
 
