@@ -180,6 +180,22 @@ class DataParallel:
         """:func:`check_divisible` with this mesh."""
         check_divisible(count, self.mesh, name)
 
+    @property
+    def serial(self) -> bool:
+        """Whether a step must finish before the next is dispatched: when the mesh holds several CPU devices.
+
+        XLA's CPU client runs each device's share of a step on one pool, with as many threads as the devices (or
+        cores, if more), and a collective blocks its thread until every device's share arrives. Steps dispatched
+        ahead take pool threads too, so the share that the blocked ones wait for can find none free: a deadlock,
+        which XLA ends by aborting the process after 40 s (measured on 4 forced host devices: every run of
+        one-step-per-dispatch SVGP hung between steps 75 and 100). Across processes (collectives through gloo) the
+        steps wait too: not shown to hang there, but waiting costs little on a CPU."""
+        return self.size > 1 and self.mesh.devices.flat[0].platform == "cpu"
+
+    def settle(self, tree: Any) -> Any:
+        """``tree`` (a step's outputs), waited for when the mesh is :attr:`serial`; as it is otherwise."""
+        return jax.block_until_ready(tree) if self.serial else tree
+
 
 @dataclass(frozen=True)
 class ChainParallel:

@@ -461,7 +461,7 @@ def fit_streamed(
             start = time.perf_counter()
             while done < num_steps:
                 Xb, yb = next(stream)
-                state, value = step(state, Xb, yb)
+                state, value = parallel.settle(step(state, Xb, yb))
                 pending.append(value)
                 done += 1
                 bar.update(1)
@@ -640,7 +640,7 @@ def sample_streamed(
         with ops.blas_threads(blas_threads):
             clock = time.perf_counter()
             while done < total:
-                state = step(state, *next(stream))
+                state = parallel.settle(step(state, *next(stream)))
                 done, position = done + 1, position + 1
                 if done > num_warmup and (done - num_warmup) % thinning == 0:
                     recorded.append({f: get(state) for f, get in getters.items()})
