@@ -381,8 +381,9 @@ def fit_streamed(
 
     Step k (0-based) takes batch k of ``batches``. The parameters and optimiser state are replicated over
     ``batches.mesh`` (if any) and each batch arrives split over it, so XLA sums the per-device gradients; the next
-    batches are read while a step runs. Every ``checkpoint_every`` steps (and at the end) the losses are fetched and
-    checked, and the checkpoint, if any, is written (module docstring).
+    batches are read while a step runs. On a mesh of CPU devices each step is waited for before the next is
+    dispatched (:attr:`ppl_sparsegp.infer.sharding.DataParallel.serial`). Every ``checkpoint_every`` steps (and at
+    the end) the losses are fetched and checked, and the checkpoint, if any, is written (module docstring).
 
     Args:
         model, guide: NumPyro programs called as ``model(X_b, y_b)`` (X_b [B, D], y_b [B] or [B, P]).
@@ -511,7 +512,8 @@ def sample_streamed(
 
     The same arguments and result as :func:`ppl_sparsegp.infer.mcmc.run_mcmc`, whose chunks hold the data fixed,
     where here every step reads a new batch: the kernel state is replicated over ``batches.mesh`` (if any) and each
-    batch arrives split over it. Chains (``num_chains`` > 1) are vectorised and share each batch. Every
+    batch arrives split over it (on a mesh of CPU devices each step is waited for, as in :func:`fit_streamed`).
+    Chains (``num_chains`` > 1) are vectorised and share each batch. Every
     ``checkpoint_every`` steps (and at the end, and on KeyboardInterrupt, which returns the draws so far with
     ``interrupted``) the draws are fetched, constrained and checked, and the checkpoint, if any, is written (module
     docstring). Deterministic sites are evaluated on batch 0.
