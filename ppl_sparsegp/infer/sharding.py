@@ -34,6 +34,7 @@ import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import jax
@@ -180,7 +181,7 @@ class DataParallel:
         """:func:`check_divisible` with this mesh."""
         check_divisible(count, self.mesh, name)
 
-    @property
+    @cached_property
     def serial(self) -> bool:
         """Whether a step must finish before the next is dispatched: when the mesh holds several CPU devices.
 
