@@ -9,6 +9,7 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/bsgp_uci.py --quick                              # smoke test
     .venv/bin/python benchmarks/bsgp_uci.py --methods bsgp sghmc-dgp             # with the SGHMC-GP baseline
     .venv/bin/python benchmarks/bsgp_uci.py --methods z-optimised                # Z optimised, θ and u sampled
+    .venv/bin/python benchmarks/bsgp_uci.py --methods z-svgp                     # Z from SVGP, held; θ, u sampled
     .venv/bin/python benchmarks/bsgp_uci.py --datasets naval --noise-per-output  # a noise variance per output
     .venv/bin/python benchmarks/bsgp_uci.py --likelihood-terms log_expected expected_log  # the data-term ablation
     .venv/bin/python benchmarks/bsgp_uci.py --num-inducing 25 50 100 200         # MNLL against M
@@ -48,6 +49,12 @@ Adam steps, on BSGP's schedule (21 updates per iteration, ``--kept`` draws 32 up
 ``z_prior`` is ``"optimised"`` and their keys start ``z-optimised-upd21/``. Paper numbers for the M ablation
 (``--num-inducing``) and this method are the authors' released Fig. 1 data (NAVAL and PROTEIN, M = 10, 50, 100).
 
+``--methods z-svgp`` is the other reading of that variant (the spec's: "matches the MCMC-SVGP of Hensman et al.
+2015b"): Z optimised first by the SVGP of ``benchmarks/svgp_uci.py`` (same k-means start, Adam 0.01 for
+:data:`svgp_uci.STEPS` steps, key = fold; its checkpoint beside the cell's), then held (``held=("Z",)``) while θ and u
+are sampled and σ² takes the MCEM steps, on BSGP's schedule; its cells' ``z_prior`` is ``"svgp"``, their keys start
+``z-svgp-upd21/``, and they are compared with the same Fig. 1 numbers.
+
 Convergence: after every ``--eval-every`` iterations of warmup, the test MNLL of the mixture over the 64 states of
 the sampler's window (one per iteration, the states the noise estimate is drawn from) is recorded with the
 sampler's elapsed time; "seconds to within 0.05" is the first time that MNLL is within 0.05 of the final MNLL.
@@ -81,6 +88,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
+import svgp_uci  # noqa: E402
 from svgp_uci import _loadavg, environment, write_json_atomic  # noqa: E402
 
 from ppl_sparsegp import data, metrics  # noqa: E402
@@ -96,7 +104,7 @@ SVGP_RESULTS = ROOT / "results" / "svgp_uci.json"
 
 DATASETS = ("yacht", "boston", "energy", "concrete", "kin8nm", "power", "naval", "protein")
 PRIORS = ("normal", "dpp", "strauss", "uniform")
-METHODS = ("bsgp", "sghmc-dgp", "z-optimised")
+METHODS = ("bsgp", "sghmc-dgp", "z-optimised", "z-svgp")
 
 # Table 6 (BSGP rows, L = 1..3) and Table 7 (priors, L = 1): test MNLL, mean and population std over 8 folds.
 PAPER_TABLE6 = {
@@ -189,6 +197,11 @@ def run_cell(
 
     load_before = _loadavg()
     t0 = time.perf_counter()
+    svgp = None
+    if method == "z-svgp":
+        gp = svgp_uci.protocol_svgp(Z, ds.num_outputs, X.shape[0])
+        svgp = svgp_uci.train_protocol_svgp(gp, X, y, fold, svgp_uci.STEPS, RUNS / f"{tag}_svgp.npz")
+        Z = np.asarray(svgp.params["Z"])
     common = dict(
         key=jax.random.PRNGKey(fold), Z=Z, num_iterations=args.iterations, num_kept=args.kept, batch_size=MAX_BATCH,
         warmup_chunk_size=per_iteration * args.eval_every, checkpoint=str(RUNS / f"{tag}.ckpt"), callback=on_piece,
@@ -199,9 +212,11 @@ def run_cell(
     elif method == "sghmc-dgp":
         fit = fit_sghmc_dgp(X, y, num_layers=layers, updates_per_iteration=per_iteration, **common)
     else:
+        held = ("Z",) if method == "z-svgp" else ()
         fit = fit_sghmc_dgp(
-            X, y, num_layers=layers, updates_per_iteration=per_iteration, thinning=32, optimised=("Z",), **common
-        )
+            X, y, num_layers=layers, updates_per_iteration=per_iteration, thinning=32, optimised=("Z",), held=held,
+            **common,
+        )  # fmt: skip
     wall = time.perf_counter() - t0
     t1 = time.perf_counter()
     logp = fit.log_predictive_density(Xs, ys, standardizer=scaler, key=jax.random.PRNGKey(1))
@@ -245,25 +260,36 @@ def run_cell(
         "loadavg_1min_before": load_before,
         "loadavg_1min_after": _loadavg(),
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **(
+            {}
+            if svgp is None
+            else {
+                "svgp_steps": svgp_uci.STEPS,
+                "svgp_seconds": svgp.run_seconds + svgp.compile_seconds,
+                "svgp_final_loss_mean_last_100": float(np.mean(svgp.losses[-100:])),
+            }
+        ),  # fmt: skip
     }
 
 
 def updates_per_iteration(method: str, args: argparse.Namespace) -> int:
-    """SGHMC updates per iteration: BSGP's 21 (``bsgp``, ``z-optimised``), ``--sghmc-dgp-updates`` for ``sghmc-dgp``."""
+    """SGHMC updates per iteration: BSGP's 21 (``bsgp``, ``z-optimised``, ``z-svgp``), ``--sghmc-dgp-updates`` for
+    ``sghmc-dgp``."""
     return args.sghmc_dgp_updates if method == "sghmc-dgp" else 21
 
 
 def paper_number(method: str, name: str, layers: int, prior: str, term: str, m: int) -> float | None:
     """The paper's test MNLL (8-fold mean) for these settings, or None where it has none: Table 6 (BSGP with the
     Normal prior, SGHMC-GP) at M = 100, the E[log p] runs (BSGP, M = 100), Fig. 1's data (L = 1) at other M and for
-    ``z-optimised``."""
+    ``z-optimised`` and ``z-svgp``."""
     if method == "bsgp" and prior != "normal":
         return None
     if term != DATA_TERM:
         return PAPER_EXPECTED_LOG.get(layers, {}).get(name) if method == "bsgp" and m == NUM_INDUCING else None
-    if m == NUM_INDUCING and method != "z-optimised":
+    if m == NUM_INDUCING and method in ("bsgp", "sghmc-dgp"):
         return (PAPER_TABLE6 if method == "bsgp" else PAPER_SGHMC_GP).get(layers, {}).get(name)
-    return PAPER_FIG1[method].get(name, {}).get(m) if layers == 1 else None
+    line = "z-optimised" if method == "z-svgp" else method  # the paper's one line, two readings (module docstring)
+    return PAPER_FIG1[line].get(name, {}).get(m) if layers == 1 else None
 
 
 def _svgp_mnll() -> dict:
@@ -424,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--noise-per-output applies to --methods bsgp (SGHMC-DGP's recipe has one noise variance)")
     if args.sghmc_dgp_updates < 1:
         parser.error("--sghmc-dgp-updates must be a positive integer")
+    if "z-svgp" in args.methods and args.layers != [1]:
+        parser.error("--methods z-svgp: one layer only (--layers 1); its Z comes from a shallow SVGP")
     if min(args.num_inducing) < 1:
         parser.error("--num-inducing: every M must be a positive integer")
     if "energy" in args.datasets:  # the cooling load's file, checked before any run
@@ -459,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     runs += [
         (m, layers, "optimised") for m in ("sghmc-dgp", "z-optimised") if m in args.methods for layers in args.layers
     ]
+    runs += [("z-svgp", layers, "svgp") for layers in args.layers if "z-svgp" in args.methods]
     runs = [(*run, term, m) for run in runs for term in args.likelihood_terms for m in args.num_inducing]
     for method, layers, prior, term, m in runs:
         for name in args.datasets:

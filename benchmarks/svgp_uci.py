@@ -54,6 +54,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 # Single-threaded XLA on CPU: on the shared 2-core developer machine, Eigen's thread pool made SVGP steps ~10x
 # slower (15 vs 154 steps/s on yacht under a load average of ~5). Set XLA_FLAGS yourself to override.
@@ -101,6 +102,7 @@ LEARNING_RATE = 0.01
 MAX_BATCH = 1000
 INIT_NOISE_VARIANCE = 0.1  # standardised units
 CHECKPOINT_EVERY = 1000
+STEPS = 10_000
 
 
 def _version(dist: str) -> str | None:
@@ -196,6 +198,37 @@ def _gaussian_logpdf(y: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.nda
     return -0.5 * (np.log(2.0 * np.pi) + np.log(var) + (y - mean) ** 2 / var)
 
 
+def protocol_svgp(Z: np.ndarray, num_outputs: int, n_train: int) -> SVGP:
+    """The protocol's SVGP at the initial inducing inputs Z [M, D] (module docstring: kernel, noise, q(u), batch)."""
+    return SVGP(
+        kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(Z.shape[1])),
+        likelihood=likelihoods.Gaussian(INIT_NOISE_VARIANCE),
+        Z=Z,
+        num_latent=num_outputs,
+        whiten=True,
+        q_diag=False,
+        batch_size=min(MAX_BATCH, n_train),
+    )
+
+
+def train_protocol_svgp(gp: SVGP, X: np.ndarray, y: np.ndarray, fold: int, steps: int, checkpoint: Path) -> Any:
+    """The protocol's SVI of ``gp`` on standardised (X [N, D], y [N] or [N, P]): Adam, ``steps`` steps, key = fold,
+    checkpointed to ``checkpoint`` (resumed from it when it exists); returns ``fit_svi``'s result."""
+    return fit_svi(
+        gp.model,
+        gp.guide,
+        X,
+        y,
+        optimizer=optax.adam(LEARNING_RATE),
+        num_steps=steps,
+        key=fold,
+        progress=False,
+        checkpoint=checkpoint,
+        checkpoint_every=CHECKPOINT_EVERY,
+        validate=gp.check_data,
+    )
+
+
 def run_cell(name: str, fold: int, steps: int, checkpoint_dir: Path) -> dict:
     """Fit and evaluate one (dataset, fold) cell; returns its JSON record."""
     with warnings.catch_warnings():
@@ -211,15 +244,7 @@ def run_cell(name: str, fold: int, steps: int, checkpoint_dir: Path) -> dict:
     t0 = time.perf_counter()
     Z = kmeans(X, NUM_INDUCING, seed=fold)
     kmeans_seconds = time.perf_counter() - t0
-    gp = SVGP(
-        kernel=kernels.RBF(variance=1.0, lengthscale=np.ones(dim)),
-        likelihood=likelihoods.Gaussian(INIT_NOISE_VARIANCE),
-        Z=Z,
-        num_latent=n_out,
-        whiten=True,
-        q_diag=False,
-        batch_size=batch,
-    )
+    gp = protocol_svgp(Z, n_out, n_train)
     ckpt = checkpoint_dir / f"{name}_fold{fold}_steps{steps}.npz"
     resumed_from = 0
     if ckpt.exists():
@@ -227,19 +252,7 @@ def run_cell(name: str, fold: int, steps: int, checkpoint_dir: Path) -> dict:
             resumed_from = int(saved["step"])
     load_before = _loadavg()
     t0 = time.perf_counter()
-    res = fit_svi(
-        gp.model,
-        gp.guide,
-        X,
-        y,
-        optimizer=optax.adam(LEARNING_RATE),
-        num_steps=steps,
-        key=fold,
-        progress=False,
-        checkpoint=ckpt,
-        checkpoint_every=CHECKPOINT_EVERY,
-        validate=gp.check_data,
-    )
+    res = train_protocol_svgp(gp, X, y, fold, steps, ckpt)
     fit_wall = time.perf_counter() - t0
     load_after = _loadavg()
     params = res.params
@@ -354,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--folds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--quick", action="store_true", help="300 steps, fold 0, output in the runs folder")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)

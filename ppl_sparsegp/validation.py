@@ -246,9 +246,10 @@ def check_inducing_count(M: Any, N: int, name: str = "num_inducing") -> int:
     return int(M)
 
 
-def check_point_estimates(sites: Any, every: Any, window: Any) -> None:
+def check_point_estimates(sites: Any, every: Any, window: Any, held: Any = ()) -> None:
     """The settings of an SG-MCMC chain's point estimates (``PointEstimates`` of both engines): ``sites`` a
-    non-empty sequence of param site names, ``every`` and ``window`` counts >= 1.
+    non-empty sequence of param site names, ``every`` and ``window`` counts >= 1, ``held`` a sequence of distinct
+    names among ``sites`` that leaves at least one of them optimised.
 
     Raises:
         ValueError: naming the setting and what was expected.
@@ -257,6 +258,16 @@ def check_point_estimates(sites: Any, every: Any, window: Any) -> None:
         raise ValueError(f"sites: expected a non-empty sequence of param site names, got {sites!r}")
     check_count("every", every, minimum=1)
     check_count("window", window, minimum=1)
+    if (
+        isinstance(held, str)
+        or not all(isinstance(s, str) and s in sites for s in held)
+        or len(set(held)) != len(held)
+        or len(set(held)) >= len(set(sites))
+    ):
+        raise ValueError(
+            f"held: expected distinct names among the sites {tuple(sites)} that leave at least one optimised, "
+            f"got {held!r}"
+        )
 
 
 def check_count(name: str, value: Any, minimum: int = 0, optional: bool = False) -> int | None:

@@ -2,7 +2,8 @@
 ``--num-inducing`` reach ``fit_bsgp`` (the data term, and k-means Z of each M), every combination is its own cell,
 the cells run before the options existed keep their keys, and the summary sets the E[log p] cells beside the
 authors' E[log p] numbers and no paper number beside an M the paper's data does not have; ``--methods z-optimised``
-runs SGHMC-DGP's recipe with only Z optimised on BSGP's schedule, in cells of its own, beside Fig. 1's numbers."""
+runs SGHMC-DGP's recipe with only Z optimised on BSGP's schedule, in cells of its own, beside Fig. 1's numbers;
+``--methods z-svgp`` hands the Z of a (shortened) protocol SVGP fit to that recipe, held."""
 
 import importlib.util
 import json
@@ -10,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bsgp_uci.py"
@@ -109,6 +111,8 @@ def test_paper_numbers_follow_the_settings(bench):
     assert number("z-optimised", "protein", 1, "optimised", "log_expected", 10) == 2.98
     assert number("z-optimised", "yacht", 1, "optimised", "log_expected", 100) is None
     assert number("z-optimised", "naval", 2, "optimised", "log_expected", 100) is None
+    assert number("z-svgp", "naval", 1, "svgp", "log_expected", 100) == -6.67  # the same line, the other reading
+    assert number("z-svgp", "protein", 1, "svgp", "log_expected", 50) == 2.91
 
 
 @pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
@@ -128,6 +132,38 @@ def test_z_optimised_runs_sghmc_dgp_with_only_z_optimised_on_bsgps_schedule(benc
     assert seen == [{"optimised": ("Z",), "updates_per_iteration": 21, "thinning": 32, "num_kept": 4}]
     (key,) = json.loads(output.read_text())["cells"]
     assert key == "z-optimised-upd21/yacht/L1/optimised/it20/kept4/fold0"
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_z_svgp_holds_the_z_of_a_protocol_svgp_fit(bench, monkeypatch, tmp_path):
+    """The SVGP stage runs (30 steps instead of the protocol's 10,000) from the cell's k-means Z, and the recipe gets
+    the Z it ended at, held, with only Z optimised, on BSGP's schedule."""
+    monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
+    monkeypatch.setattr(bench.svgp_uci, "STEPS", 30)
+    seen = []
+
+    def fit_sghmc_dgp(X, y, **kwargs):
+        seen.append(kwargs)
+        raise RuntimeError("stand-in")
+
+    monkeypatch.setattr(bench, "fit_sghmc_dgp", fit_sghmc_dgp)
+    output = tmp_path / "cells.json"
+    argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
+            "--methods", "z-svgp", "--output", str(output)]  # fmt: skip
+    assert bench.main(argv) == 0
+    (kwargs,) = seen
+    assert (kwargs["optimised"], kwargs["held"], kwargs["updates_per_iteration"]) == (("Z",), ("Z",), 21)
+    X = bench.data.standardize(bench.data.load_bsgp_uci("yacht", 0))[0].X_train
+    start = bench.kmeans(np.asarray(X, np.float64), 100, seed=0)
+    assert kwargs["Z"].shape == start.shape and 1e-4 < np.max(np.abs(kwargs["Z"] - start)) < 1.0  # 30 Adam steps
+    (key,) = json.loads(output.read_text())["cells"]
+    assert key == "z-svgp-upd21/yacht/L1/svgp/it20/kept4/fold0"
+
+
+def test_z_svgp_is_refused_with_several_layers(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--methods", "z-svgp", "--layers", "2", "--output", "/nonexistent/never-written.json"])
+    assert "--methods z-svgp: one layer only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--num-inducing", "0"], ["--likelihood-terms", "log_p"]])

@@ -22,7 +22,8 @@ unconstrained values ride in ``z`` (so they are recorded with every draw), the d
 and during warmup, after every ``every`` steps, the sampled part of ``z`` is pushed into a window of the last
 ``window`` such states and one optimiser step (Adam, lr 0.01 by default) is taken on the point estimates with
 the gradient of ``U`` at a state drawn uniformly from the window. After warmup they stay fixed, so the sampling
-phase targets one fixed density.
+phase targets one fixed density. Sites named in ``held`` ride along at their start and the optimiser never moves them
+(e.g. inducing inputs taken from a variational fit, held while θ and v are sampled: Hensman et al. 2015b).
 
 **Multiple chains.** ``init`` accepts a batch of keys (one per chain), as :class:`numpyro.infer.HMC` does for
 ``chain_method="vectorized"``; ``sample`` then maps the one-chain step over the leading axis with the step count
@@ -91,15 +92,18 @@ class PointEstimates:
         optimizer: an optax transformation of their unconstrained values (default Adam, lr 0.01, as BSGP).
         every: warmup steps between optimiser steps (BSGP: 21, one released "iteration").
         window: number of recent states (one per ``every`` steps) the optimiser's state is drawn from (BSGP: 64).
+        held: sites among ``sites`` kept at their initial values: recorded with every draw, never optimised (at
+            least one site must stay optimised).
     """
 
     sites: Sequence[str]
     optimizer: optax.GradientTransformation = field(default_factory=lambda: optax.adam(0.01))
     every: int = 21
     window: int = 64
+    held: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        check_point_estimates(self.sites, self.every, self.window)
+        check_point_estimates(self.sites, self.every, self.window, self.held)
 
 
 class PointEstimateState(NamedTuple):
@@ -245,15 +249,19 @@ class SGMCMCKernel(MCMCKernel):
         point = self._init_point_state(z)
         return self._state(jnp.zeros((), jnp.int32), z, grad, momentum, u, nonfinite, adapt, point, rng_key)
 
-    def _split_point(self, z: PyTree) -> tuple[dict, dict]:
-        """(sampled part, point-estimate part) of ``z``."""
-        names = self._param_transforms
-        return {k: v for k, v in z.items() if k not in names}, {k: v for k, v in z.items() if k in names}
+    def _split_point(self, z: PyTree) -> tuple[dict, dict, dict]:
+        """(sampled part, optimised point estimates, held point estimates) of ``z``."""
+        names, held = self._param_transforms, self.point_estimates.held if self.point_estimates else ()
+        return (
+            {k: v for k, v in z.items() if k not in names},
+            {k: v for k, v in z.items() if k in names and k not in held},
+            {k: v for k, v in z.items() if k in held},
+        )
 
     def _init_point_state(self, z: PyTree) -> PointEstimateState | None:
         if self.point_estimates is None:
             return None
-        sampled, point = self._split_point(z)
+        sampled, point, _ = self._split_point(z)
         size = self.point_estimates.window
         window = jax.tree.map(lambda x: jnp.zeros((size, *jnp.shape(x)), jnp.result_type(x)), sampled)
         return PointEstimateState(self.point_estimates.optimizer.init(point), window, jnp.zeros((), jnp.int32))
@@ -264,7 +272,7 @@ class SGMCMCKernel(MCMCKernel):
         """After step ``i`` (1-based) of warmup, every ``every`` steps: push ``z`` to the window, then one optimiser
         step on the point estimates with ∇U at a window state drawn uniformly (a fresh minibatch key)."""
         settings = self.point_estimates
-        sampled, point = self._split_point(z)
+        sampled, point, held = self._split_point(z)
 
         def update(args):
             sampled, point, state = args
@@ -274,13 +282,13 @@ class SGMCMCKernel(MCMCKernel):
             key_pick, key_u = random.split(key)
             pick = random.randint(key_pick, (), 0, jnp.minimum(filled, settings.window))
             at = jax.tree.map(lambda w: w[pick], window)
-            grad = jax.grad(lambda p: self._potential({**at, **p}, key_u, model_args, model_kwargs))(point)
+            grad = jax.grad(lambda p: self._potential({**at, **held, **p}, key_u, model_args, model_kwargs))(point)
             updates, opt_state = settings.optimizer.update(grad, state.opt_state, point)
             return optax.apply_updates(point, updates), PointEstimateState(opt_state, window, filled)
 
         due = (i % settings.every == 0) & (i <= self._num_warmup)
         point, point_state = jax.lax.cond(due, update, lambda args: args[1:], (sampled, point, point_state))
-        return {**sampled, **point}, point_state
+        return {**sampled, **held, **point}, point_state
 
     def init(
         self,

@@ -26,7 +26,8 @@ dynamics leave them unchanged, and during warmup, after every ``every`` steps, t
 into a window of the last ``window`` states and one optimiser step (``torch.optim.Adam``, lr 0.01, by default: the
 same algorithm and defaults as the NumPyro twin's ``optax.adam(0.01)``) is taken on the point estimates with the
 gradient of ``U`` at a state drawn uniformly from the window. After warmup they stay fixed. They are substituted
-into the model, so the param store keeps the values it had.
+into the model, so the param store keeps the values it had. Sites named in ``held`` ride along at their start and
+the optimiser never moves them (as the NumPyro twin's).
 
 **State.** :attr:`SGMCMCKernel.state` is an :class:`SGMCMCState` with the NumPyro state's field names; an
 ``MCMC(..., hook_fn=...)`` receives the kernel after every step and can collect any of them.
@@ -78,6 +79,8 @@ class PointEstimates:
             optimizer over them (default Adam, lr 0.01, as BSGP).
         every: warmup steps between optimiser steps (BSGP: 21).
         window: number of recent states (one per ``every`` steps) the optimiser's state is drawn from (BSGP: 64).
+        held: sites among ``sites`` kept at their initial values: recorded with every draw, never optimised (at
+            least one site must stay optimised).
     """
 
     sites: Sequence[str]
@@ -86,9 +89,10 @@ class PointEstimates:
     )
     every: int = 21
     window: int = 64
+    held: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        check_point_estimates(self.sites, self.every, self.window)
+        check_point_estimates(self.sites, self.every, self.window, self.held)
 
 
 class SGMCMCState(NamedTuple):
@@ -252,8 +256,9 @@ class SGMCMCKernel(MCMCKernel):
     def _setup_point_estimates(self, z: Tensors) -> None:
         if self.point_estimates is None:
             return
-        self._point_values = {name: z[name].clone().requires_grad_(True) for name in self._points}
-        self._optimizer = self.point_estimates.optimizer(list(self._point_values.values()))
+        held = self.point_estimates.held
+        self._point_values = {name: z[name].clone().requires_grad_(name not in held) for name in self._points}
+        self._optimizer = self.point_estimates.optimizer([v for v in self._point_values.values() if v.requires_grad])
         self._window: list[Tensors] = []
         self._filled = 0
 

@@ -36,6 +36,12 @@ paper's "inducing points optimised, hyperparameters inferred" variant (spec 001 
 ``optimised=("Z",)``: θ and v sampled, Z by the MCEM steps. Run it with BSGP's schedule (``updates_per_iteration=21``,
 ``num_kept=256``, ``thinning=32``) to compare it with BSGP at equal gradient evaluations.
 
+**Held point estimates** (``held``, default none): sites among ``optimised`` kept at their start while the others
+(and σ²) take the MCEM steps. ``optimised=("Z",), held=("Z",)`` with ``Z`` from a variational fit is Hensman et al.
+(2015b)'s MCMC for a sparse GP: Z optimised by SVGP first, then held while θ and v are sampled. With θ sampled,
+Adam's MCEM steps on Z can keep the fit far from BSGP's (NAVAL: benchmarks/README.md, "Z optimised, θ and u
+sampled"); holding Z avoids them.
+
 The draws carry BSGP's site names (``"Z"``, ``"kernel.*"``, ``"likelihood.variance"``, the point estimates among
 them constant over the kept draws), so :class:`~ppl_sparsegp.recipes.bsgp.BSGPFit` predicts from them as from BSGP's.
 The Pyro twin is :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp` (the same config and plan).
@@ -43,7 +49,8 @@ The Pyro twin is :func:`ppl_sparsegp.recipes.sghmc_dgp_pyro.fit_sghmc_dgp` (the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +90,8 @@ class SGHMCDGPConfig:
     num_chains, warmup_chunk_size, chunk_size, chain_method: as :class:`~ppl_sparsegp.recipes.bsgp.BSGPConfig`'s.
     optimised: the sites of every layer that are point estimates (a non-empty subset of :data:`SGHMC_DGP_OPTIMISED`,
     stored in that order); the rest of them are sampled under BSGP's priors. ``("Z",)``: the BSGP paper's "Z
-    optimised, θ and u sampled".
+    optimised, θ and u sampled". held: sites among ``optimised`` (of every layer) that keep their start: Z as given,
+    θ at the kernel's values (stored in the order of :data:`SGHMC_DGP_OPTIMISED`).
     """
 
     num_layers: int = 1
@@ -104,6 +112,7 @@ class SGHMCDGPConfig:
     chunk_size: int | None = None
     chain_method: str = "vectorized"
     optimised: tuple[str, ...] = SGHMC_DGP_OPTIMISED
+    held: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         sites = self.optimised
@@ -117,6 +126,14 @@ class SGHMCDGPConfig:
                 f"optimised: expected a non-empty list of distinct sites among {SGHMC_DGP_OPTIMISED}, got {sites!r}"
             )
         object.__setattr__(self, "optimised", tuple(s for s in SGHMC_DGP_OPTIMISED if s in sites))
+        held = self.held
+        if (
+            not isinstance(held, tuple | list)
+            or any(s not in self.optimised for s in held)
+            or len(set(held)) != len(held)
+        ):
+            raise ValueError(f"held: expected a list of distinct sites among optimised {self.optimised}, got {held!r}")
+        object.__setattr__(self, "held", tuple(s for s in SGHMC_DGP_OPTIMISED if s in held))
         check_choice("likelihood_term", self.likelihood_term, LIKELIHOOD_TERMS)
         check_choice("chain_method", self.chain_method, CHAIN_METHODS)
         validation.check_positive("noise_variance", self.noise_variance)
@@ -172,11 +189,17 @@ def plan_sghmc_dgp(
     p = plan_bsgp(X, y, bsgp, {}, likelihood=likelihood, Z=Z, z_prior_options=None)
     own = {
         "sghmc_dgp.optimised": list(c.optimised),
+        "sghmc_dgp.held": list(c.held),
         "sghmc_dgp.learning_rate": c.learning_rate,
         "sghmc_dgp.window": c.window,
         "sghmc_dgp.updates_per_iteration": c.updates_per_iteration,
     }
     return c, p._replace(fingerprint={**p.fingerprint, **own})
+
+
+def held_sites(config: SGHMCDGPConfig, sites: Sequence[str]) -> tuple[str, ...]:
+    """The point-estimate ``sites`` of the model (``"Z"`` or ``"layer<ℓ>.Z"``, ...) that ``config.held`` names."""
+    return tuple(s for s in sites if re.sub(r"^layer\d+\.", "", s) in config.held)
 
 
 def fit_sghmc_dgp(
@@ -212,9 +235,10 @@ def fit_sghmc_dgp(
     """
     c, p = plan_sghmc_dgp(X, y, config, overrides, likelihood=likelihood, Z=Z)
     model, initial = build_model(p, bsgp_models, deep_models, jnp.asarray, c.optimised)
+    sites = model.point_estimate_sites()
     estimates = PointEstimates(
-        model.point_estimate_sites(), optimizer=optax.adam(c.learning_rate), every=c.updates_per_iteration,
-        window=c.window,
+        sites, optimizer=optax.adam(c.learning_rate), every=c.updates_per_iteration, window=c.window,
+        held=held_sites(c, sites),
     )  # fmt: skip
     kernel = AdaptiveSGHMC(
         model.model, step_size=c.step_size, mdecay=c.mdecay, num_data=p.X.shape[0],

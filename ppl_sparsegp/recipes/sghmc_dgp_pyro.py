@@ -30,7 +30,7 @@ from ppl_sparsegp.pyro.sgmcmc import AdaptiveSGHMC, PointEstimates
 
 from .bsgp import BSGPFit, build_model
 from .bsgp_pyro import run_plan
-from .sghmc_dgp import SGHMCDGPConfig, plan_sghmc_dgp
+from .sghmc_dgp import SGHMCDGPConfig, held_sites, plan_sghmc_dgp
 
 Array = Any
 
@@ -67,9 +67,10 @@ def fit_sghmc_dgp(
     c, p = plan_sghmc_dgp(X, y, config, overrides, likelihood=likelihood, Z=Z)
     model, initial = build_model(p, pyro_bsgp, pyro_deep_bsgp, as_tensor, c.optimised)
     evaluator, _ = build_model(p, numpyro_bsgp, numpyro_deep_bsgp, np.asarray, c.optimised)
+    sites = model.point_estimate_sites()
     estimates = PointEstimates(
-        model.point_estimate_sites(), optimizer=partial(torch.optim.Adam, lr=c.learning_rate),
-        every=c.updates_per_iteration, window=c.window,
+        sites, optimizer=partial(torch.optim.Adam, lr=c.learning_rate), every=c.updates_per_iteration,
+        window=c.window, held=held_sites(c, sites),
     )  # fmt: skip
     kernel = AdaptiveSGHMC(
         model.model, step_size=c.step_size, mdecay=c.mdecay, num_data=p.X.shape[0],

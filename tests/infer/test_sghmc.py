@@ -329,6 +329,35 @@ def test_point_estimate_reaches_the_maximum_likelihood_noise_and_stays_fixed_whi
     assert abs(np.std(draws["mu"]) / np.sqrt(noise[0] / 400) - 1) < 0.2
 
 
+def _unknown_noise_known_scale(y):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 10.0))
+    noise = numpyro.param("noise", jnp.asarray(1.0), constraint=dist.constraints.positive)
+    scale = numpyro.param("scale", jnp.asarray(2.0), constraint=dist.constraints.positive)
+    with numpyro.plate("data", y.shape[0]):
+        numpyro.sample("obs", dist.Normal(mu, scale * jnp.sqrt(noise)), obs=y)
+
+
+def test_a_held_point_estimate_keeps_its_start_while_the_others_are_optimised():
+    """``held=("scale",)``: the scale of the noise's sd rides in every draw at its start 2 (the optimiser never moves
+    it; it trades off with the noise, so its gradient is not zero), and the noise reaches the MLE at that scale,
+    var(y) / 4."""
+    y = jnp.asarray(2.0 + 2.0 * np.random.default_rng(1).normal(size=400))
+    point = PointEstimates(("noise", "scale"), optimizer=optax.adam(0.05), every=5, window=16, held=("scale",))
+    kernel = AdaptiveSGHMC(_unknown_noise_known_scale, num_data=400, point_estimates=point)
+    mcmc = MCMC(kernel, num_warmup=5 * 300, num_samples=500, thinning=5, progress_bar=False)
+    mcmc.run(random.PRNGKey(0), y)
+    draws = mcmc.get_samples()
+    np.testing.assert_array_equal(np.asarray(draws["scale"]), 2.0)
+    noise = np.asarray(draws["noise"])
+    assert np.all(noise == noise[0]) and abs(4 * noise[0] / float(np.var(np.asarray(y))) - 1) < 0.05
+
+
+@pytest.mark.parametrize("held", [("noise",), ("mu",), ("noise", "noise"), "noise"])
+def test_held_must_leave_an_optimised_site_among_the_sites(held):
+    with pytest.raises(ValueError, match="^held: expected distinct names among the sites"):
+        PointEstimates(("noise",), held=held)
+
+
 def test_point_estimates_must_name_param_sites():
     kernel = AdaptiveSGHMC(_unknown_noise, num_data=10, point_estimates=PointEstimates(("mu",)))
     with pytest.raises(ValueError, match="point_estimates: 'mu' is not a param site"):

@@ -199,6 +199,37 @@ def test_point_estimate_reaches_the_maximum_likelihood_noise_and_stays_fixed_whi
     assert float(pyro.param("noise").detach()) == 1.0  # substituted, never written to the param store
 
 
+def _unknown_noise_known_scale(y):
+    mu = pyro.sample("mu", dist.Normal(0.0, 10.0))
+    noise = pyro.param("noise", torch.tensor(1.0), constraint=constraints.positive)
+    scale = pyro.param("scale", torch.tensor(2.0), constraint=constraints.positive)
+    with pyro.plate("data", y.shape[0]):
+        pyro.sample("obs", dist.Normal(mu, scale * torch.sqrt(noise)), obs=y)
+
+
+def test_a_held_point_estimate_keeps_its_start_while_the_others_are_optimised():
+    """As the NumPyro twin: the held scale stays at 2 in every draw, and the noise reaches var(y) / 4."""
+    pyro.clear_param_store()
+    y = torch.as_tensor(2.0 + 2.0 * np.random.default_rng(1).normal(size=400))
+    point = PointEstimates(
+        ("noise", "scale"), optimizer=lambda p: torch.optim.Adam(p, lr=0.05), every=5, window=16, held=("scale",)
+    )
+    kernel = AdaptiveSGHMC(_unknown_noise_known_scale, num_data=400, point_estimates=point)
+    pyro.set_rng_seed(0)
+    mcmc = MCMC(kernel, num_samples=500, warmup_steps=5 * 300, disable_progbar=True)
+    mcmc.run(y)
+    draws = mcmc.get_samples()
+    assert torch.all(draws["scale"] == 2.0)
+    noise = draws["noise"]
+    assert torch.all(noise == noise[0]) and abs(4 * float(noise[0]) / float(y.var(unbiased=False)) - 1) < 0.05
+
+
+@pytest.mark.parametrize("held", [("noise",), ("mu",), ("noise", "noise"), "noise"])
+def test_held_must_leave_an_optimised_site_among_the_sites(held):
+    with pytest.raises(ValueError, match="^held: expected distinct names among the sites"):
+        PointEstimates(("noise",), held=held)
+
+
 def test_point_estimates_must_name_param_sites():
     kernel = AdaptiveSGHMC(_unknown_noise, num_data=10, point_estimates=PointEstimates(("mu",)))
     with pytest.raises(ValueError, match="point_estimates: 'mu' is not a param site"):

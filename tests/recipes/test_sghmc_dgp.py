@@ -128,6 +128,9 @@ def test_killed_in_warmup_resumes_to_the_uninterrupted_draws_and_refuses_other_s
         ({"optimised": ("Z", "Z")}, "optimised: expected a non-empty list of distinct sites"),
         ({"optimised": ("likelihood.variance",)}, "optimised"),
         ({"optimised": "Z"}, "optimised"),
+        ({"optimised": ("Z",), "held": ("kernel.variance",)}, "held: expected a list of distinct sites among"),
+        ({"held": ("Z", "Z")}, "held"),
+        ({"held": "Z"}, "held"),
     ],
 )
 def test_bad_settings_are_refused_by_name_before_compiling(overrides, match, monkeypatch):
@@ -162,6 +165,32 @@ def test_z_optimised_samples_theta_with_v_and_its_checkpoint_refuses_sghmc_dgps(
     with pytest.raises(ValueError, match="sghmc_dgp.optimised"):
         fit_sghmc_dgp(X, Y, config, key=jax.random.PRNGKey(5), progress=False, checkpoint=path,
                       optimised=SGHMC_DGP_OPTIMISED)  # fmt: skip
+
+
+def test_held_sites_name_every_layers_copy_in_the_default_order():
+    config = SGHMCDGPConfig(held=["kernel.variance", "Z"])
+    assert config.held == ("Z", "kernel.variance")
+    sites = ("layer0.Z", "layer0.kernel.variance", "layer1.Z", "layer1.kernel.lengthscale", "likelihood.variance")
+    assert sghmc_dgp.held_sites(config, sites) == ("layer0.Z", "layer0.kernel.variance", "layer1.Z")
+    assert sghmc_dgp.held_sites(config, ("Z", "likelihood.variance")) == ("Z",)
+
+
+@pytest.mark.slow
+def test_z_held_at_the_given_inputs_samples_theta_with_v_while_the_noise_is_optimised():
+    """``optimised=("Z",), held=("Z",)`` (Hensman et al. 2015b: Z from a variational fit, held): every draw has the
+    given Z exactly, σ² was moved by the MCEM steps (with learning rate 0 it stays exactly 1), θ and v sampled."""
+    Z = np.array([[a, b] for a in (-1.5, 0.0, 1.5) for b in (-1.0, 1.0)])
+    config = SGHMCDGPConfig(num_inducing=M, num_iterations=200, num_kept=20, thinning=5, optimised=("Z",))
+    fit = fit_sghmc_dgp(X, Y, config, key=jax.random.PRNGKey(6), Z=Z, held=("Z",), updates_per_iteration=5,
+                        progress=False)  # fmt: skip
+    assert fit.kernel.point_estimates.held == ("Z",)
+    draws = fit.mcmc.flat_samples()
+    np.testing.assert_array_equal(draws["Z"], np.broadcast_to(Z, draws["Z"].shape))
+    noise = draws["likelihood.variance"]
+    assert np.all(noise == noise[0]) and abs(noise[0] - 1.0) > 1e-3
+    for site in ("kernel.lengthscale", "kernel.variance", "u"):
+        assert np.ptp(draws[site], axis=0).min() > 1e-3, site
+    assert np.isfinite(fit.log_predictive_density(X, Y)).all()
 
 
 @pytest.mark.parametrize(

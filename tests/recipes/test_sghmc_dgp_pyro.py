@@ -81,6 +81,20 @@ def test_z_optimised_samples_theta_with_v(layers):
         assert np.ptp(draws[site], axis=0).min() > 1e-4, site
 
 
+def test_z_held_at_the_given_inputs_samples_theta_with_v():
+    """``held=("Z",)`` as in the NumPyro twin: the given Z in every draw, σ² moved, θ and v sampled."""
+    Z = np.array([[a, b] for a in (-1.5, 0.0, 1.5) for b in (-1.0, 1.0)])
+    fit = sghmc_dgp_pyro.fit_sghmc_dgp(
+        X, Y, SMALL, seed=4, Z=Z, progress=False, optimised=("Z",), held=("Z",), num_iterations=40
+    )
+    assert tuple(fit.kernel.point_estimates.held) == ("Z",)
+    draws = fit.mcmc.flat_samples()
+    np.testing.assert_array_equal(draws["Z"], np.broadcast_to(Z, draws["Z"].shape))
+    assert abs(draws["likelihood.variance"][0] - 1.0) > 1e-3
+    for site in ("kernel.lengthscale", "kernel.variance", "u"):
+        assert np.ptp(draws[site], axis=0).min() > 1e-4, site
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
@@ -89,6 +103,7 @@ def test_z_optimised_samples_theta_with_v(layers):
         ({"updates_per_iteration": 0}, "updates_per_iteration"),
         ({"num_inducing": N + 1}, "num_inducing"),
         ({"optimised": ("W",)}, "optimised"),
+        ({"optimised": ("Z",), "held": ("kernel.variance",)}, "held"),
     ],
 )
 def test_bad_settings_are_refused_before_any_step(overrides, match, monkeypatch):
