@@ -115,31 +115,11 @@ def test_paper_numbers_follow_the_settings(bench):
     assert number("z-svgp", "protein", 1, "svgp", "log_expected", 50) == 2.91
 
 
-@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
-def test_z_optimised_runs_sghmc_dgp_with_only_z_optimised_on_bsgps_schedule(bench, monkeypatch, tmp_path):
+def _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, method: str) -> tuple[dict, str]:
+    """``main`` on yacht fold 0 (20 iterations, 4 draws) for ``method``, with ``fit_sghmc_dgp`` replaced by a stand-in
+    that records its keyword arguments and fails (``main`` records the cell's error and goes on): (those keyword
+    arguments, the one cell's key)."""
     monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
-    seen = []
-
-    def fit_sghmc_dgp(X, y, **kwargs):
-        seen.append({k: kwargs[k] for k in ("optimised", "updates_per_iteration", "thinning", "num_kept")})
-        raise RuntimeError("stand-in")
-
-    monkeypatch.setattr(bench, "fit_sghmc_dgp", fit_sghmc_dgp)
-    output = tmp_path / "cells.json"
-    argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
-            "--methods", "z-optimised", "--output", str(output)]  # fmt: skip
-    assert bench.main(argv) == 0
-    assert seen == [{"optimised": ("Z",), "updates_per_iteration": 21, "thinning": 32, "num_kept": 4}]
-    (key,) = json.loads(output.read_text())["cells"]
-    assert key == "z-optimised-upd21/yacht/L1/optimised/it20/kept4/fold0"
-
-
-@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
-def test_z_svgp_holds_the_z_of_a_protocol_svgp_fit(bench, monkeypatch, tmp_path):
-    """The SVGP stage runs (30 steps instead of the protocol's 10,000) from the cell's k-means Z, and the recipe gets
-    the Z it ended at, held, with only Z optimised, on BSGP's schedule."""
-    monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
-    monkeypatch.setattr(bench.svgp_uci, "STEPS", 30)
     seen = []
 
     def fit_sghmc_dgp(X, y, **kwargs):
@@ -149,14 +129,31 @@ def test_z_svgp_holds_the_z_of_a_protocol_svgp_fit(bench, monkeypatch, tmp_path)
     monkeypatch.setattr(bench, "fit_sghmc_dgp", fit_sghmc_dgp)
     output = tmp_path / "cells.json"
     argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
-            "--methods", "z-svgp", "--output", str(output)]  # fmt: skip
+            "--methods", method, "--output", str(output)]  # fmt: skip
     assert bench.main(argv) == 0
     (kwargs,) = seen
+    (key,) = json.loads(output.read_text())["cells"]
+    return kwargs, key
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_z_optimised_runs_sghmc_dgp_with_only_z_optimised_on_bsgps_schedule(bench, monkeypatch, tmp_path):
+    kwargs, key = _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "z-optimised")
+    settings = {k: kwargs[k] for k in ("optimised", "held", "updates_per_iteration", "thinning", "num_kept")}
+    assert settings == {"optimised": ("Z",), "held": (), "updates_per_iteration": 21, "thinning": 32, "num_kept": 4}
+    assert key == "z-optimised-upd21/yacht/L1/optimised/it20/kept4/fold0"
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_z_svgp_holds_the_z_of_a_protocol_svgp_fit(bench, monkeypatch, tmp_path):
+    """The SVGP stage runs (30 steps instead of the protocol's 10,000) from the cell's k-means Z, and the recipe gets
+    the Z it ended at, held, with only Z optimised, on BSGP's schedule."""
+    monkeypatch.setattr(bench.svgp_uci, "STEPS", 30)
+    kwargs, key = _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "z-svgp")
     assert (kwargs["optimised"], kwargs["held"], kwargs["updates_per_iteration"]) == (("Z",), ("Z",), 21)
     X = bench.data.standardize(bench.data.load_bsgp_uci("yacht", 0))[0].X_train
     start = bench.kmeans(np.asarray(X, np.float64), 100, seed=0)
     assert kwargs["Z"].shape == start.shape and 1e-4 < np.max(np.abs(kwargs["Z"] - start)) < 1.0  # 30 Adam steps
-    (key,) = json.loads(output.read_text())["cells"]
     assert key == "z-svgp-upd21/yacht/L1/svgp/it20/kept4/fold0"
 
 
