@@ -54,7 +54,6 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 # Single-threaded XLA on CPU: on the shared 2-core developer machine, Eigen's thread pool made SVGP steps ~10x
 # slower (15 vs 154 steps/s on yacht under a load average of ~5). Set XLA_FLAGS yourself to override.
@@ -74,7 +73,7 @@ import optax  # noqa: E402
 from ppl_sparsegp import data, metrics  # noqa: E402
 from ppl_sparsegp.core import kernels, likelihoods  # noqa: E402
 from ppl_sparsegp.inducing.initialise import kmeans  # noqa: E402
-from ppl_sparsegp.infer.svi import fit_svi  # noqa: E402
+from ppl_sparsegp.infer.svi import SVIResult, fit_svi  # noqa: E402
 from ppl_sparsegp.models.numpyro.svgp import SVGP  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -211,9 +210,9 @@ def protocol_svgp(Z: np.ndarray, num_outputs: int, n_train: int) -> SVGP:
     )
 
 
-def train_protocol_svgp(gp: SVGP, X: np.ndarray, y: np.ndarray, fold: int, steps: int, checkpoint: Path) -> Any:
+def train_protocol_svgp(gp: SVGP, X: np.ndarray, y: np.ndarray, fold: int, steps: int, checkpoint: Path) -> SVIResult:
     """The protocol's SVI of ``gp`` on standardised (X [N, D], y [N] or [N, P]): Adam, ``steps`` steps, key = fold,
-    checkpointed to ``checkpoint`` (resumed from it when it exists); returns ``fit_svi``'s result."""
+    checkpointed to ``checkpoint`` (resumed from it when it exists)."""
     return fit_svi(
         gp.model,
         gp.guide,
