@@ -10,6 +10,7 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/bsgp_uci.py --methods bsgp sghmc-dgp             # with the SGHMC-GP baseline
     .venv/bin/python benchmarks/bsgp_uci.py --methods z-optimised                # Z optimised, θ and u sampled
     .venv/bin/python benchmarks/bsgp_uci.py --methods z-svgp                     # Z from SVGP, held; θ, u sampled
+    .venv/bin/python benchmarks/bsgp_uci.py --datasets naval --z-init svgp       # BSGP, Z sampled from SVGP's Z
     .venv/bin/python benchmarks/bsgp_uci.py --datasets naval --noise-per-output  # a noise variance per output
     .venv/bin/python benchmarks/bsgp_uci.py --likelihood-terms log_expected expected_log  # the data-term ablation
     .venv/bin/python benchmarks/bsgp_uci.py --num-inducing 25 50 100 200         # MNLL against M
@@ -51,9 +52,15 @@ Adam steps, on BSGP's schedule (21 updates per iteration, ``--kept`` draws 32 up
 
 ``--methods z-svgp`` is the other reading of that variant (the spec's: "matches the MCMC-SVGP of Hensman et al.
 2015b"): Z optimised first by the SVGP of ``benchmarks/svgp_uci.py`` (same k-means start, Adam 0.01 for
-:data:`svgp_uci.STEPS` steps, key = fold; its checkpoint beside the cell's), then held (``held=("Z",)``) while θ and u
+:data:`svgp_uci.STEPS` steps, key = fold; its checkpoint in the runs folder), then held (``held=("Z",)``) while θ and u
 are sampled and σ² takes the MCEM steps, on BSGP's schedule; its cells' ``z_prior`` is ``"svgp"``, their keys start
 ``z-svgp-upd21/``, and they are compared with the same Fig. 1 numbers.
+
+``--z-init svgp`` starts the other methods' Z (BSGP's sampled Z, SGHMC-DGP's and z-optimised's optimised Z) at the
+Z that SVGP stage ends at, instead of at its k-means start; one layer only. Those cells carry ``"z_init": "svgp"``
+and ``+z-init-svgp`` after the dataset in their keys, and are compared with the paper's numbers for their method
+(the paper starts Z at k-means). The SVGP stage's checkpoint is shared by every method of the same dataset, fold
+and M.
 
 Convergence: after every ``--eval-every`` iterations of warmup, the test MNLL of the mixture over the 64 states of
 the sampler's window (one per iteration, the states the noise estimate is drawn from) is recorded with the
@@ -105,6 +112,7 @@ SVGP_RESULTS = ROOT / "results" / "svgp_uci.json"
 DATASETS = ("yacht", "boston", "energy", "concrete", "kin8nm", "power", "naval", "protein")
 PRIORS = ("normal", "dpp", "strauss", "uniform")
 METHODS = ("bsgp", "sghmc-dgp", "z-optimised", "z-svgp")
+Z_INITS = ("kmeans", "svgp")
 
 # Table 6 (BSGP rows, L = 1..3) and Table 7 (priors, L = 1): test MNLL, mean and population std over 8 folds.
 PAPER_TABLE6 = {
@@ -165,7 +173,7 @@ WITHIN = 0.05
 
 def run_cell(
     name: str, fold: int, layers: int, prior: str, args: argparse.Namespace, method: str = "bsgp",
-    term: str = DATA_TERM, num_inducing: int = NUM_INDUCING,
+    term: str = DATA_TERM, num_inducing: int = NUM_INDUCING, z_init: str = "kmeans",
 ) -> dict:  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # ENERGY's one-output warning, recorded in the summary instead
@@ -179,6 +187,7 @@ def run_cell(
     tag += "_noise-per-output" if args.noise_per_output else ""
     tag += "" if term == DATA_TERM else f"_{term}"
     tag += "" if num_inducing == NUM_INDUCING else f"_M{num_inducing}"
+    tag += "_z-init-svgp" if z_init == "svgp" and method != "z-svgp" else ""
     per_iteration = updates_per_iteration(method, args)
     if method != "bsgp":
         tag = f"{method}_{tag}_upd{per_iteration}"
@@ -198,9 +207,10 @@ def run_cell(
     load_before = _loadavg()
     t0 = time.perf_counter()
     svgp = None
-    if method == "z-svgp":
+    if z_init == "svgp":
         gp = svgp_uci.protocol_svgp(Z, ds.num_outputs, X.shape[0])
-        svgp = svgp_uci.train_protocol_svgp(gp, X, y, fold, svgp_uci.STEPS, RUNS / f"{tag}_svgp.npz")
+        stage = RUNS / f"{name}_fold{fold}_M{num_inducing}_svgp{svgp_uci.STEPS}.npz"
+        svgp = svgp_uci.train_protocol_svgp(gp, X, y, fold, svgp_uci.STEPS, stage)
         Z = np.asarray(svgp.params["Z"])
     common = dict(
         key=jax.random.PRNGKey(fold), Z=Z, num_iterations=args.iterations, num_kept=args.kept, batch_size=MAX_BATCH,
@@ -238,6 +248,7 @@ def run_cell(
         "noise_per_output": method == "bsgp" and args.noise_per_output,
         "likelihood_term": term,
         "num_inducing": num_inducing,
+        "z_init": z_init,
         "iterations": args.iterations,
         "updates_per_iteration": per_iteration,
         "updates_warmup": per_iteration * args.iterations,
@@ -309,19 +320,22 @@ def _method_prefix(cell: dict) -> str:
 def _dataset_label(cell: dict) -> str:
     """The dataset, with ``:<target>`` for ENERGY's targets other than the heating load (its cells before targets
     existed), ``+noise-per-output`` for the runs with one noise variance per output (the cells before
-    ``--noise-per-output`` existed shared one), ``+expected-log`` for the ``E[log p]`` data term and ``+M<m>`` for
-    M other than :data:`NUM_INDUCING` (the cells before those options ran the defaults)."""
+    ``--noise-per-output`` existed shared one), ``+expected-log`` for the ``E[log p]`` data term, ``+M<m>`` for
+    M other than :data:`NUM_INDUCING` and ``+z-init-svgp`` for Z started at an SVGP's (``z-svgp`` always is; the
+    cells before those options ran the defaults)."""
     target = cell.get("target", "heating")
     label = cell["dataset"] if target == "heating" else f"{cell['dataset']}:{target}"
     label += "+noise-per-output" if cell.get("noise_per_output") else ""
     label += "" if cell.get("likelihood_term", DATA_TERM) == DATA_TERM else "+expected-log"
     m = cell.get("num_inducing", NUM_INDUCING)
-    return label + ("" if m == NUM_INDUCING else f"+M{m}")
+    label += "" if m == NUM_INDUCING else f"+M{m}"
+    svgp_start = cell.get("z_init", "kmeans") == "svgp" and cell.get("method", "bsgp") != "z-svgp"
+    return label + ("+z-init-svgp" if svgp_start else "")
 
 
 def cell_key(cell: dict) -> str:
-    """[<method>-upd<n>/]dataset[:target][+noise-per-output][+expected-log][+M<m>]/L<layers>/<prior>/it<iterations>/
-    kept<kept>/fold<fold>: one run's settings."""
+    """[<method>-upd<n>/]dataset[:target][+noise-per-output][+expected-log][+M<m>][+z-init-svgp]/L<layers>/<prior>/
+    it<iterations>/kept<kept>/fold<fold>: one run's settings."""
     return (
         f"{_method_prefix(cell)}{_dataset_label(cell)}/L{cell['layers']}/{cell['z_prior']}/it{cell['iterations']}/"
         f"kept{cell['kept']}/fold{cell['fold']}"
@@ -436,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
         "--num-inducing", nargs="+", type=int, default=[NUM_INDUCING],
         help=f"inducing points M per layer to run every cell with (default {NUM_INDUCING})",
     )  # fmt: skip
+    parser.add_argument(
+        "--z-init", default="kmeans", choices=Z_INITS,
+        help="where Z starts: kmeans (the paper's) or svgp (where the protocol SVGP from k-means ends; one layer)",
+    )  # fmt: skip
     parser.add_argument("--iterations", type=int, default=10_000, help="warmup iterations of 21 updates")
     parser.add_argument("--kept", type=int, default=256, help="draws kept, 32 updates apart")
     parser.add_argument("--eval-every", type=int, default=100, help="iterations between window evaluations")
@@ -452,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sghmc-dgp-updates must be a positive integer")
     if "z-svgp" in args.methods and args.layers != [1]:
         parser.error("--methods z-svgp: one layer only (--layers 1); its Z comes from a shallow SVGP")
+    if args.z_init == "svgp" and args.layers != [1]:
+        parser.error("--z-init svgp: one layer only (--layers 1); the Z comes from a shallow SVGP")
     if min(args.num_inducing) < 1:
         parser.error("--num-inducing: every M must be a positive integer")
     if "energy" in args.datasets:  # the cooling load's file, checked before any run
@@ -492,9 +512,10 @@ def main(argv: list[str] | None = None) -> int:
     for method, layers, prior, term, m in runs:
         for name in args.datasets:
             for fold in args.folds:
+                z_init = "svgp" if method == "z-svgp" else args.z_init
                 settings = {"method": method, "dataset": name, "layers": layers, "z_prior": prior, "fold": fold,
                             "noise_per_output": args.noise_per_output, "likelihood_term": term,
-                            "num_inducing": m}  # fmt: skip
+                            "num_inducing": m, "z_init": z_init}  # fmt: skip
                 per_iteration = updates_per_iteration(method, args)
                 key = cell_key(
                     {**settings, "iterations": args.iterations, "kept": args.kept,
@@ -507,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"[run ] {key} ({args.iterations} iterations) load {_loadavg()}", flush=True)
                 try:
-                    cell = run_cell(name, fold, layers, prior, args, method, term, m)
+                    cell = run_cell(name, fold, layers, prior, args, method, term, m, z_init)
                 except Exception as err:  # record and go on with the next cell
                     traceback.print_exc()
                     cell = {**settings, "iterations": args.iterations, "kept": args.kept,

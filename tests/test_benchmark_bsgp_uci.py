@@ -3,7 +3,8 @@
 the cells run before the options existed keep their keys, and the summary sets the E[log p] cells beside the
 authors' E[log p] numbers and no paper number beside an M the paper's data does not have; ``--methods z-optimised``
 runs SGHMC-DGP's recipe with only Z optimised on BSGP's schedule, in cells of its own, beside Fig. 1's numbers;
-``--methods z-svgp`` hands the Z of a (shortened) protocol SVGP fit to that recipe, held."""
+``--methods z-svgp`` hands the Z of a (shortened) protocol SVGP fit to that recipe, held, and ``--z-init svgp`` hands
+that Z to BSGP's recipe as its start, in cells of their own."""
 
 import importlib.util
 import json
@@ -45,6 +46,10 @@ def test_keys_of_the_earlier_cells_are_kept_and_each_ablation_is_its_own_cell(be
     assert bench.cell_key(_cell(num_inducing=50)) == "yacht+M50/L1/normal/it10000/kept256/fold0"
     both = _cell(likelihood_term="expected_log", num_inducing=25, noise_per_output=True)
     assert bench.cell_key(both) == "yacht+noise-per-output+expected-log+M25/L1/normal/it10000/kept256/fold0"
+    assert bench.cell_key(_cell(z_init="kmeans")) == bench.cell_key(_cell())
+    assert bench.cell_key(_cell(z_init="svgp")) == "yacht+z-init-svgp/L1/normal/it10000/kept256/fold0"
+    z_svgp = _cell(method="z-svgp", updates_per_iteration=21, z_prior="svgp", z_init="svgp")
+    assert bench.cell_key(z_svgp) == "z-svgp-upd21/yacht/L1/svgp/it10000/kept256/fold0"
 
 
 def test_summary_sets_each_data_term_beside_its_own_paper_number(bench):
@@ -115,21 +120,21 @@ def test_paper_numbers_follow_the_settings(bench):
     assert number("z-svgp", "protein", 1, "svgp", "log_expected", 50) == 2.91
 
 
-def _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, method: str) -> tuple[dict, str]:
-    """``main`` on yacht fold 0 (20 iterations, 4 draws) for ``method``, with ``fit_sghmc_dgp`` replaced by a stand-in
-    that records its keyword arguments and fails (``main`` records the cell's error and goes on): (those keyword
-    arguments, the one cell's key)."""
+def _run_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, recipe: str, *options: str) -> tuple[dict, str]:
+    """``main`` on yacht fold 0 (20 iterations, 4 draws) with ``options``, with the recipe function ``recipe``
+    replaced by a stand-in that records its keyword arguments and fails (``main`` records the cell's error and goes
+    on): (those keyword arguments, the one cell's key)."""
     monkeypatch.setenv("PPL_SPARSEGP_DATA_DIR", str(DATA_DIR))
     seen = []
 
-    def fit_sghmc_dgp(X, y, **kwargs):
+    def stand_in(X, y, **kwargs):
         seen.append(kwargs)
         raise RuntimeError("stand-in")
 
-    monkeypatch.setattr(bench, "fit_sghmc_dgp", fit_sghmc_dgp)
+    monkeypatch.setattr(bench, recipe, stand_in)
     output = tmp_path / "cells.json"
     argv = ["--datasets", "yacht", "--folds", "0", "--iterations", "20", "--eval-every", "10", "--kept", "4",
-            "--methods", method, "--output", str(output)]  # fmt: skip
+            *options, "--output", str(output)]  # fmt: skip
     assert bench.main(argv) == 0
     (kwargs,) = seen
     (key,) = json.loads(output.read_text())["cells"]
@@ -138,7 +143,7 @@ def _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, method: str
 
 @pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
 def test_z_optimised_runs_sghmc_dgp_with_only_z_optimised_on_bsgps_schedule(bench, monkeypatch, tmp_path):
-    kwargs, key = _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "z-optimised")
+    kwargs, key = _run_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "fit_sghmc_dgp", "--methods", "z-optimised")
     settings = {k: kwargs[k] for k in ("optimised", "held", "updates_per_iteration", "thinning", "num_kept")}
     assert settings == {"optimised": ("Z",), "held": (), "updates_per_iteration": 21, "thinning": 32, "num_kept": 4}
     assert key == "z-optimised-upd21/yacht/L1/optimised/it20/kept4/fold0"
@@ -149,18 +154,41 @@ def test_z_svgp_holds_the_z_of_a_protocol_svgp_fit(bench, monkeypatch, tmp_path)
     """The SVGP stage runs (30 steps instead of the protocol's 10,000) from the cell's k-means Z, and the recipe gets
     the Z it ended at, held, with only Z optimised, on BSGP's schedule."""
     monkeypatch.setattr(bench.svgp_uci, "STEPS", 30)
-    kwargs, key = _run_method_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "z-svgp")
+    kwargs, key = _run_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "fit_sghmc_dgp", "--methods", "z-svgp")
     assert (kwargs["optimised"], kwargs["held"], kwargs["updates_per_iteration"]) == (("Z",), ("Z",), 21)
-    X = bench.data.standardize(bench.data.load_bsgp_uci("yacht", 0))[0].X_train
-    start = bench.kmeans(np.asarray(X, np.float64), 100, seed=0)
-    assert kwargs["Z"].shape == start.shape and 1e-4 < np.max(np.abs(kwargs["Z"] - start)) < 1.0  # 30 Adam steps
+    _assert_z_is_30_adam_steps_from_kmeans(bench, kwargs["Z"])
     assert key == "z-svgp-upd21/yacht/L1/svgp/it20/kept4/fold0"
 
 
-def test_z_svgp_is_refused_with_several_layers(bench, capsys):
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+def test_z_init_svgp_starts_bsgp_where_the_protocol_svgp_ends(bench, monkeypatch, tmp_path):
+    """``--z-init svgp``: BSGP's recipe gets the SVGP stage's Z as its start (Z is still sampled: BSGP's recipe has no
+    held sites), in a cell of its own; the SVGP stage's checkpoint is named for the dataset, fold and M only."""
+    monkeypatch.setattr(bench.svgp_uci, "STEPS", 30)
+    kwargs, key = _run_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, "fit_bsgp", "--z-init", "svgp")
+    _assert_z_is_30_adam_steps_from_kmeans(bench, kwargs["Z"])
+    assert key == "yacht+z-init-svgp/L1/normal/it20/kept4/fold0"
+    assert (tmp_path / "runs" / "yacht_fold0_M100_svgp30.npz").exists()
+
+
+def _assert_z_is_30_adam_steps_from_kmeans(bench, Z: np.ndarray) -> None:
+    """Z [100, 6] moved from yacht fold 0's k-means start by the 30 Adam steps of the shortened SVGP stage."""
+    X = bench.data.standardize(bench.data.load_bsgp_uci("yacht", 0))[0].X_train
+    start = bench.kmeans(np.asarray(X, np.float64), 100, seed=0)
+    assert Z.shape == start.shape and 1e-4 < np.max(np.abs(Z - start)) < 1.0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--methods", "z-svgp", "--layers", "2"], "--methods z-svgp: one layer only"),
+        (["--z-init", "svgp", "--layers", "1", "3"], "--z-init svgp: one layer only"),
+    ],
+)
+def test_an_svgp_z_is_refused_with_several_layers(bench, argv, message, capsys):
     with pytest.raises(SystemExit):
-        bench.main(["--methods", "z-svgp", "--layers", "2", "--output", "/nonexistent/never-written.json"])
-    assert "--methods z-svgp: one layer only" in capsys.readouterr().err
+        bench.main([*argv, "--output", "/nonexistent/never-written.json"])
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--num-inducing", "0"], ["--likelihood-terms", "log_p"]])
