@@ -34,6 +34,14 @@ jax.config.update("jax_compilation_cache_dir", _COMPILATION_CACHE)
 os.environ.setdefault("PPL_SPARSEGP_COMPILATION_CACHE", _COMPILATION_CACHE)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``starts_first`` (each a minute or so of a worker's time) move to the front of the run, in their
+    collection order. pytest-xdist hands tests out in collection order, so a long test collected late (the README's,
+    in ``tests/test_readme.py``) would otherwise start when the other worker has little left and hold the run's end
+    for most of its length."""
+    items.sort(key=lambda item: item.get_closest_marker("starts_first") is None)
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)

@@ -51,6 +51,7 @@ def reduced(code: str) -> str:
     return code
 
 
+@pytest.mark.starts_first
 @pytest.mark.parametrize(
     "sizes", ["reduced", pytest.param("as written", marks=pytest.mark.slow)], ids=["reduced", "as_written"]
 )

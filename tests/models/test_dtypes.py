@@ -84,6 +84,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.starts_first
 @pytest.mark.parametrize(
     ("x64", "data_dtype"),
     [

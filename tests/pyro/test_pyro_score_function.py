@@ -56,6 +56,7 @@ def _problem():
     return Y, numpyro_model, twin_of(numpyro_model), params, draws
 
 
+@pytest.mark.starts_first
 def test_the_joint_phase_has_the_numpyro_recipes_loss_and_gradients_at_the_same_draws(monkeypatch):
     Y, numpyro_model, pyro_model, params, draws = _problem()
     elbo = _recipe_loss(Y, monkeypatch)
