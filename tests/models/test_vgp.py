@@ -78,15 +78,17 @@ def test_elbo_equals_whitened_svgp_with_z_equal_x_for_the_same_q(rng, likelihood
     np.testing.assert_allclose(-_loss(vgp, params, X, labels), expected, rtol=1e-6)
 
 
-@pytest.mark.slow  # about 20 s (two L-BFGS fits); `make test-slow` runs it in CI
+@pytest.mark.slow  # about 30 s (two L-BFGS fits); `make test-slow` runs it in CI
 def test_bernoulli_optimum_matches_svgp_with_z_equal_x_and_a_free_cholesky(rng):
-    """Opper and Archambeau: 2N parameters reach the optimum of the full N(N+1)/2 (digest §3.9's oracle)."""
+    """Opper and Archambeau: 2N parameters reach the optimum of the full N(N+1)/2 (digest §3.9's oracle). 1000 L-BFGS
+    steps: the 2N-parameter fit was still 1.1e-6 (relative) short of the optimum after 300 (2026-11-28), 1.7e-8 after
+    1000."""
     X, y = _data(rng, N=20)
     yb = (y > 0).astype(float)
     fixed = ("kernel.variance", "kernel.lengthscale")
     vgp = VGP(_kernel(), likelihoods.Bernoulli(), fixed=fixed)
     svgp = SVGP(_kernel(), likelihoods.Bernoulli(), fixed=fixed, Z=X, learn_Z=False)
-    fits = [fit_svi(gp.model, gp.guide, X, yb, optimizer=LBFGS(), num_steps=300, progress=False) for gp in (vgp, svgp)]
+    fits = [fit_svi(gp.model, gp.guide, X, yb, optimizer=LBFGS(), num_steps=1000, progress=False) for gp in (vgp, svgp)]
     np.testing.assert_allclose(vgp.elbo(fits[0].params, X, yb), svgp.elbo(fits[1].params, X, yb), rtol=1e-6)
 
 
