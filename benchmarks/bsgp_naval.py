@@ -5,9 +5,11 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/bsgp_naval.py --iterations 2000 --label shared            # the recipe's defaults
     .venv/bin/python benchmarks/bsgp_naval.py --iterations 2000 --noise-per-output --label per-output
     .venv/bin/python benchmarks/bsgp_naval.py --iterations 10000 --kept 256 --noise-per-output --label full
+    .venv/bin/python benchmarks/bsgp_naval.py --iterations 10000 --kept 256 --seed 1 --label shared-seed1
 
 One BSGP run on NAVAL (``load_bsgp_uci("naval", fold)``, two outputs, X standardised on the whole data, y per column
-on training statistics; M = 100 from k-means seeded by the fold; :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with
+on training statistics; M = 100 from k-means seeded by the fold; the sampler's key is ``--seed``, by default the
+fold as in ``benchmarks/bsgp_uci.py``; :func:`ppl_sparsegp.recipes.bsgp.fit_bsgp` with
 the released sampler, the run of ``benchmarks/bsgp_uci.py``) and, of its kept draws at the test points:
 
 * the noise variance(s) the chain settled at (standardised and original units), beside the test mean squared error
@@ -114,6 +116,12 @@ def diagnose(fit, Xs: np.ndarray, ys: np.ndarray, scaler: data.Standardizer) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fold", type=int, default=0)
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the sampler's PRNG key (default: the fold, as bsgp_uci.py); Z's k-means start stays seeded by the fold",
+    )
     parser.add_argument("--iterations", type=int, default=2000, help="warmup iterations of 21 updates")
     parser.add_argument("--kept", type=int, default=64, help="draws kept, 32 updates apart")
     parser.add_argument("--eval-every", type=int, default=500)
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     X, y = np.asarray(ds.X_train, np.float64), np.asarray(ds.y_train, np.float64)
     Xs, ys = np.asarray(ds.X_test, np.float64), np.asarray(ds.y_test, np.float64)
     Z = kmeans(X, 100, seed=args.fold)
+    seed = args.fold if args.seed is None else args.seed
     trace: list[dict] = []
     options = {"noise_per_output": True} if args.noise_per_output else {}
     command = " ".join(
@@ -135,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     settings = {
         "fold": args.fold,
+        "seed": seed,
         "iterations": args.iterations,
         "updates_warmup": UPDATES_PER_ITERATION * args.iterations,
         "kept": args.kept,
@@ -168,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _loadavg()
     t0 = time.perf_counter()
     fit = fit_bsgp(
-        X, y, key=jax.random.PRNGKey(args.fold), Z=Z, num_iterations=args.iterations, num_kept=args.kept,
+        X, y, key=jax.random.PRNGKey(seed), Z=Z, num_iterations=args.iterations, num_kept=args.kept,
         batch_size=1000, warmup_chunk_size=UPDATES_PER_ITERATION * args.eval_every, callback=on_piece, **options,
     )  # fmt: skip
     wall = time.perf_counter() - t0

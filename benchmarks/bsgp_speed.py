@@ -70,6 +70,7 @@ def time_case(name: str, layers: int, iterations: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=50, help="warmup iterations (21 updates each) per repeat")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="the JSON file to write")
     args = parser.parse_args(argv)
     command = " ".join(
         ["python", "benchmarks/bsgp_speed.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{name} L={layers}: {row['updates_per_second']:.1f} updates/s (paper {paper}), load {load}", flush=True)
     write_json_atomic(
-        RESULTS,
+        args.output,
         {
             "benchmark": "BSGP SGHMC updates per second vs the paper's Table 2",
             "date": _dt.date.today().isoformat(),

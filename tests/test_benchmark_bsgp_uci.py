@@ -105,6 +105,9 @@ def test_main_hands_every_term_and_m_to_fit_bsgp(bench, monkeypatch, tmp_path):
 def test_paper_numbers_follow_the_settings(bench):
     number = bench.paper_number
     assert number("bsgp", "naval", 1, "normal", "log_expected", 100) == -8.22  # Table 6
+    assert number("bsgp", "kin8nm", 5, "normal", "log_expected", 100) == -1.43  # Table 6's deepest rows
+    assert number("bsgp", "protein", 4, "normal", "log_expected", 100) == 2.50
+    assert number("bsgp", "protein", 6, "normal", "log_expected", 100) is None
     assert number("bsgp", "naval", 1, "normal", "log_expected", 50) == -7.83  # Fig. 1's data
     assert number("bsgp", "naval", 1, "normal", "log_expected", 25) is None
     assert number("bsgp", "naval", 1, "dpp", "log_expected", 50) is None
