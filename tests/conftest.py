@@ -4,9 +4,14 @@ guard in ``ppl_sparsegp.backends.jax_lapack`` keeps jaxlib's batched LAPACK kern
 (``tests/test_no_hang.py``)."""
 
 import atexit
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Speed, not correctness: the fit loops already run OpenBLAS on one thread (ppl_sparsegp.core.ops.blas_threads, where
@@ -45,6 +50,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARK_THREAD_VARIABLES = ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.fixture
+def load_benchmark(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """``load_benchmark("bsgp_uci")``: the script ``benchmarks/bsgp_uci.py`` imported as a module, for this test only:
+    the benchmarks folder on ``sys.path`` (the scripts import each other), the module in ``sys.modules`` (their
+    dataclasses look it up there), and the thread settings the scripts set by default (XLA's, BLAS's) restored after."""
+
+    def load(name: str) -> ModuleType:
+        monkeypatch.syspath_prepend(str(BENCHMARKS))
+        for var in BENCHMARK_THREAD_VARIABLES:
+            monkeypatch.setenv(var, os.environ.get(var, ""))
+        spec = importlib.util.spec_from_file_location(f"{name}_benchmark", BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 TORCH_FOLDERS = ("pyro", "parity")

@@ -2,28 +2,14 @@
 mixture MNLL is the released formula in original units, and a wrong ``--repo`` or ``--dataset`` is refused by name.
 The TensorFlow run itself needs the authors' checkout and is not run here."""
 
-import importlib.util
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy.stats import norm
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bsgp_released_code.py"
-
 
 @pytest.fixture
-def harness(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    for var in ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))
-    spec = importlib.util.spec_from_file_location("bsgp_released_code_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+def harness(load_benchmark):
+    return load_benchmark("bsgp_released_code")
 
 
 def test_mixture_mnll_is_the_gaussian_nll_in_original_units_for_equal_draws_and_a_logsumexp_otherwise(harness):

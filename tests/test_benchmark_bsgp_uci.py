@@ -6,30 +6,20 @@ runs SGHMC-DGP's recipe with only Z optimised on BSGP's schedule, in cells of it
 ``--methods z-svgp`` hands the Z of a (shortened) protocol SVGP fit to that recipe, held, and ``--z-init svgp`` hands
 that Z to BSGP's recipe as its start, in cells of their own."""
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bsgp_uci.py"
 DATA_DIR = Path(os.environ.get("PPL_SPARSEGP_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 @pytest.fixture
-def bench(monkeypatch, tmp_path):
-    """The benchmark module, its run folder under ``tmp_path``; importing it leaves XLA's and BLAS's thread settings
-    of this process as they were."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    for var in ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))
-    spec = importlib.util.spec_from_file_location("bsgp_uci_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
+def bench(load_benchmark, monkeypatch, tmp_path):
+    """The benchmark module, its run folder under ``tmp_path``."""
+    module = load_benchmark("bsgp_uci")
     monkeypatch.setattr(module, "RUNS", tmp_path / "runs")
     return module
 

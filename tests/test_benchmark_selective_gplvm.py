@@ -4,27 +4,19 @@ writes a record with every number finite and the backend in it and in the file's
 records have the same fields and each refuses the other's file; a results file of one backend (NumPyro when it
 names none) is refused to the other before anything runs."""
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from _selective_problems import curve_in_3d
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "selective_gplvm.py"
-
 
 @pytest.fixture
-def bench(monkeypatch, tmp_path):
+def bench(load_benchmark, monkeypatch, tmp_path):
     """The benchmark module on a small problem, its checkpoints under ``tmp_path``."""
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("selective_gplvm_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
+    module = load_benchmark("selective_gplvm")
     Y = curve_in_3d(40, 2)
     labels = (Y[:, 0] > 0).astype(int) + (Y[:, 1] > 0).astype(int)
     monkeypatch.setattr(module, "standardised_oilflow", lambda: (Y, labels))

@@ -1,25 +1,15 @@
 """The SVGP step profile (benchmarks/svgp_step_profile.py, issue 26 §3): operation names sort into their kinds, and a
 short profiled run writes a record whose kinds hold the step's factorisation and products."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "svgp_step_profile.py"
-
 
 @pytest.fixture
-def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+def bench(load_benchmark, monkeypatch):
     monkeypatch.setenv("PPL_SPARSEGP_BLOCKED_LINALG", "0")  # restored after: main sets it for the step
-    spec = importlib.util.spec_from_file_location("svgp_step_profile_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("svgp_step_profile")
 
 
 def test_operation_names_sort_into_kinds(bench):
