@@ -9,7 +9,10 @@ Setting (spec §3.7): M = 100 inducing points per layer, minibatch 1000, float64
 is one minibatch gradient of the potential over all sampled variables and, every 21 updates, one Adam step on the
 noise at a window state). Each case compiles first (not timed), then runs ``--iterations`` × 21 warmup updates
 twice and reports the faster repeat. The paper's figures (38.0 for NAVAL, 21.4 for KIN8NM DGP-2) come from an
-8-core cloud instance; ours from this 2-core machine, so the ratio is indicative only.
+8-core cloud instance; ours from this 2-core machine, so the ratio is indicative only. The authors' released code
+runs on this machine at about our rate (``benchmarks/bsgp_released_code.py``, benchmarks/README.md section "BSGP's
+update rate against the released code on this machine"), so Table 2's unit is most likely one released iteration of
+21 updates and ``ratio_to_paper`` is no speed-up over the authors' code.
 
 Output: ``benchmarks/results/bsgp_speed.json`` (written atomically).
 """
