@@ -187,14 +187,13 @@ def run_cell(
     Xs, ys = np.asarray(ds.X_test, np.float64), np.asarray(ds.y_test, np.float64)
     Z = kmeans(X, num_inducing, seed=fold)
     RUNS.mkdir(parents=True, exist_ok=True)
-    tag = f"{name}_L{layers}_{prior}_fold{fold}_it{args.iterations}_kept{args.kept}"
-    tag += "_noise-per-output" if args.noise_per_output else ""
-    tag += "" if term == DATA_TERM else f"_{term}"
-    tag += "" if num_inducing == NUM_INDUCING else f"_M{num_inducing}"
-    tag += "_z-init-svgp" if z_init == "svgp" and method != "z-svgp" else ""
     per_iteration = updates_per_iteration(method, args)
-    if method != "bsgp":
-        tag = f"{method}_{tag}_upd{per_iteration}"
+    checkpoint = RUNS / checkpoint_name(
+        {"method": method, "dataset": name, "layers": layers, "z_prior": prior, "fold": fold,
+         "iterations": args.iterations, "kept": args.kept, "noise_per_output": args.noise_per_output,
+         "likelihood_term": term, "num_inducing": num_inducing, "z_init": z_init,
+         "updates_per_iteration": per_iteration}
+    )  # fmt: skip
     trace: list[dict] = []
 
     def on_piece(partial) -> None:
@@ -218,7 +217,7 @@ def run_cell(
         Z = np.asarray(svgp.params["Z"])
     common = dict(
         key=jax.random.PRNGKey(fold), Z=Z, num_iterations=args.iterations, num_kept=args.kept, batch_size=MAX_BATCH,
-        warmup_chunk_size=per_iteration * args.eval_every, checkpoint=str(RUNS / f"{tag}.ckpt"), callback=on_piece,
+        warmup_chunk_size=per_iteration * args.eval_every, checkpoint=str(checkpoint), callback=on_piece,
         likelihood_term=term,
     )  # fmt: skip
     if method == "bsgp":
@@ -241,6 +240,9 @@ def run_cell(
     within = [t["seconds"] for t in trace if t["window_mnll"] <= mnll + WITHIN]
     samples = fit.mcmc.flat_samples()
     noise = np.asarray(samples[next(k for k in samples if k.startswith("likelihood."))][-1])
+    lengthscales = {
+        k: np.median(np.asarray(v), axis=0).tolist() for k, v in samples.items() if k.endswith("lengthscale")
+    }
     warm = fit.mcmc.warmup_seconds
     return {
         "method": method,
@@ -272,6 +274,7 @@ def run_cell(
         "seconds_to_within_0.05": within[0] if within else None,
         "window_trace": trace,
         "noise_variance_standardised": np.atleast_1d(noise).tolist(),
+        "lengthscale_median": lengthscales,
         "loadavg_1min_before": load_before,
         "loadavg_1min_after": _loadavg(),
         "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -285,6 +288,25 @@ def run_cell(
             }
         ),  # fmt: skip
     }
+
+
+def checkpoint_name(cell: dict) -> str:
+    """The file name, in :data:`RUNS`, of the chain checkpoint of the cell with these settings (a cell record's
+    ``method``, ``dataset``, ``layers``, ``z_prior``, ``fold``, ``iterations``, ``kept``, ``noise_per_output``,
+    ``likelihood_term``, ``num_inducing``, ``z_init`` and, for methods other than BSGP, ``updates_per_iteration``;
+    the four before it may be absent in the records written before those options existed, which ran the defaults)."""
+    method = cell.get("method", "bsgp")
+    name = f"{cell['dataset']}_L{cell['layers']}_{cell['z_prior']}_fold{cell['fold']}_it{cell['iterations']}"
+    name += f"_kept{cell['kept']}"
+    name += "_noise-per-output" if cell.get("noise_per_output") else ""
+    term = cell.get("likelihood_term", DATA_TERM)
+    name += "" if term == DATA_TERM else f"_{term}"
+    m = cell.get("num_inducing", NUM_INDUCING)
+    name += "" if m == NUM_INDUCING else f"_M{m}"
+    name += "_z-init-svgp" if cell.get("z_init", "kmeans") == "svgp" and method != "z-svgp" else ""
+    if method != "bsgp":
+        name = f"{method}_{name}_upd{cell['updates_per_iteration']}"
+    return name + ".ckpt"
 
 
 def updates_per_iteration(method: str, args: argparse.Namespace) -> int:

@@ -190,3 +190,27 @@ def test_bad_ablation_arguments_are_refused_before_anything_runs(bench, argv, ca
         bench.main([*argv, "--output", "/nonexistent/never-written.json"])
     err = capsys.readouterr().err
     assert "--num-inducing" in err or "--likelihood-terms" in err
+
+
+def test_a_cells_checkpoint_name_is_the_file_its_run_wrote(bench):
+    """``checkpoint_name`` names, from a cell's record alone, the files the runs folder holds for those settings
+    (the names below are those of runs recorded before the function existed)."""
+    name = bench.checkpoint_name
+    assert name(_cell(dataset="kin8nm", layers=5, fold=2)) == "kin8nm_L5_normal_fold2_it10000_kept256.ckpt"
+    assert name(_cell(dataset="boston", num_inducing=50)) == "boston_L1_normal_fold0_it10000_kept256_M50.ckpt"
+    assert name(_cell(dataset="naval", z_init="svgp")) == "naval_L1_normal_fold0_it10000_kept256_z-init-svgp.ckpt"
+    z_svgp = _cell(dataset="naval", method="z-svgp", z_prior="svgp", z_init="svgp", updates_per_iteration=21)
+    assert name(z_svgp) == "z-svgp_naval_L1_svgp_fold0_it10000_kept256_upd21.ckpt"
+    baseline = _cell(method="sghmc-dgp", z_prior="optimised", updates_per_iteration=1, likelihood_term="expected_log")
+    assert name(baseline) == "sghmc-dgp_yacht_L1_optimised_fold0_it10000_kept256_expected_log_upd1.ckpt"
+    assert name(_cell(noise_per_output=True)) == "yacht_L1_normal_fold0_it10000_kept256_noise-per-output.ckpt"
+
+
+@pytest.mark.skipif(not (DATA_DIR / "uci").exists(), reason="the shared UCI data is not beside the checkout")
+@pytest.mark.parametrize(
+    ("recipe", "options"), [("fit_bsgp", ["--num-inducing", "50"]), ("fit_sghmc_dgp", ["--methods", "sghmc-dgp"])]
+)
+def test_main_hands_the_recipe_the_checkpoint_its_record_names(bench, monkeypatch, tmp_path, recipe, options):
+    kwargs, key = _run_with_a_stand_in_recipe(bench, monkeypatch, tmp_path, recipe, *options)
+    cell = json.loads((tmp_path / "cells.json").read_text())["cells"][key]
+    assert Path(kwargs["checkpoint"]) == tmp_path / "runs" / bench.checkpoint_name(cell)
