@@ -67,13 +67,13 @@ NumPyro engine runs the chains side by side (warmup updates and post-warmup upda
 another (chains finished, updates of the next done), the streamed one side by side (updates done, warmup included)."""
 ENGINE_OPTIONS = {
     "sghmc": {"iterations": ("num_iterations", f"warmup iterations of {UPDATES_PER_ITERATION} updates"),
-              "kept": ("num_kept", "draws kept, 32 updates apart"), "step_size": ("step_size", "step size"),
-              "batch_size": ("batch_size", None)},
+              "kept": ("num_kept", "draws kept"), "thinning": ("sghmc_thinning", "updates between kept draws"),
+              "step_size": ("step_size", "step size"), "batch_size": ("batch_size", None)},
     "nuts": {"warmup": ("nuts_warmup", "warmup steps"), "samples": ("nuts_samples", "post-warmup steps per chain"),
              "thinning": ("nuts_thinning", "keep every k-th draw; divides --samples")},
 }  # fmt: skip
 """Each engine's own options, option -> (field of BSGPConfig, help; None: a shared option); an option of the other
-engine is refused."""
+engine only is refused. ``--thinning`` is both engines': SGHMC's updates between kept draws, NUTS's every k-th draw."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = ("noise_variance", "likelihood", "inducing", "init", "batch_size", "backend")
     shared.add_options(parser, names, " of the sghmc gradients, at most N", **METHOD_DEFAULTS, batch_size=c.batch_size)
     group = parser.add_argument_group(
-        "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, --step-size "
-        "and --batch-size, nuts --warmup, --samples and --thinning. The chain checkpoints to OUT/mcmc.ckpt.",
+        "BSGP (bsgp only)", f"--engine sghmc|nuts (default: {c.engine}); sghmc takes --iterations, --kept, "
+        "--thinning, --step-size and --batch-size, nuts --warmup, --samples and --thinning. The chain checkpoints to "
+        "OUT/mcmc.ckpt.",
     )  # fmt: skip
     add = shared.add
     add(group, "engine", c.engine, "the sampler", metavar="|".join(BSGP_ENGINES))
@@ -100,11 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(BSGPConfig.noise_per_output); one column has one either way (default: one noise variance shared by the "
         "columns)",
     )  # fmt: skip
+    helps: dict[str, list[str]] = {}
     for engine, options in ENGINE_OPTIONS.items():
         for name, (field, help_) in options.items():
             if help_ is not None:
-                kind = float if name == "step_size" else int
-                add(group, name, None, f"{engine}: {help_}", getattr(c, field), type=kind)
+                helps.setdefault(name, []).append(f"{engine}: {help_} (default: {getattr(c, field)})")
+    for name, texts in helps.items():
+        group.add_argument(flag(name), type=float if name == "step_size" else int, help="; ".join(texts))
     data_npy = npy_stream.DATA_NPY_OPTION
     parser.add_argument(
         "--data-npy", **{**data_npy, "help": data_npy["help"].format(fitted="sampled by --engine sghmc (NumPyro)")}
@@ -118,7 +121,7 @@ def _check(opts: dict[str, Any]) -> None:
     if engine not in BSGP_ENGINES:
         raise ValueError(f"--engine {engine}: bsgp samples with {' or '.join(BSGP_ENGINES)}")
     other = "nuts" if engine == "sghmc" else "sghmc"
-    for name in ENGINE_OPTIONS[other]:
+    for name in ENGINE_OPTIONS[other].keys() - ENGINE_OPTIONS[engine].keys():
         if opts.get(name) is not None:
             use = {"sghmc": "--iterations and --kept", "nuts": "--warmup and --samples"}[engine]
             hint = f" (with {engine} use {use})" if name in ("iterations", "kept", "warmup", "samples") else ""
@@ -251,7 +254,7 @@ def _finish(opts: dict[str, Any], d: Data, argv: Sequence[str], fit: BSGPFit, fi
     sghmc = opts["engine"] == "sghmc"
     N = int(d.X.shape[0]) if stream is None else stream["num_data"]
     if sghmc:
-        plan = schedule(opts["iterations"], opts["kept"])
+        plan = schedule(opts["iterations"], opts["kept"], opts["thinning"])
         num_warmup, num_samples = plan.num_warmup, plan.num_samples
     else:
         num_warmup, num_samples = opts["warmup"], opts["samples"]

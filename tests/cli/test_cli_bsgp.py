@@ -19,7 +19,9 @@ import pytest
 from ppl_sparsegp import data
 from ppl_sparsegp.cli import bsgp as cli_bsgp
 from ppl_sparsegp.cli import main
+from ppl_sparsegp.cli.__main__ import build_parser
 from ppl_sparsegp.posterior import diagnostics
+from ppl_sparsegp.recipes.bsgp import plan_bsgp
 
 TINY = ("--iterations", "20", "--kept", "4", "--inducing", "10", "--no-progress")
 
@@ -139,6 +141,7 @@ BSGP_ERRORS = [
     (("bsgp", "--engine", "nuts", "--batch-size", "64"), "error: --batch-size applies to bsgp with --engine sghmc"),
     (("bsgp", "--layers", "0"), "error: --layers must be a positive integer, got 0"),
     (("bsgp", "--kept", "0"), "error: --kept must be a positive integer, got 0"),
+    (("bsgp", "--thinning", "0"), "error: --thinning must be a positive integer, got 0"),
     (("bsgp", "--chains", "0"), "error: --chains must be a positive integer, got 0"),
     (("bsgp", "--iterations", "-1"), "error: --iterations must be a non-negative integer, got -1"),
     (("bsgp", "--step-size", "0"), "error: --step-size must be finite and > 0, got 0.0"),
@@ -224,6 +227,19 @@ def test_help_documents_the_bsgp_options(capsys):
     for default in ("default: 10000", "default: 256", "default: normal", "default: log_expected", "bsgp: 100"):
         assert default in text, default
     assert "--engine sghmc|nuts (default: sghmc)" in text and "OUT/mcmc.ckpt" in text
+
+
+@pytest.mark.parametrize(("engine", "samples", "thinning"), [("sghmc", 5 * 1000, 1000), ("nuts", 500, 5)])
+def test_thinning_is_each_engines_own(tmp_path, engine, samples, thinning):
+    """``--thinning`` spaces SGHMC's ``--kept`` draws that many updates apart (the paper's AIRLINE runs keep 200 draws
+    1000 apart), and keeps every k-th of NUTS's ``--samples``."""
+    extra = ("--kept", "5") if engine == "sghmc" else ("--samples", "500")
+    argv = ["fit", "bsgp", "--engine", engine, "--noise", "sampled", *extra, "--thinning", str(thinning)]
+    opts = dict(vars(build_parser().parse_args([*argv, "--out", str(tmp_path)])))
+    cli_bsgp._check(opts)
+    X = np.linspace(0.0, 1.0, 30)[:, None]
+    plan = plan_bsgp(X, np.sin(X[:, 0]), cli_bsgp._config(opts), {}, likelihood=None, Z=X[:4], z_prior_options=None)
+    assert (plan.num_samples, plan.thinning) == (samples, thinning)
 
 
 def test_bare_bsgp_names_load_the_papers_protocol():

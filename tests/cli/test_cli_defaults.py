@@ -52,6 +52,7 @@ def test_bsgp_defaults_are_its_recipe_config(tmp_path):
         "sghmc": {
             "iterations": "num_iterations",
             "kept": "num_kept",
+            "thinning": "sghmc_thinning",
             "step_size": "step_size",
             "batch_size": "batch_size",
         },
