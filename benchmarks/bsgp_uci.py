@@ -69,7 +69,9 @@ sampler's elapsed time; "seconds to within 0.05" is the first time that MNLL is 
 
 Output: ``benchmarks/results/bsgp_uci.json``, rewritten atomically after every cell (dataset, layers, prior,
 fold); finished cells with the same settings are skipped on a rerun, and each cell checkpoints its chain to
-``benchmarks/results/bsgp_uci_runs/`` (gitignored) after every ``--eval-every`` iterations, so a killed run resumes.
+``benchmarks/results/bsgp_uci_runs/`` (gitignored; its name :func:`checkpoint_name`) after every ``--eval-every``
+iterations, so a killed run resumes. A cell records, besides its scores and timings, the noise variance and each
+sampled lengthscale site's median over the kept draws (``lengthscale_median``, read by ``bsgp_relevance.py``).
 """
 
 from __future__ import annotations
