@@ -128,9 +128,10 @@ VARIANT_ENV = {
     "ppl_sparsegp_blocked": {"PPL_SPARSEGP_BLOCKED_LINALG": "1"},
 }
 """Pseudo-libraries: ours with environment settings, for before/after ratios within one run. ``ppl_sparsegp_lapack``
-factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked``
-(off by default since 2026-11-27; the results files of 2026-11-26 ran when it was on, so there ``ppl_sparsegp`` is
-the blocked path). Not in the default ``--libraries`` (nor are the Pyro-backend variants, see ``OPTIONAL``)."""
+factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked`` (on by
+default on CPU from 2026-11-26 to 2026-11-27 and again since 2026-11-29, so in the results files of those dates
+``ppl_sparsegp`` is the blocked path at M >= 512, and in those between them LAPACK). Not in the default ``--libraries``
+(nor are the Pyro-backend variants, see ``OPTIONAL``)."""
 
 INIT = {"kernel_variance": 1.0, "lengthscale": 1.0, "noise_variance": 0.1}
 D = 8

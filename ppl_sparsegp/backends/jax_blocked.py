@@ -14,15 +14,15 @@ covers rows and columns ``s_j = j b`` to ``e_j = min(s_j + b, n)``. Every loop i
 blocks, so the compiled program holds ``p`` small LAPACK calls and ``p`` matrix products with static shapes (no
 control flow). Batch dimensions ``[...]`` are carried through every slice and product.
 
-Off by default (measured here, benchmarks/README.md "Blocked Cholesky"): the SVGP step at M = 1024 ran 1.12x
-faster in float32 and no faster in float64 (0.99x), on 2 cores shared with other jobs, while the blocked program
-took about twice as long to compile (6.2 s against 3.4 s for one step; +8 s for the benchmark's whole fit), so whole
-fits of a few hundred steps were slower. The premise (matrix products at many times LAPACK's rate) held less here than
-the issue measured: products ran at ~100 GFLOP/s in float32 and ~50 in float64, LAPACK's factorisation and solves
-at 15-45. Set the environment variable :data:`ENV_SWITCH` (``PPL_SPARSEGP_BLOCKED_LINALG=1``) to switch it on, for
-long float32 fits at large M or on hosts with more cores for XLA's products; it is read when a function is traced.
-Which matrices then take this path is :func:`use_blocked`'s decision: order at least :data:`MIN_ORDER` (below it
-the LAPACK call is cheap and one call beats ``p`` of them).
+On by default on CPU, for matrices of order at least :data:`MIN_ORDER` (:func:`use_blocked`); other platforms keep their
+own routines (cuSOLVER on a GPU) unless :data:`ENV_SWITCH` asks for this path. Measured on this 2-core CPU with nothing
+else running (benchmarks/README.md, "The blocked path on by default"): the SVGP step ran 1.2-1.4x faster than with
+LAPACK at M = 512, 1024 and 2048 in float32 and float64, and fits of 60 steps at M = 1024 and 300 at M = 512 took less
+time despite the longer compilation (0.3-3 s more, growing with M). At M = 256 (two blocks) the step was 1.13x faster in
+float32 and 1.02x in float64, but 1,000-step fits were slower with the compilation counted, hence :data:`MIN_ORDER`. On
+a host whose cores are shared with other jobs the gain was smaller (1.1-1.2x in float32, none in float64; "Blocked
+Cholesky" in the same file), and :data:`ENV_SWITCH` ``=0`` restores LAPACK everywhere. The setting is read when a
+function is traced.
 """
 
 from __future__ import annotations
@@ -46,14 +46,31 @@ MIN_ORDER = 512
 """Smallest matrix order that takes the blocked path (smaller ones call LAPACK once)."""
 
 ENV_SWITCH = "PPL_SPARSEGP_BLOCKED_LINALG"
-"""Environment variable: ``1`` / ``true`` / ``on`` / ``yes`` switches the blocked path on; unset or anything else
-sends every factorisation and solve to LAPACK (the code before the blocked path existed). Read when a function is
-traced."""
+"""Environment variable: ``1`` / ``true`` / ``on`` / ``yes`` takes the blocked path on every platform; ``0`` /
+``false`` / ``off`` / ``no`` sends every factorisation and solve to the platform's routines (LAPACK on CPU); unset or
+empty: the blocked path on CPU only. Read when a function is traced; any other value is refused by name."""
+
+_ON, _OFF = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 
 def enabled() -> bool:
-    """Whether the blocked path is switched on (:data:`ENV_SWITCH` is ``1``/``true``/``on``/``yes``)."""
-    return os.environ.get(ENV_SWITCH, "0").strip().lower() in ("1", "true", "on", "yes")
+    """Whether the blocked path is on: as :data:`ENV_SWITCH` says, and when it is unset, on the CPU platform only
+    (``jax.default_backend()``).
+
+    Raises:
+        ValueError: :data:`ENV_SWITCH` holds a value other than those listed there.
+    """
+    setting = os.environ.get(ENV_SWITCH, "").strip().lower()
+    if setting in _ON:
+        return True
+    if setting in _OFF:
+        return False
+    if setting:
+        raise ValueError(
+            f"environment variable {ENV_SWITCH}={os.environ[ENV_SWITCH]!r}: expected one of "
+            f"{', '.join(_ON + _OFF)}, or unset for the default (the blocked path on CPU only)"
+        )
+    return jax.default_backend() == "cpu"
 
 
 def use_blocked(n: int) -> bool:

@@ -23,7 +23,8 @@ from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 @pytest.fixture(autouse=True)
 def blocked_on(monkeypatch):
-    """The blocked path is off by default (see the module docstring): these tests switch it on."""
+    """The blocked path is on by default on CPU only (see the module docstring): these tests switch it on
+    wherever they run."""
     monkeypatch.setenv(jax_blocked.ENV_SWITCH, "1")
 
 
@@ -98,19 +99,37 @@ def test_blocked_path_in_float32_is_as_accurate_as_lapack(rng, transpose):
     assert _relative(X_blocked, X64) <= 4 * _relative(X_lapack, X64) + 1e-6
 
 
-def test_small_matrices_and_the_default_keep_lapack(rng, monkeypatch):
+def test_small_matrices_and_the_switch_keep_lapack(rng, monkeypatch):
     A = jnp.asarray(_kernel_matrix(rng, 600))
     B = jnp.ones((600, 8))
     assert _lapack_calls(lambda A: jax_blocked.cholesky(A[:100, :100]), A) == {"potrf": 1}
     assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L[:100, :100], B[:100]), A, B) == {"trsm": 1}
     assert _lapack_calls(jax_blocked.cholesky, A)["potrf"] == 5  # 600 = 4 x 128 + 88: five diagonal blocks
-    for off in ("0", None):  # switched off, and unset (the default)
-        if off is None:
-            monkeypatch.delenv(jax_blocked.ENV_SWITCH)
-        else:
-            monkeypatch.setenv(jax_blocked.ENV_SWITCH, off)
+    for off in ("0", "off", " False "):
+        monkeypatch.setenv(jax_blocked.ENV_SWITCH, off)
         assert _lapack_calls(lambda A: jax_blocked.cholesky(A), A) == {"potrf": 1}
         assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L, B), A, B) == {"trsm": 1}
+
+
+def test_the_default_is_blocked_on_cpu_only(rng, monkeypatch):
+    monkeypatch.delenv(jax_blocked.ENV_SWITCH)
+    assert jax_blocked.enabled() == (jax.default_backend() == "cpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert not jax_blocked.enabled()
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert jax_blocked.enabled()
+    monkeypatch.setenv(jax_blocked.ENV_SWITCH, "")  # empty is unset
+    assert jax_blocked.enabled()
+    monkeypatch.setenv(jax_blocked.ENV_SWITCH, "0")
+    assert not jax_blocked.enabled()
+
+
+def test_an_unknown_switch_value_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv(jax_blocked.ENV_SWITCH, "blocked")
+    with pytest.raises(ValueError, match=r"PPL_SPARSEGP_BLOCKED_LINALG='blocked': expected one of 1, true"):
+        jax_blocked.enabled()
+    with pytest.raises(ValueError, match="PPL_SPARSEGP_BLOCKED_LINALG"):
+        jax.jit(lambda A: jax_blocked.cholesky(A))(jnp.eye(600))  # a new function: traced afresh
 
 
 def test_a_failed_blocked_factorisation_is_not_finite_and_ops_escalates(rng):
