@@ -111,7 +111,7 @@ def test_small_matrices_and_the_switch_keep_lapack(rng, monkeypatch):
         assert _lapack_calls(lambda L, B: jax_blocked.solve_triangular(L, B), A, B) == {"trsm": 1}
 
 
-def test_the_default_is_blocked_on_cpu_only(rng, monkeypatch):
+def test_the_default_is_blocked_on_cpu_only(monkeypatch):
     monkeypatch.delenv(jax_blocked.ENV_SWITCH)
     assert jax_blocked.enabled() == (jax.default_backend() == "cpu")
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
