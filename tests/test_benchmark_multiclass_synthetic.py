@@ -76,3 +76,58 @@ def test_diagnostics_separate_mixed_from_stuck_chains(bench, rng):
     assert stuck["kernel.k0.variance"]["r_hat"] > 1.05
     assert bench.mixing_targets(stuck)["theta_r_hat_at_most_1.05"] is False
     assert stuck["kept_draws_per_chain"] == S and stuck["stopped_by_time_limit"] is False
+
+
+def test_mixture_log_predictive_is_that_of_the_library(bench, rng):
+    """The mixture's log predictive taken from the per-draw class probabilities equals
+    ``log_predictive_density`` of the same draws (the quantity the earlier runs reported)."""
+    from ppl_sparsegp.posterior.predict import log_predictive_density
+
+    X, y = bench.three_gaussians(40, rng)
+    kernel = bench.RBF(variance=1.0, lengthscale=1.0) + bench.White(variance=1e-3)
+    likelihood = bench.RobustMax(3, epsilon=1e-3, quadrature_order=bench.parse([]).quadrature_order)
+    model = bench.SGPMC(kernel=kernel, likelihood=likelihood, fixed=[bench.WHITE], Z=X[:6], num_latent=3,
+                        priors={site: dist.Gamma(*ab) for site, ab in bench.PRIORS.items()})  # fmt: skip
+    samples = {"kernel.k0.variance": np.exp(rng.normal(size=5)), "kernel.k0.lengthscale": np.exp(rng.normal(size=5)),
+               "u": 2.0 * rng.normal(size=(5, 3, 6))}  # fmt: skip
+    draws = bench.draw_probabilities(model, samples, X)
+    assert draws.shape == (5, 40, 3)
+    np.testing.assert_allclose(draws.sum(axis=-1), 1.0, rtol=1e-10)
+    mixture = bench.mixture_summary(draws, draws, y)
+    expected = np.mean(np.asarray(log_predictive_density(model, samples, X, y)))
+    assert mixture["mean_log_predictive"] == pytest.approx(expected, rel=1e-10)
+
+
+def test_chain_agreement_gives_each_chains_verdict_and_the_prediction_r_hat(bench, rng):
+    C, S, N, G = 4, 100, 30, 50
+    y = rng.integers(0, 3, size=N)
+    gaussian = {"mean_confidence": 0.9, "grid_share_above_0.95": 0.5, "grid_share_above_0.99": 0.3}
+
+    def probabilities(confidence: np.ndarray, n: int) -> np.ndarray:
+        """[len(confidence), n, 3]: each draw gives class 0 this probability at every point, the rest split evenly."""
+        top = confidence[:, None, None] * np.ones((1, n, 1))
+        return np.concatenate([top, (1 - top) / 2, (1 - top) / 2], axis=-1)
+
+    confidence = 0.8 + 0.01 * rng.normal(size=C * S)
+    agreeing = bench.chain_agreement(probabilities(confidence, N), probabilities(confidence, G), y, C, gaussian)
+    assert [c["more_conservative"] for c in agreeing["per_chain"]] == [True] * C
+    assert agreeing["per_chain"][0]["mean_confidence"] == pytest.approx(np.mean(confidence[:S]))
+    assert agreeing["test_probabilities"]["fraction_r_hat_above_1.1"] == 0.0
+    assert agreeing["test_probabilities"]["without_r_hat"] == 0
+
+    saturated = probabilities(confidence, N)
+    saturated[:, 0] = [1.0, 0.0, 0.0]  # no draw changes the first test point's probabilities
+    y[0] = 0
+    with_constant = bench.chain_agreement(saturated, probabilities(confidence, G), y, C, gaussian)
+    assert with_constant["test_probabilities"]["without_r_hat"] == 3
+    assert np.isfinite(with_constant["test_probabilities"]["r_hat_median"])
+
+    confidence[-S:] = 0.999  # the last chain elsewhere: sure of every point, above both grid thresholds
+    split = bench.chain_agreement(probabilities(confidence, N), probabilities(confidence, G), y, C, gaussian)
+    assert [c["more_conservative"] for c in split["per_chain"]] == [True, True, True, False]
+    assert split["test_probabilities"]["r_hat_max"] > 1.5
+    assert split["test_probabilities"]["fraction_r_hat_above_1.1"] == 1.0
+    one_chain = bench.chain_agreement(
+        probabilities(confidence[:S], N), probabilities(confidence[:S], G), y, 1, gaussian
+    )
+    assert "test_probabilities" not in one_chain and len(one_chain["per_chain"]) == 1
