@@ -3,10 +3,13 @@ compiled in one process and timed call by call in turn (so that a busy machine s
 
 Variants: ``PPL_SPARSEGP_BLOCKED_LINALG`` 0 / 1 (LAPACK / ``backends/jax_blocked``) x NumPyro's
 ``constraints.lower_cholesky`` / ``ppl_sparsegp.numpyro.distributions.lower_cholesky``; "0 + numpyro" is the code
-before both. Problem: N = 20,000, D = 8, B = 256, Z = M random rows of X, RBF, Gaussian likelihood, whitened,
-full-rank q(u) at its initial value, Adam; one ``SVI.update`` per call; OpenBLAS on one thread as in ``fit_svi``.
+before both. With ``--blocks b1 b2 ...`` instead: LAPACK, then the blocked path with each block size (0: the
+library's ``jax_blocked.block_size(M)``), all with the library's bijection. Problem: N = 20,000, D = 8, B = 256,
+Z = M random rows of X, RBF, Gaussian likelihood, whitened, full-rank q(u) at its initial value, Adam; one
+``SVI.update`` per call; OpenBLAS on one thread as in ``fit_svi``.
 
     python benchmarks/svgp_step_variants.py --dtype float32 --M 1024 --calls 15 --output results/....json
+    python benchmarks/svgp_step_variants.py --dtype float32 --M 4096 --calls 5 --blocks 128 0
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ def compiled_update(X: np.ndarray, y: np.ndarray, Z: np.ndarray):
         whiten=True,
     )
     svi = SVI(gp.model, gp.guide, optax.adam(0.01), TraceMeanField_ELBO())
-    state = svi.init(jax.random.PRNGKey(0), X, y)
+    state = jax.jit(svi.init)(jax.random.PRNGKey(0), X, y)  # eagerly, the blocked path's many small ops take minutes
     t = time.perf_counter()
     program = jax.jit(lambda s, X, y: svi.update(s, X, y)).lower(state, X, y).compile()
     return program, state, time.perf_counter() - t
@@ -77,13 +80,30 @@ def write_record(path: str, benchmark: str, config: dict, load: list[float], res
     os.replace(tmp, path)
 
 
+def variants(blocks: list[int] | None) -> list[tuple[str, str, str, int | None]]:
+    """(name, ``PPL_SPARSEGP_BLOCKED_LINALG``, bijection, block size) of every variant, the baseline first: the four
+    linear-algebra x bijection pairs, or, given ``blocks``, LAPACK and the blocked path at each block size (0: the
+    library's choice, None in the tuple) with the library's bijection."""
+    if blocks is None:
+        return [
+            (f"blocked={blocked}, lower_cholesky={bijection}", blocked, bijection, None)
+            for blocked in ("0", "1")
+            for bijection in ("numpyro", "constant-index")
+        ]
+    chosen = [(f"blocked, block={b or 'block_size(M)'}", "1", "constant-index", b or None) for b in blocks]
+    return [("LAPACK", "0", "constant-index", None), *chosen]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--M", type=int, default=1024)
     p.add_argument("--calls", type=int, default=15, help="timed calls of every variant")
+    p.add_argument("--blocks", type=int, nargs="+", default=None, help="LAPACK against these block sizes (0: default)")
     p.add_argument("--output", default=None)
     a = p.parse_args(argv)
+    if a.blocks is not None and min(a.blocks) < 0:
+        p.error(f"--blocks: expected block sizes >= 0 (0: the library's choice), got {a.blocks}")
 
     import jax
 
@@ -97,13 +117,14 @@ def main(argv=None) -> int:
 
     X, y, Z = problem(a.dtype, a.M)
     programs, states, compile_s = {}, {}, {}
-    for blocked in ("0", "1"):
-        for bijection in ("numpyro", "constant-index"):
-            name = f"blocked={blocked}, lower_cholesky={bijection}"
-            os.environ[jax_blocked.ENV_SWITCH] = blocked  # read when the step is traced
-            sites.lower_cholesky = constraints.lower_cholesky if bijection == "numpyro" else transforms.lower_cholesky
-            programs[name], states[name], compile_s[name] = compiled_update(X, y, Z)
+    library_block_size = jax_blocked.block_size
+    for name, blocked, bijection, block in variants(a.blocks):
+        os.environ[jax_blocked.ENV_SWITCH] = blocked  # read when the step is traced, as the block size
+        sites.lower_cholesky = constraints.lower_cholesky if bijection == "numpyro" else transforms.lower_cholesky
+        jax_blocked.block_size = library_block_size if block is None else (lambda n, b=block: b)
+        programs[name], states[name], compile_s[name] = compiled_update(X, y, Z)
     sites.lower_cholesky = transforms.lower_cholesky
+    jax_blocked.block_size = library_block_size
     times = {name: [] for name in programs}
     losses = {}
     load = [os.getloadavg()[0]]
@@ -116,7 +137,7 @@ def main(argv=None) -> int:
                 jax.block_until_ready(f(states[name], X, y)[1])
                 times[name].append(time.perf_counter() - t)
     load.append(os.getloadavg()[0])
-    before = np.asarray(times["blocked=0, lower_cholesky=numpyro"])
+    before = np.asarray(times[next(iter(programs))])
     rows = []
     for name in programs:
         t = np.asarray(times[name])

@@ -9,7 +9,7 @@ fraction ~ ``block / n`` of the work is matrix products, and only the diagonal b
 LAPACK. They are backward stable like the unblocked ones (the same operations in another order), so the results
 match LAPACK's to round-off, not bit for bit.
 
-Notation: ``n`` the matrix order, ``b`` the block size (:data:`BLOCK`), ``p = ceil(n / b)`` blocks; block ``j``
+Notation: ``n`` the matrix order, ``b`` the block size (:func:`block_size`), ``p = ceil(n / b)`` blocks; block ``j``
 covers rows and columns ``s_j = j b`` to ``e_j = min(s_j + b, n)``. Every loop is a Python loop over static
 blocks, so the compiled program holds ``p`` small LAPACK calls and ``p`` matrix products with static shapes (no
 control flow). Batch dimensions ``[...]`` are carried through every slice and product.
@@ -39,8 +39,14 @@ from jax.scipy.linalg import solve_triangular as _lapack_solve_triangular
 Array = Any
 
 BLOCK = 128
-"""Block size b. At n = 1024, float32, the projection's value and gradient ran 1.18x LAPACK's with 128, 1.11x with
-256 and 0.90x with 64 (2 cores, loaded; at n = 512 64 and 128 both 1.10x, 256 0.86x)."""
+"""Smallest block size b. At n = 1024, float32, the projection's value and gradient ran 1.18x LAPACK's with 128,
+1.11x with 256 and 0.90x with 64 (2 cores, loaded; at n = 512 64 and 128 both 1.10x, 256 0.86x)."""
+
+MAX_BLOCKS = 8
+"""Largest number of blocks p: above n = 8 b the block grows with n (:func:`block_size`). The compiled program holds
+O(p) LAPACK calls and O(p²) slices: with b = 128 the SVGP step took 4.5-4.8 s to compile at M = 2048 and 11.1-11.7 s
+at M = 4096; with b = n / 8, 2.6-2.8 and 2.9-3.2 s, and the step ran 1.02-1.07x (M = 2048) and 1.08-1.13x (M = 4096)
+faster, with the same loss (2 cores shared with other jobs; benchmarks/README.md, "Blocks that grow with M")."""
 
 MIN_ORDER = 512
 """Smallest matrix order that takes the blocked path (smaller ones call LAPACK once)."""
@@ -78,6 +84,11 @@ def use_blocked(n: int) -> bool:
     return n >= MIN_ORDER and enabled()
 
 
+def block_size(n: int) -> int:
+    """The block size b for a matrix of order ``n``: :data:`BLOCK`, or ``ceil(n / MAX_BLOCKS)`` when that is larger."""
+    return max(BLOCK, -(-n // MAX_BLOCKS))
+
+
 def _spans(n: int, block: int) -> list[tuple[int, int]]:
     """The blocks ``[(s_j, e_j)]`` covering ``0..n``."""
     return [(s, min(s + block, n)) for s in range(0, n, block)]
@@ -106,7 +117,7 @@ def cholesky(A: Array, block: int | None = None) -> Array:
 
     Args:
         A: [..., n, n], symmetric positive definite (only its symmetric part is read).
-        block: block size (default :data:`BLOCK`).
+        block: block size (default :func:`block_size` of n).
 
     Returns:
         L [..., n, n], lower triangular, ``L Lᵀ ≈ A``.
@@ -115,7 +126,7 @@ def cholesky(A: Array, block: int | None = None) -> Array:
     if not use_blocked(n):
         return jnp.linalg.cholesky(A)
     A = 0.5 * (A + _mT(A))
-    spans = _spans(n, block or BLOCK)
+    spans = _spans(n, block or block_size(n))
     panels = []  # panel j: L[..., s_j:, s_j:e_j]
     for s, e in spans:
         C = A[..., s:, s:e]
@@ -161,7 +172,7 @@ def solve_triangular(L: Array, B: Array, transpose: bool = False, block: int | N
         L: [..., n, n] lower triangular (the strict upper triangle is not read).
         B: [..., n, k] right-hand sides, the same batch dimensions as ``L``.
         transpose: solve with ``Lᵀ``.
-        block: block size (default :data:`BLOCK`).
+        block: block size (default :func:`block_size` of n).
 
     Returns:
         X [..., n, k].
@@ -169,7 +180,7 @@ def solve_triangular(L: Array, B: Array, transpose: bool = False, block: int | N
     n = L.shape[-1]
     if not use_blocked(n) or B.ndim < 2 or B.shape[:-2] != L.shape[:-2]:
         return _lapack_solve_triangular(L, B, lower=True, trans=1 if transpose else 0)
-    return _blocked_solve(L, B, bool(transpose), int(block or BLOCK))
+    return _blocked_solve(L, B, bool(transpose), int(block or block_size(n)))
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))

@@ -99,6 +99,19 @@ def test_blocked_path_in_float32_is_as_accurate_as_lapack(rng, transpose):
     assert _relative(X_blocked, X64) <= 4 * _relative(X_lapack, X64) + 1e-6
 
 
+def test_the_block_grows_with_the_order_beyond_max_blocks(rng, monkeypatch):
+    assert [jax_blocked.block_size(n) for n in (512, 1024, 1025, 2048, 3000, 4096)] == [128, 128, 129, 256, 375, 512]
+    monkeypatch.setattr(jax_blocked, "MAX_BLOCKS", 3)  # 700 / 3: blocks of 234, 234 and 232
+    A = jnp.asarray(_kernel_matrix(rng, 700))
+    B = jnp.asarray(rng.standard_normal((700, 5)))
+    assert _lapack_calls(jax_blocked.cholesky, A)["potrf"] == 3
+    L = jax.jit(jax_blocked.cholesky)(A)
+    assert _relative(L, jnp.linalg.cholesky(A)) < 1e-10
+    for transpose in (False, True):
+        X = jax.jit(lambda L, B, t=transpose: jax_blocked.solve_triangular(L, B, transpose=t))(L, B)
+        assert _relative(X, lapack_solve(L, B, lower=True, trans=int(transpose))) < 1e-10
+
+
 def test_small_matrices_and_the_switch_keep_lapack(rng, monkeypatch):
     A = jnp.asarray(_kernel_matrix(rng, 600))
     B = jnp.ones((600, 8))
