@@ -10,7 +10,9 @@ AdaDelta with an unstated annealing over 200,000 iterations (1.96 % test error);
 ``--halve-every`` steps. Every ``--eval-every`` steps the whole test set is scored (error and mean log predictive
 probability) and the point joins the curve, with the training seconds so far (scoring excluded). The run stops
 after ``--minutes`` of training or ``--steps`` steps; the SVI state is checkpointed to ``--checkpoint``, and the same
-command resumes from it (the curve of earlier runs is read back from ``--output`` when its settings match).
+command resumes from it. The report is rewritten (atomically) after every 1/10 of ``--eval-every`` steps, so a killed
+run leaves its curve and training clock up to that point; a resumed run reads both back from ``--output`` at the
+checkpoint's step (:func:`resume_point`).
 ``--natural STEP`` takes natural-gradient steps of that size on q(u) with Adam on the rest (write it to another
 ``--output`` and ``--checkpoint``).
 
@@ -34,6 +36,7 @@ from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.kernels.static import White
 from ppl_sparsegp.core.likelihoods import RobustMax
 from ppl_sparsegp.inducing.initialise import kmeans
+from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
@@ -89,7 +92,38 @@ def memory_counts(M: int, D: int, samples: int = 300) -> dict[str, float]:
             "Z": M * D / 1e6}  # fmt: skip
 
 
-def main() -> None:
+def resume_point(earlier: dict, settings: dict, resumed_step: int) -> tuple[list[dict], float]:
+    """The curve and training seconds with which a run resuming from a checkpoint at ``resumed_step`` goes on.
+
+    Args:
+        earlier: the report that ``--output`` holds (empty: none); settings: this run's; resumed_step: the
+            checkpoint's step count (0: a fresh run, which starts an empty curve at 0 s).
+
+    Returns:
+        The earlier curve's points up to ``resumed_step`` (later ones were scored by a run killed before its next
+        checkpoint, and are scored again), and the training seconds at that step: from the report's ``progress``
+        (written after every chunk) or from the curve's point at that step.
+
+    Raises:
+        ValueError: the report was written with other settings, or knows no training time at ``resumed_step``
+            (a checkpoint without the report of the run that wrote it).
+    """
+    if resumed_step == 0:
+        return [], 0.0
+    where = f"--checkpoint resumes at step {resumed_step} but --output"
+    if earlier.get("settings") != settings:
+        raise ValueError(f"{where} holds a run with other settings ({earlier.get('settings')}): remove the checkpoint "
+                         "to start again, or name the report the checkpoint's run wrote")  # fmt: skip
+    curve = earlier.get("curve", [])
+    seconds = {row["step"]: row["train_seconds"] for row in curve}
+    if "progress" in earlier:
+        seconds[earlier["progress"]["step"]] = earlier["progress"]["train_seconds"]
+    if resumed_step not in seconds:
+        raise ValueError(f"{where} knows no training time at that step (it reaches step {max(seconds, default=0)})")
+    return [row for row in curve if row["step"] <= resumed_step], seconds[resumed_step]
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=50.0, help="training time budget of this run")
     parser.add_argument("--steps", type=int, default=200_000, help="steps in all (the thesis: 200,000)")
@@ -104,45 +138,50 @@ def main() -> None:
     parser.add_argument("--speed-steps", type=int, default=30)
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/mnist_multiclass.npz"))
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "mnist_multiclass.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = {k: getattr(args, k) for k in ("inducing", "batch", "lr", "halve_every", "dtype", "natural")}
     earlier = json.loads(args.output.read_text()) if args.output.exists() else {}
-    curve = earlier.get("curve", []) if earlier.get("settings") == settings else []
+    resumed_step = checkpoints.read(args.checkpoint).counters["step"] if args.checkpoint.exists() else 0
+    curve, seconds_before = resume_point(earlier, settings, resumed_step)
     speed = {dt: steps_per_second(dt, args.inducing, args.batch, args.speed_steps) for dt in ("float32", "float64")}
+    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
+
+    def write_report(step: int, train_seconds: float, D: int) -> dict:
+        best = min(curve, key=lambda row: row["test_error_percent"]) if curve else None
+        report = {
+            "command": "python benchmarks/mnist_multiclass.py " + options,
+            "settings": settings, "steps_done": step, "progress": {"step": step, "train_seconds": train_seconds},
+            "curve": curve, "best": best, "final": curve[-1] if curve else None, "steps_per_second": speed,
+            "memory_millions": memory_counts(args.inducing, D), "thesis": THESIS, **results.provenance(),
+        }  # fmt: skip
+        results.write_json(args.output, report)
+        return report
 
     with jax.enable_x64(args.dtype == "float64"):
         X, y, X_test, y_test = mnist(args.dtype)
         gp = model(X, args.inducing, args.batch)
         schedule = optax.exponential_decay(args.lr, args.halve_every, 0.5, staircase=True)
         natural = None if args.natural is None else NaturalGradient(step_size=args.natural)
-        seconds_before = curve[-1]["train_seconds"] if curve else 0.0
         clock = {"start": time.perf_counter(), "scoring": 0.0}
+        latest: dict = {}  # the report last written
 
         def callback(step: int, losses: np.ndarray, params: dict) -> bool:
-            trained = time.perf_counter() - clock["start"] - clock["scoring"]
+            trained = seconds_before + time.perf_counter() - clock["start"] - clock["scoring"]
             if step % args.eval_every == 0:
                 began = time.perf_counter()
                 error, logp = score(gp, params, X_test, y_test)
                 clock["scoring"] += time.perf_counter() - began
-                curve.append({"step": step, "train_seconds": seconds_before + trained, "test_error_percent": error,
+                curve.append({"step": step, "train_seconds": trained, "test_error_percent": error,
                               "mean_log_predictive": logp, "loss": float(np.mean(losses))})  # fmt: skip
                 print(f"step {step}: {trained / 60:.1f} min, test error {error:.2f} %, log predictive {logp:.4f}",
                       flush=True)  # fmt: skip
-            return trained > 60 * args.minutes
+            latest.update(write_report(step, trained, X.shape[1]))
+            return trained - seconds_before > 60 * args.minutes
 
-        fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(schedule), num_steps=args.steps, progress=False,
-                      callback=callback, checkpoint=args.checkpoint, checkpoint_every=args.eval_every,
-                      steps_per_dispatch=args.eval_every // 10, fingerprint=settings,
-                      natural_gradient=natural)  # fmt: skip
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
-    best = min(curve, key=lambda row: row["test_error_percent"]) if curve else None
-    report = {
-        "command": "python benchmarks/mnist_multiclass.py " + options,
-        "settings": settings, "steps_done": int(len(fit.losses)), "curve": curve, "best": best,
-        "final": curve[-1] if curve else None, "steps_per_second": speed,
-        "memory_millions": memory_counts(args.inducing, X.shape[1]), "thesis": THESIS, **results.provenance(),
-    }  # fmt: skip
-    results.write_json(args.output, report)
+        fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(schedule), num_steps=args.steps, progress=False,
+                callback=callback, checkpoint=args.checkpoint, checkpoint_every=args.eval_every,
+                steps_per_dispatch=args.eval_every // 10, fingerprint=settings, natural_gradient=natural)  # fmt: skip
+    report = latest or write_report(resumed_step, seconds_before, X.shape[1])
     print(json.dumps({k: report[k] for k in ("steps_done", "best", "final", "steps_per_second")}, indent=1))
 
 
