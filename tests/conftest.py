@@ -25,6 +25,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+import ppl_sparsegp  # noqa: E402, F401  (first: it switches XLA's YNN fusions off before jax starts, see xla_flags)
+
 jax.config.update("jax_enable_x64", True)
 
 # Many tests run the same program more than once (a killed run and its resumption, the same fit in another test),
