@@ -116,22 +116,26 @@ ROOT = os.path.dirname(HERE)
 DEFAULT_OUTPUT = os.path.join(HERE, "results", "speed_svgp.json")
 LIBRARIES = (
     "ppl_sparsegp", "ppl_sparsegp_pyro", "gpytorch", "pyro", "gpjax", "ppl_sparsegp_lapack", "ppl_sparsegp_blocked",
-    "ppl_sparsegp_pyro_compiled", "ppl_sparsegp_pyro_t2",
+    "ppl_sparsegp_ynn", "ppl_sparsegp_pyro_compiled", "ppl_sparsegp_pyro_t2",
 )  # fmt: skip
 OURS = "ppl_sparsegp"
 OURS_PYRO = "ppl_sparsegp_pyro"
 PYRO_VARIANT_THREADS = {"ppl_sparsegp_pyro_t2": 2}
 """``ppl_sparsegp_pyro_t2``: our Pyro backend with ``fit_svi(threads=2)`` instead of ``--torch-threads-ours``."""
-OPTIONAL = ("ppl_sparsegp_lapack", "ppl_sparsegp_blocked", "ppl_sparsegp_pyro_compiled", "ppl_sparsegp_pyro_t2")
+OPTIONAL = ("ppl_sparsegp_lapack", "ppl_sparsegp_blocked", "ppl_sparsegp_ynn", "ppl_sparsegp_pyro_compiled",
+            "ppl_sparsegp_pyro_t2")  # fmt: skip
 VARIANT_ENV = {
     "ppl_sparsegp_lapack": {"PPL_SPARSEGP_BLOCKED_LINALG": "0"},
     "ppl_sparsegp_blocked": {"PPL_SPARSEGP_BLOCKED_LINALG": "1"},
+    "ppl_sparsegp_ynn": {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=+reduce"},
 }
 """Pseudo-libraries: ours with environment settings, for before/after ratios within one run. ``ppl_sparsegp_lapack``
 factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked`` (on by
 default on CPU from 2026-11-26 to 2026-11-27 and again since 2026-11-29, so in the results files of those dates
-``ppl_sparsegp`` is the blocked path at M >= 512, and in those between them LAPACK). Not in the default ``--libraries``
-(nor are the Pyro-backend variants, see ``OPTIONAL``)."""
+``ppl_sparsegp`` is the blocked path at M >= 512, and in those between them LAPACK). ``ppl_sparsegp_ynn`` keeps XLA's
+YNNPACK fusions on, as every run before 2026-11-29 14:00 UTC had them (``ppl_sparsegp.backends.xla_flags``; the
+peers keep XLA's default, on). Not in the default ``--libraries`` (nor are the Pyro-backend variants, see
+``OPTIONAL``)."""
 
 INIT = {"kernel_variance": 1.0, "lengthscale": 1.0, "noise_variance": 0.1}
 D = 8
@@ -651,6 +655,7 @@ RUNNERS = {
     "ppl_sparsegp": run_ppl_sparsegp,
     "ppl_sparsegp_lapack": run_ppl_sparsegp,
     "ppl_sparsegp_blocked": run_ppl_sparsegp,
+    "ppl_sparsegp_ynn": run_ppl_sparsegp,
     "gpytorch": run_gpytorch,
     "pyro": run_pyro,
     "gpjax": run_gpjax,

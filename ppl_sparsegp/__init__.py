@@ -8,8 +8,8 @@
     res = psg.fit_svi(gp.model, gp.guide, ds.X_train, ds.y_train, optimizer=optax.adam(0.01), num_steps=2000)
 
 Names are loaded on first use (PEP 562), so ``import ppl_sparsegp.core`` stays free of jax, numpyro and torch.
-Importing the package switches off XLA:CPU's YNNPACK fusions, which give wrong float32 results in jaxlib 0.10.2
-(:mod:`ppl_sparsegp.backends.xla_flags`).
+Importing the package takes reductions out of XLA:CPU's YNNPACK fusions, which give wrong float32 results in
+jaxlib 0.10.2 (:mod:`ppl_sparsegp.backends.xla_flags`).
 """
 
 from __future__ import annotations

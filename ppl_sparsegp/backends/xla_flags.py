@@ -9,12 +9,15 @@ shape, so compiled robust-max predictions of 10 classes for more than 163 points
 the training loss was not. Upstream reports of the same fusion (crashes and hangs of broadcast-multiply-reduce,
 fixed in XNNPACK after 0.10.2 was built): jax-ml/jax#39257 and #40412.
 
-:func:`apply` appends :data:`FLAG` (an empty list of YNN fusion types: none) to ``XLA_FLAGS``, which XLA reads when
-jax starts its CPU backend, so it takes effect where ``ppl_sparsegp`` is imported before jax first computes
-anything. It is added only where jaxlib is 0.10.2 or newer (:data:`FIRST_AFFECTED`; older releases may not know
-the flag, and XLA refuses unknown flags at start-up) and where ``XLA_FLAGS`` does not already name
-``xla_cpu_experimental_ynn_fusion_type``: a value the user set is kept. Cost on this 2-core CPU: the float32
-SVGP step is about 10-15 % slower at M = 64-1024 (``benchmarks/README.md``, "YNN fusions off").
+:func:`apply` appends :data:`FLAG` (YNN fusions without reductions) to ``XLA_FLAGS``, which XLA reads when jax
+starts its CPU backend, so it takes effect where ``ppl_sparsegp`` is imported before jax first computes anything.
+Every wrong or crashing case seen here and upstream has a reduction inside the YNN fusion; YNN's matrix products
+stay on. The flag is added only for the jaxlib releases in :data:`AFFECTED` (older ones do not form these fusions
+and may not know the flag, which XLA refuses at start-up; newer ones must be checked again, by
+``tests/backends/test_xla_flags.py``) and where ``XLA_FLAGS`` does not already name
+``xla_cpu_experimental_ynn_fusion_type``: a value the user set is kept. Cost on this 2-core CPU
+(``benchmarks/README.md``, "YNN reduction fusions off"): the float32 SVGP step is slower by up to about 15 %, the
+float64 one hardly.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import warnings
 
 NAME = "xla_cpu_experimental_ynn_fusion_type"
 """The XLA flag that lists the kinds of YNNPACK fusion XLA:CPU may form."""
-FLAG = f"--{NAME}="
-"""The flag with an empty list: no YNNPACK fusions."""
-FIRST_AFFECTED = (0, 10, 2)
-"""The first jaxlib release that forms YNNPACK fusions by default."""
+FLAG = f"--{NAME}=-reduce"
+"""The flag that takes reductions off XLA's default list of YNNPACK fusions."""
+AFFECTED = ((0, 10, 2), (0, 12, 0))
+"""jaxlib releases from the first (0.10.2, where YNNPACK fusions of reductions became the default and the
+miscompilation above was seen) up to, not including, the second (0.11.0 is reported upstream with the same
+fusions)."""
 
 
 def jaxlib_version() -> tuple[int, ...] | None:
@@ -63,14 +68,14 @@ def apply() -> bool:
     """
     flags = os.environ.get("XLA_FLAGS", "")
     version = jaxlib_version()
-    if NAME in flags or version is None or version < FIRST_AFFECTED:
+    if NAME in flags or version is None or not AFFECTED[0] <= version < AFFECTED[1]:
         return False
     os.environ["XLA_FLAGS"] = f"{flags} {FLAG}".strip()
     if backend_started():
         warnings.warn(
-            f"jax started before ppl_sparsegp was imported, so XLA's YNNPACK fusions stay on in this process, and "
-            f"some float32 results of jaxlib {'.'.join(map(str, version))} can be wrong: import ppl_sparsegp before "
-            f"computing with jax, or set XLA_FLAGS={FLAG} before starting Python",
+            f"jax started before ppl_sparsegp was imported, so XLA's YNNPACK reduction fusions stay on in this "
+            f"process, and some float32 results of jaxlib {'.'.join(map(str, version))} can be wrong: import "
+            f"ppl_sparsegp before computing with jax, or set XLA_FLAGS={FLAG} before starting Python",
             RuntimeWarning,
             stacklevel=2,
         )
