@@ -689,6 +689,9 @@ def worker(spec_path: str) -> int:
         data = np.load(spec["data"])
         out = RUNNERS[spec["library"]](cfg, data["X"], data["y"], data["Xs"], data["ys"], data[f"Z{cfg['M']}"])
         result.update(out)
+        result["xla_flags"] = os.environ.get(
+            "XLA_FLAGS"
+        )  # as the library left them (ours: ppl_sparsegp.backends.xla_flags)
         result["steps_per_s"] = out["timed_steps"] / out["timed_s"] if out["timed_s"] > 0 else None
         if not np.isfinite(out["nlpd"]):
             result["error"] = "non-finite NLPD (diverged?)"
