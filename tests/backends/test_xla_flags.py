@@ -49,17 +49,6 @@ def test_compiled_float32_reductions_equal_eager_ones_once_the_library_is_import
         assert robust_max < 1e-5
 
 
-@pytest.mark.skipif(
-    (xla_flags.jaxlib_version() or (0,)) != (0, 10, 2), reason="the miscompilation is that of jaxlib 0.10.2"
-)
-def test_with_ynn_fusions_kept_on_jaxlib_0_10_2_gets_them_wrong():
-    """What the flag is for: the same script where the user keeps the YNN reduce fusions (a choice that
-    :func:`xla_flags.apply` leaves alone)."""
-    pattern, robust_max = compiled_minus_eager("import ppl_sparsegp", f"--{xla_flags.NAME}=+reduce")
-    assert pattern > 1.0
-    assert robust_max > 0.5
-
-
 def test_the_flag_is_added_once_and_after_the_users_flags(monkeypatch):
     monkeypatch.setattr(xla_flags, "backend_started", lambda: False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
