@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import optax
 import pytest
-from numpyro.infer import Predictive
+from numpyro.infer import Predictive, TraceMeanField_ELBO
 
 from ppl_sparsegp.core.kernels import RBF
 from ppl_sparsegp.core.likelihoods import Gaussian, RobustMax, Softmax
@@ -49,7 +49,11 @@ def test_multiclass_svgp_learns_the_labels(likelihood, whiten, q_diag):
     assert np.mean(np.argmax(p, axis=1) == Y_TEST) > 0.9
     nll = -np.mean(gp.predict_log_density(fit.params, X_TEST, Y_TEST))
     assert nll < 0.5 * np.log(J)  # far better than guessing
-    np.testing.assert_allclose(float(gp.elbo(fit.params, X, Y)), -fit.losses[-1], rtol=0.02)
+    # the closed-form ELBO at the fitted parameters is the fit's objective there (losses[-1] is taken before the
+    # last update, and Adam at 0.03 still moves the loss by a few nats per step)
+    objective = -TraceMeanField_ELBO().loss(jax.random.PRNGKey(0), fit.params, gp.model, gp.guide, X, Y)
+    np.testing.assert_allclose(float(gp.elbo(fit.params, X, Y)), float(objective), rtol=1e-10)
+    np.testing.assert_allclose(float(objective), -fit.losses[-1], rtol=0.1)
 
 
 def test_predictive_draws_labels_with_the_predicted_class_probabilities():
