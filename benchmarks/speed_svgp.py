@@ -133,9 +133,9 @@ VARIANT_ENV = {
 factorises and solves every matrix with LAPACK, ``ppl_sparsegp_blocked`` large ones by ``backends/jax_blocked`` (on by
 default on CPU from 2026-11-26 to 2026-11-27 and again since 2026-11-29, so in the results files of those dates
 ``ppl_sparsegp`` is the blocked path at M >= 512, and in those between them LAPACK). ``ppl_sparsegp_ynn`` keeps XLA's
-YNNPACK fusions on, as every run before 2026-11-29 14:00 UTC had them (``ppl_sparsegp.backends.xla_flags``; the
-peers keep XLA's default, on). Not in the default ``--libraries`` (nor are the Pyro-backend variants, see
-``OPTIONAL``)."""
+YNNPACK reduction fusions on, as every run before 2026-11-29 14:00 UTC had them
+(``ppl_sparsegp.backends.xla_flags``; the peers keep XLA's default, on). Not in the default ``--libraries`` (nor are
+the Pyro-backend variants, see ``OPTIONAL``)."""
 
 INIT = {"kernel_variance": 1.0, "lengthscale": 1.0, "noise_variance": 0.1}
 D = 8
@@ -689,9 +689,8 @@ def worker(spec_path: str) -> int:
         data = np.load(spec["data"])
         out = RUNNERS[spec["library"]](cfg, data["X"], data["y"], data["Xs"], data["ys"], data[f"Z{cfg['M']}"])
         result.update(out)
-        result["xla_flags"] = os.environ.get(
-            "XLA_FLAGS"
-        )  # as the library left them (ours: ppl_sparsegp.backends.xla_flags)
+        # XLA_FLAGS as the library left them (ours: ppl_sparsegp.backends.xla_flags)
+        result["xla_flags"] = os.environ.get("XLA_FLAGS")
         result["steps_per_s"] = out["timed_steps"] / out["timed_s"] if out["timed_s"] > 0 else None
         if not np.isfinite(out["nlpd"]):
             result["error"] = "non-finite NLPD (diverged?)"

@@ -25,7 +25,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-import ppl_sparsegp  # noqa: E402, F401  (first: it switches XLA's YNN fusions off before jax starts, see xla_flags)
+import ppl_sparsegp  # noqa: E402, F401  (before jax computes: it takes XLA's YNN reduction fusions off, see xla_flags)
 
 jax.config.update("jax_enable_x64", True)
 

@@ -1,22 +1,15 @@
 """benchmarks/svgp_step_variants.py: its variants, and one small run of each kind through ``main``."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from ppl_sparsegp.backends import jax_blocked
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("svgp_step_variants", BENCHMARKS / "svgp_step_variants.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def bench(load_benchmark):
+    return load_benchmark("svgp_step_variants")
 
 
 def test_variants_put_the_baseline_first(bench):
