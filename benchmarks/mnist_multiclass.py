@@ -8,11 +8,11 @@ The thesis setting: inputs x / 255 * 2 - 1, J = 10 latent GPs sharing M = 500 in
 training images), an isotropic RBF + White kernel, robust-max (epsilon 1e-3), minibatches of 1000. The thesis used
 AdaDelta with an unstated annealing over 200,000 iterations (1.96 % test error); here Adam at ``--lr`` halved every
 ``--halve-every`` steps. Every ``--eval-every`` steps the whole test set is scored (error and mean log predictive
-probability) and the point joins the curve, with the training seconds so far (scoring excluded). The run stops
-after ``--minutes`` of training or ``--steps`` steps; the SVI state is checkpointed to ``--checkpoint``, and the same
-command resumes from it. The report is rewritten (atomically) after every 1/10 of ``--eval-every`` steps, so a killed
-run leaves its curve and training clock up to that point; a resumed run reads both back from ``--output`` at the
-checkpoint's step (:func:`resume_point`).
+probability) and the point joins the curve, with the training seconds so far (scoring excluded) and the kernel's
+hyperparameters. The run stops after ``--minutes`` of training or ``--steps`` steps; the SVI state is checkpointed
+to ``--checkpoint``, and the same command resumes from it. The report is rewritten (atomically) after every 1/10
+of ``--eval-every`` steps, so a killed run leaves its curve and training clock up to that point; a resumed run reads
+both back from ``--output`` at the checkpoint's step (:func:`resume_point`).
 ``--natural STEP`` takes natural-gradient steps of that size on q(u) with Adam on the rest (write it to another
 ``--output`` and ``--checkpoint``).
 
@@ -72,6 +72,12 @@ def score(gp: SVGP, params: dict, X: np.ndarray, y: np.ndarray, chunk: int = 200
                       strict=True)  # fmt: skip
     error = 100.0 * float(np.mean(np.argmax(np.concatenate(probs), axis=1) != y))
     return error, float(np.mean(np.concatenate(logp)))
+
+
+def hyperparameters(params: dict) -> dict[str, float]:
+    """The kernel's hyperparameters at a curve point (site -> value): a drift of the kernel variance shows here (under
+    exp it reached float32's range near step 20,000; benchmarks/README.md, "The MNIST collapse explained")."""
+    return {site: float(value) for site, value in params.items() if site.startswith("kernel.")}
 
 
 def steps_per_second(dtype: str, M: int, batch: int, steps: int) -> float:
@@ -172,7 +178,8 @@ def main(argv: list[str] | None = None) -> None:
                 error, logp = score(gp, params, X_test, y_test)
                 clock["scoring"] += time.perf_counter() - began
                 curve.append({"step": step, "train_seconds": trained, "test_error_percent": error,
-                              "mean_log_predictive": logp, "loss": float(np.mean(losses))})  # fmt: skip
+                              "mean_log_predictive": logp, "loss": float(np.mean(losses)),
+                              "hyperparameters": hyperparameters(params)})  # fmt: skip
                 print(f"step {step}: {trained / 60:.1f} min, test error {error:.2f} %, log predictive {logp:.4f}",
                       flush=True)  # fmt: skip
             latest.update(write_report(step, trained, X.shape[1]))

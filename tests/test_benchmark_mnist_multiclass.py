@@ -75,5 +75,7 @@ def test_a_resumed_run_continues_the_uninterrupted_curve(bench, monkeypatch, tmp
     for part, one in zip(resumed["curve"], whole["curve"], strict=True):
         assert part["loss"] == one["loss"]
         assert part["test_error_percent"] == one["test_error_percent"]
+        assert part["hyperparameters"] == one["hyperparameters"]
+        assert part["hyperparameters"].keys() == {"kernel.k0.variance", "kernel.k0.lengthscale", "kernel.k1.variance"}
     seconds = [r["train_seconds"] for r in resumed["curve"]]
     assert seconds == sorted(seconds) and resumed["progress"] == {"step": 40, "train_seconds": seconds[-1]}
