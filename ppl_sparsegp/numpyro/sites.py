@@ -51,12 +51,11 @@ Array = Any
 
 # Every point-estimated positive hyperparameter (kernel and likelihood params, and the guide's "<site>_map" point
 # masses) lives on the real line through softplus, as GPflow, GPyTorch and GPJax keep theirs, not through NumPyro's
-# default exp. Adam moves an unconstrained value by up to about its learning rate a step however small the gradient,
-# so a direction the objective barely sees drifts at that pace: a robust-max classifier's kernel variance on MNIST
-# (the likelihood is nearly scale-free in the whitened parametrisation) rose in log space by a full learning rate a
-# step from step ~10,000 on, passed float32's range for M = 500 (σ² M > 3.4e38) near step 20,141 and every
-# prediction went uniform (benchmarks/README.md, "The MNIST collapse explained"). Through softplus the same drift
-# adds at most about lr to the variance a step. Near zero softplus(x) ≈ eˣ: small noise variances move as before.
+# default exp. Adam moves an unconstrained value by up to about its learning rate per step whatever the gradient's
+# size, so a direction the objective barely sees drifts: a robust-max classifier's kernel variance (the likelihood
+# is nearly scale-free in the whitened parametrisation) climbed by ~0.7 lr a step in log space on MNIST, reached
+# e^83 at step 20,145 and overflowed float32 (Kmm's Cholesky sums M terms of size σ²). Through softplus the same
+# drift adds at most lr to the variance a step. Near zero softplus(x) ≈ eˣ, so small noise variances move as before.
 POSITIVE_HYPERPARAMETER = constraints.softplus_positive
 
 

@@ -76,9 +76,7 @@ def test_sghmc_samples_z_and_theta_with_the_noise_a_point_estimate():
     noise = draws["likelihood.variance"]
     assert np.all(noise == noise[0]) and 0.3 < noise[0] < 0.99  # moved from 1.0 by the warmup, then fixed
     lpd = fit.log_predictive_density(X, Y)  # the NumPyro twin evaluates the Pyro draws
-    # 8 iterations are 8 Adam steps of the noise (still ~0.97): the draws beat the best constant predictor by
-    # 0.099 nats (0.102 with the noise through exp, before softplus), a margin of 0.05 leaves room for round-off.
-    assert lpd.shape == (N,) and lpd.mean() > _constant_predictor_lpd(Y) + 0.05
+    assert lpd.shape == (N,) and lpd.mean() > _constant_predictor_lpd(Y) + 0.1
 
 
 def test_classification_has_no_point_estimate():
