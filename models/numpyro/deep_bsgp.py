@@ -35,13 +35,14 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from jax.scipy.special import logsumexp
+from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro.dtype import as_float
-from ppl_sparsegp.numpyro.sites import POSITIVE_HYPERPARAMETER, batch, data_plate, predictive
+from ppl_sparsegp.numpyro.sites import batch, data_plate, predictive
 
 from .._shared import (
     as_output_columns,
@@ -134,7 +135,7 @@ class DeepBSGP:
             name = site.removeprefix("kernel.")
             if site in self.optimised:
                 init = jnp.asarray(base.parameters()[name])
-                values[name] = numpyro.param(f"layer{i}.{site}", init, constraint=POSITIVE_HYPERPARAMETER)
+                values[name] = numpyro.param(f"layer{i}.{site}", init, constraint=constraints.positive)
             else:
                 values[name] = numpyro.sample(f"layer{i}.{site}", prior)
         kernel = base.with_parameters(values)
@@ -152,7 +153,7 @@ class DeepBSGP:
             if site in self.likelihood_priors:
                 values[name] = numpyro.sample(site, self.likelihood_priors[site])
             else:
-                values[name] = numpyro.param(site, jnp.asarray(init), constraint=POSITIVE_HYPERPARAMETER)
+                values[name] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
         return self.likelihood.with_parameters(values)
 
     def point_estimate_sites(self) -> tuple[str, ...]:

@@ -53,7 +53,6 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.numpyro import sites
 from ppl_sparsegp.numpyro.dtype import as_float
-from ppl_sparsegp.numpyro.sites import POSITIVE_HYPERPARAMETER
 
 from .._shared import (
     check_deep_settings,
@@ -142,7 +141,7 @@ class DeepSVGP:
         """Every kernel and likelihood hyperparameter as a positive param; the rebuilt kernels and likelihood."""
 
         def param(site: str, init: Array) -> Array:
-            return numpyro.param(site, jnp.asarray(init), constraint=POSITIVE_HYPERPARAMETER)
+            return numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
 
         kernels = [
             k.with_parameters({n: param(f"layer{i}.kernel.{n}", v) for n, v in k.parameters().items()})

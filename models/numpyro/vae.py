@@ -27,11 +27,11 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_module
+from numpyro.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.numpyro import nn, sites
 from ppl_sparsegp.numpyro.dtype import as_float
-from ppl_sparsegp.numpyro.sites import POSITIVE_HYPERPARAMETER
 
 from ._base import _is_concrete
 
@@ -88,7 +88,7 @@ class VAE:
         """x_n ~ N(0, I) and y_n ~ N(g(x_n), σ² I) for the batch's rows (``Y=None``: ``num_data`` prior draws)."""
         decoder = eqx_module(DECODER, self.decoder)
         noise = numpyro.param(NOISE, jnp.asarray(self.noise_variance, as_float(np.zeros(())).dtype),
-                              constraint=POSITIVE_HYPERPARAMETER)  # fmt: skip
+                              constraint=constraints.positive)  # fmt: skip
         if Y is None and self.num_data is None:
             raise ValueError("num_data: model(Y=None) draws num_data rows; set num_data=N")
         N = self.num_data if Y is None else Y.shape[0]

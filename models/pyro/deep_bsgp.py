@@ -22,13 +22,14 @@ from typing import Any, ClassVar, Literal
 import pyro
 import pyro.distributions as dist
 import torch
+from torch.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.core import conditionals
 from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.pyro.dtype import as_tensor
-from ppl_sparsegp.pyro.sites import POSITIVE_HYPERPARAMETER, batch, data_plate, predictive
+from ppl_sparsegp.pyro.sites import batch, data_plate, predictive
 
 from .._shared import (
     as_output_columns,
@@ -108,7 +109,7 @@ class DeepBSGP:
             name = site.removeprefix("kernel.")
             if site in self.optimised:
                 init = as_tensor(base.parameters()[name])
-                values[name] = pyro.param(f"layer{i}.{site}", init, constraint=POSITIVE_HYPERPARAMETER)
+                values[name] = pyro.param(f"layer{i}.{site}", init, constraint=constraints.positive)
             else:
                 values[name] = pyro.sample(f"layer{i}.{site}", prior)
         kernel = base.with_parameters(values)
@@ -127,7 +128,7 @@ class DeepBSGP:
             if site in self.likelihood_priors:
                 values[name] = pyro.sample(site, self.likelihood_priors[site])
             else:
-                values[name] = pyro.param(site, as_tensor(init), constraint=POSITIVE_HYPERPARAMETER)
+                values[name] = pyro.param(site, as_tensor(init), constraint=constraints.positive)
         return self.likelihood.with_parameters(values)
 
     def point_estimate_sites(self) -> tuple[str, ...]:

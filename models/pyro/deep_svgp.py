@@ -30,7 +30,6 @@ from ppl_sparsegp.core.kernels import Kernel
 from ppl_sparsegp.core.likelihoods import Likelihood
 from ppl_sparsegp.pyro import sites
 from ppl_sparsegp.pyro.dtype import as_tensor
-from ppl_sparsegp.pyro.sites import POSITIVE_HYPERPARAMETER
 
 from .._shared import (
     check_deep_settings,
@@ -101,7 +100,7 @@ class DeepSVGP:
         """Every kernel and likelihood hyperparameter as a positive param; the rebuilt kernels and likelihood."""
 
         def param(site: str, init: Array) -> Array:
-            return pyro.param(site, as_tensor(init), constraint=POSITIVE_HYPERPARAMETER)
+            return pyro.param(site, as_tensor(init), constraint=constraints.positive)
 
         kernels = [
             k.with_parameters({n: param(f"layer{i}.kernel.{n}", v) for n, v in k.parameters().items()})

@@ -20,11 +20,11 @@ from typing import Any
 import pyro
 import pyro.distributions as dist
 import torch
+from torch.distributions import constraints
 
 from ppl_sparsegp import validation
 from ppl_sparsegp.pyro import nn, sites
 from ppl_sparsegp.pyro.dtype import as_tensor, float_dtype
-from ppl_sparsegp.pyro.sites import POSITIVE_HYPERPARAMETER
 
 Array = Any
 
@@ -77,7 +77,7 @@ class VAE:
         """x_n ~ N(0, I) and y_n ~ N(g(x_n), σ² I) for the batch's rows (``Y=None``: ``num_data`` prior draws)."""
         decoder = nn.module(DECODER, self.decoder)
         noise = pyro.param(
-            NOISE, torch.tensor(self.noise_variance, dtype=float_dtype()), constraint=POSITIVE_HYPERPARAMETER
+            NOISE, torch.tensor(self.noise_variance, dtype=float_dtype()), constraint=constraints.positive
         )
         if Y is None and self.num_data is None:
             raise ValueError("num_data: model(Y=None) draws num_data rows; set num_data=N")

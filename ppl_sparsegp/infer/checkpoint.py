@@ -22,7 +22,7 @@ member            content
                   [C, S, ...] of the first sampled site (MCMC); the names are in the header
 ================  ==================================================================================================
 
-Header: ``{"format": "ppl_sparsegp.checkpoint", "version": 2, "treedef": str, "leaves": [[dtype, shape, is_key],
+Header: ``{"format": "ppl_sparsegp.checkpoint", "version": 1, "treedef": str, "leaves": [[dtype, shape, is_key],
 ...], "counters": {name: int}, "arrays": [name, ...], "groups": {group: [name, ...]}, "fingerprint": {...},
 "metadata": {...}}``.
 
@@ -56,9 +56,7 @@ import numpy as np
 from ppl_sparsegp import results
 
 FORMAT = "ppl_sparsegp.checkpoint"
-VERSION = 2
-"""2: point-estimated positive hyperparameters are stored as softplus⁻¹ of their value (1: log); a version-1 file
-is refused, not read with the other meaning."""
+VERSION = 1
 HEADER = "checkpoint"
 LIBRARY_HINT = "delete it to start afresh, or use another checkpoint path"
 """How to start afresh, as :class:`CheckpointError` says it by default (the CLI says ``--restart`` or ``--out``)."""

@@ -49,15 +49,6 @@ from ppl_sparsegp.numpyro.subset_prior import IndependentInclusion, SubsetPointP
 
 Array = Any
 
-# Every point-estimated positive hyperparameter (kernel and likelihood params, and the guide's "<site>_map" point
-# masses) lives on the real line through softplus, as GPflow, GPyTorch and GPJax keep theirs, not through NumPyro's
-# default exp. Adam moves an unconstrained value by up to about its learning rate per step whatever the gradient's
-# size, so a direction the objective barely sees drifts: a robust-max classifier's kernel variance (the likelihood
-# is nearly scale-free in the whitened parametrisation) climbed by ~0.7 lr a step in log space on MNIST, reached
-# e^83 at step 20,145 and overflowed float32 (Kmm's Cholesky sums M terms of size σ²). Through softplus the same
-# drift adds at most lr to the variance a step. Near zero softplus(x) ≈ eˣ, so small noise variances move as before.
-POSITIVE_HYPERPARAMETER = constraints.softplus_positive
-
 
 def distinct_indices(key: Array, n: int, size: int) -> Array:
     """``size`` < n distinct indices [size] from range(n), every subset of that size equally likely: those of the
@@ -179,7 +170,7 @@ def hyperparameters(
         elif site in priors:
             values[site] = numpyro.sample(site, priors[site])
         else:
-            values[site] = numpyro.param(site, jnp.asarray(init), constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
     return rebuild(kernel, likelihood, values, prefix)
 
 
@@ -191,7 +182,7 @@ def hyperparameter_guide(
     values = {}
     for site, init in hyperparameter_values(kernel, likelihood, prefix).items():
         if site in priors:
-            values[site] = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = numpyro.param(f"{site}_map", jnp.asarray(init), constraint=constraints.positive)
             numpyro.sample(site, dist.Delta(values[site], event_dim=len(priors[site].event_shape)))
     return values
 
@@ -208,7 +199,7 @@ def guide_hyperparameters(
         if site in fixed:
             values[site] = jnp.asarray(init)
         elif site not in priors:
-            values[site] = numpyro.param(site, jnp.asarray(init), constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = numpyro.param(site, jnp.asarray(init), constraint=constraints.positive)
     return rebuild(kernel, likelihood, values)
 
 

@@ -39,7 +39,6 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro import poutine
-from pyro.distributions.constraints import softplus_positive
 from torch.distributions import constraints
 
 from ppl_sparsegp.core import conditionals, ops
@@ -52,9 +51,6 @@ from ppl_sparsegp.pyro.dtype import as_tensor
 from ppl_sparsegp.pyro.subset_prior import IndependentInclusion, SubsetPointProcess
 
 Array = Any
-
-# Point-estimated positive hyperparameters through softplus, as the NumPyro twin (its comment says why).
-POSITIVE_HYPERPARAMETER = softplus_positive  # Pyro's; torch has none
 
 
 @contextmanager
@@ -141,7 +137,7 @@ def hyperparameters(
         elif site in priors:
             values[site] = pyro.sample(site, priors[site])
         else:
-            values[site] = pyro.param(site, init, constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = pyro.param(site, init, constraint=constraints.positive)
     return rebuild(kernel, likelihood, values, prefix)
 
 
@@ -153,7 +149,7 @@ def hyperparameter_guide(
     values = {}
     for site, init in hyperparameter_values(kernel, likelihood, prefix).items():
         if site in priors:
-            values[site] = pyro.param(f"{site}_map", init, constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = pyro.param(f"{site}_map", init, constraint=constraints.positive)
             pyro.sample(site, dist.Delta(values[site], event_dim=len(priors[site].event_shape)))
     return values
 
@@ -173,7 +169,7 @@ def guide_hyperparameters(
         if site in fixed:
             values[site] = init
         elif site not in priors:
-            values[site] = pyro.param(site, init, constraint=POSITIVE_HYPERPARAMETER)
+            values[site] = pyro.param(site, init, constraint=constraints.positive)
     return rebuild(kernel, likelihood, values)
 
 

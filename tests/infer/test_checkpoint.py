@@ -3,7 +3,6 @@ and a checkpoint is resumed only by a run with the same fingerprint (settings, d
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 from typing import NamedTuple
@@ -203,22 +202,6 @@ def test_an_old_checkpoint_without_a_fingerprint_is_refused(tmp_path):
     path = tmp_path / "old.npz"
     np.savez(path, step=10, losses=np.zeros(10), treedef="PyTreeDef(*)", leaf_0=np.zeros(2))
     with pytest.raises(checkpoint.CheckpointError, match="older version, without a fingerprint"):
-        _svi(path)
-
-
-def _as_version_1(name, value):
-    if name != checkpoint.HEADER:
-        return value
-    header = json.loads(value.tobytes().decode("utf-8"))
-    return np.frombuffer(json.dumps({**header, "version": 1}).encode("utf-8"), np.uint8)
-
-
-def test_a_version_1_checkpoint_is_refused_before_compiling(tmp_path, monkeypatch):
-    """Version 1 stored positive hyperparameters as log values, version 2 as softplus⁻¹: never read one as the other."""
-    path = _good_checkpoint(tmp_path)
-    _rewrite(path, _as_version_1)
-    monkeypatch.setattr(jax, "jit", lambda *a, **k: pytest.fail("compiled before refusing the checkpoint"))
-    with pytest.raises(checkpoint.CheckpointError, match="version 1, not 'ppl_sparsegp.checkpoint' 2"):
         _svi(path)
 
 
