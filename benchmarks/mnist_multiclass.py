@@ -14,7 +14,9 @@ to ``--checkpoint``, and the same command resumes from it. The report is rewritt
 of ``--eval-every`` steps, so a killed run leaves its curve and training clock up to that point; a resumed run reads
 both back from ``--output`` at the checkpoint's step (:func:`resume_point`).
 ``--natural STEP`` takes natural-gradient steps of that size on q(u) with Adam on the rest (write it to another
-``--output`` and ``--checkpoint``).
+``--output`` and ``--checkpoint``). The positive hyperparameters live on the real line through
+``--positive-transform`` (default softplus, GPflow's, as the thesis' runs: through NumPyro's exp the kernel variance
+drifted to float32's overflow near step 20,000; benchmarks/README.md, "The MNIST collapse explained").
 
 Also reports the steps per second at float32 and float64 (``--speed-steps`` steps each, after compiling) and the
 memory count of the thesis' Table 5.1. Writes ``benchmarks/results/mnist_multiclass.json``.
@@ -40,6 +42,7 @@ from ppl_sparsegp.infer import checkpoint as checkpoints
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.svi import fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS
 
 ROOT = Path(__file__).resolve().parent
 J = 10
@@ -80,13 +83,13 @@ def hyperparameters(params: dict) -> dict[str, float]:
     return {site: float(value) for site, value in params.items() if site.startswith("kernel.")}
 
 
-def steps_per_second(dtype: str, M: int, batch: int, steps: int) -> float:
+def steps_per_second(dtype: str, M: int, batch: int, steps: int, positive_transform: str) -> float:
     """SVI steps per second (after compiling) of the MNIST model at ``dtype``."""
     with jax.enable_x64(dtype == "float64"):
         X, y, _, _ = mnist(dtype)
         gp = model(X, M, batch)
         fit = fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(0.01), num_steps=steps, progress=False,
-                      steps_per_dispatch=10)  # fmt: skip
+                      steps_per_dispatch=10, positive_transform=positive_transform)  # fmt: skip
     return float(fit.steps_per_second)
 
 
@@ -141,15 +144,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--natural", type=float, default=None, metavar="STEP",
                         help="natural-gradient steps of this size on q(u), Adam on the rest")  # fmt: skip
+    parser.add_argument("--positive-transform", choices=POSITIVE_TRANSFORMS, default="softplus")
     parser.add_argument("--speed-steps", type=int, default=30)
     parser.add_argument("--checkpoint", type=Path, default=Path("/tmp/mnist_multiclass.npz"))
     parser.add_argument("--output", type=Path, default=ROOT / "results" / "mnist_multiclass.json")
     args = parser.parse_args(argv)
-    settings = {k: getattr(args, k) for k in ("inducing", "batch", "lr", "halve_every", "dtype", "natural")}
+    names = ("inducing", "batch", "lr", "halve_every", "dtype", "natural", "positive_transform")
+    settings = {k: getattr(args, k) for k in names}
     earlier = json.loads(args.output.read_text()) if args.output.exists() else {}
     resumed_step = checkpoints.read(args.checkpoint).counters["step"] if args.checkpoint.exists() else 0
     curve, seconds_before = resume_point(earlier, settings, resumed_step)
-    speed = {dt: steps_per_second(dt, args.inducing, args.batch, args.speed_steps) for dt in ("float32", "float64")}
+    speed = {
+        dt: steps_per_second(dt, args.inducing, args.batch, args.speed_steps, args.positive_transform)
+        for dt in ("float32", "float64")
+    }
     options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None)
 
     def write_report(step: int, train_seconds: float, D: int) -> dict:
@@ -187,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
 
         fit_svi(gp.model, gp.guide, X, y, optimizer=optax.adam(schedule), num_steps=args.steps, progress=False,
                 callback=callback, checkpoint=args.checkpoint, checkpoint_every=args.eval_every,
-                steps_per_dispatch=args.eval_every // 10, fingerprint=settings, natural_gradient=natural)  # fmt: skip
+                steps_per_dispatch=args.eval_every // 10, fingerprint=settings, natural_gradient=natural,
+                positive_transform=args.positive_transform)  # fmt: skip
     report = latest or write_report(resumed_step, seconds_before, X.shape[1])
     print(json.dumps({k: report[k] for k in ("steps_done", "best", "final", "steps_per_second")}, indent=1))
 

@@ -6,7 +6,15 @@ import json
 import numpy as np
 import pytest
 
-SETTINGS = {"inducing": 500, "batch": 1000, "lr": 0.01, "halve_every": 10_000, "dtype": "float32", "natural": None}
+SETTINGS = {
+    "inducing": 500,
+    "batch": 1000,
+    "lr": 0.01,
+    "halve_every": 10_000,
+    "dtype": "float32",
+    "natural": None,
+    "positive_transform": "softplus",
+}
 
 
 def row(step: int, seconds: float) -> dict:

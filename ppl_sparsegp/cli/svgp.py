@@ -45,6 +45,7 @@ from ppl_sparsegp.models.numpyro.svgp import SVGP
 from ppl_sparsegp.posterior import diagnostics
 from ppl_sparsegp.runs import store
 from ppl_sparsegp.runs.rebuild import svgp_model
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS
 
 CHECKPOINT = "checkpoint.npz"
 NOISE_VARIANCE = DEFAULTS.noise_variance
@@ -72,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser, method: str = "svgp") -> None
     names = (*shared.KERNEL_OPTIONS, "noise_variance", *likelihood, *inducing, "steps", "lr", "checkpoint_every",
              "backend")  # fmt: skip
     shared.add_options(parser, names)
+    parser.add_argument(
+        "--positive-transform", choices=POSITIVE_TRANSFORMS, default="exp",
+        help="how the positive parameters (the kernel's and the likelihood's, --q-diag's scales) live on the real "
+        "line while the optimiser moves them: exp (NumPyro's) or softplus (GPflow's and GPyTorch's), under which a "
+        "parameter the loss barely sees drifts by at most --lr a step instead of growing geometrically (a long "
+        "float32 robustmax fit needs it) (default: exp)",
+    )  # fmt: skip
     if method == "svgp":
         parser.add_argument(
             "--whiten", action=argparse.BooleanOptionalAction, default=MODEL["whiten"],
@@ -214,7 +222,8 @@ def fit_by_svi(args: argparse.Namespace, argv: Sequence[str], build: Callable[..
     optimizer = optimizer_settings(opts, gp)
     shared.check_devices(opts, getattr(gp, "batch_size", None))
     engine = {"num_steps": opts["steps"], "progress": shared.progress(opts), "checkpoint": checkpoint,
-              "checkpoint_every": opts["checkpoint_every"], "fingerprint": settings}  # fmt: skip
+              "checkpoint_every": opts["checkpoint_every"], "fingerprint": settings,
+              "positive_transform": opts["positive_transform"]}  # fmt: skip
     if opts["backend"] == "pyro":
         from ppl_sparsegp.cli import pyro_backend
 
@@ -295,7 +304,7 @@ def fit_streamed_svgp(args: argparse.Namespace, argv: Sequence[str]) -> dict[str
     fit, train_seconds = shared.timed(
         fit_streamed, model, guide, batches, optimizer=optax.adam(opts["lr"]),
         num_steps=opts["steps"], key=opts["seed"], checkpoint=checkpoint, checkpoint_every=opts["checkpoint_every"],
-        fingerprint=settings, progress=shared.progress(opts),
+        fingerprint=settings, progress=shared.progress(opts), positive_transform=opts["positive_transform"],
     )  # fmt: skip
     resumed_from = counters.get("step", 0)
     return finish_svi(opts, d, argv, gp, fit, train_seconds, resumed_from, stream=stream,

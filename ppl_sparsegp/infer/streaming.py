@@ -75,6 +75,7 @@ from ppl_sparsegp.infer.mcmc import (
 from ppl_sparsegp.infer.sghmc import SGMCMCKernel
 from ppl_sparsegp.infer.sharding import DATA_AXIS, DataParallel, check_divisible
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult, _as_key, _as_numpyro_optim
+from ppl_sparsegp.numpyro.positive_transform import with_positive_transform
 from ppl_sparsegp.validation import check_count
 
 Array = Any
@@ -376,6 +377,7 @@ def fit_streamed(
     label: str = "SVI (streamed)",
     matmul_precision: str = hot_path.MATMUL_PRECISION,
     blas_threads: int | None = ops.BLAS_THREADS,
+    positive_transform: str = "exp",
 ) -> SVIResult:
     """SVI over a stream: one compiled step per batch, ``model(X_b, y_b)`` with the model's ``num_data`` set to N.
 
@@ -400,6 +402,8 @@ def fit_streamed(
         label: the progress bar's label.
         matmul_precision: float32 matrix products on an accelerator (:mod:`ppl_sparsegp.infer.hot_path`).
         blas_threads: BLAS/LAPACK threads while fitting (:func:`ppl_sparsegp.core.ops.blas_threads`).
+        positive_transform: ``"exp"`` or ``"softplus"``, as :func:`ppl_sparsegp.infer.svi.fit_svi`'s; part of the
+            checkpoint's fingerprint.
 
     Returns:
         A :class:`ppl_sparsegp.infer.svi.SVIResult` (losses [num_steps], the checkpoint's included).
@@ -414,8 +418,10 @@ def fit_streamed(
     num_steps = check_count("num_steps", num_steps, minimum=1)
     checkpoint_every = check_count("checkpoint_every", checkpoint_every, minimum=1)
     precision = hot_path.check_precision(matmul_precision)
+    model, guide = (with_positive_transform(fn, positive_transform) for fn in (model, guide))
     svi = SVI(model, guide, _as_numpyro_optim(optimizer), loss or TraceMeanField_ELBO())
-    expected, saved = _resume(checkpoint, fingerprint, batches, {"engine": "svi", "key": checkpoints.key_data(key)})
+    run = {"engine": "svi", "key": checkpoints.key_data(key), "positive_transform": positive_transform}
+    expected, saved = _resume(checkpoint, fingerprint, batches, run)
     if saved is not None and saved.counters.get("step", 0) > num_steps:
         raise checkpoints.CheckpointError(
             checkpoint, f"holds {saved.counters['step']} steps, more than the {num_steps} asked for"

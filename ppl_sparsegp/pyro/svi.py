@@ -40,8 +40,9 @@ from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
 from ppl_sparsegp.pyro.dtype import as_data, as_tensor, auto_threads, intra_op_threads, to_host
 from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
+from ppl_sparsegp.pyro.positive_transform import with_positive_transform
 from ppl_sparsegp.pyro.sites import param_store_values
-from ppl_sparsegp.validation import check_count
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice, check_count
 
 Array = Any
 OptimizerFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
@@ -67,6 +68,7 @@ def fit_svi(
     init_params: Mapping[str, Array] | None = None,
     callback: Callable[[int, np.ndarray, dict[str, Array]], None] | None = None,
     callback_every: int = 1,
+    positive_transform: str = "exp",
     **kwargs: Any,
 ) -> SVIResult:
     """Fit ``guide`` to ``model`` by stochastic variational inference in Pyro.
@@ -102,6 +104,9 @@ def fit_svi(
             torch's own); ``"auto"`` (the default): one, as the NumPyro engine's BLAS threads, unless a param is large
             enough for the step to be dominated by large factorisations (:func:`ppl_sparsegp.pyro.dtype.auto_threads`:
             from M = 512 inducing points), then torch's own.
+        positive_transform: how the params declared ``constraints.positive`` live on the real line: ``"exp"``
+            (torch's) or ``"softplus"`` (:mod:`ppl_sparsegp.pyro.positive_transform`), as the NumPyro engine's
+            ``fit_svi``. Part of the checkpoint's fingerprint.
 
     Returns:
         An :class:`ppl_sparsegp.infer.svi.SVIResult` with ``params`` the constrained values as detached tensors,
@@ -126,13 +131,15 @@ def fit_svi(
         optimizer = partial(torch.optim.Adam, lr=LEARNING_RATE)
     if not callable(optimizer):
         raise ValueError(f"optimizer: expected a callable params -> torch.optim.Optimizer, got {optimizer!r}")
+    check_choice("positive_transform", positive_transform, POSITIVE_TRANSFORMS)
     if validate is not None:
         validate(*args, **kwargs)
+    model, guide = (with_positive_transform(fn, positive_transform) for fn in (model, guide))
     auto_from = torch.get_num_threads() if threads == "auto" else None
     with intra_op_threads(1 if threads == "auto" else threads):
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
-                    checkpoint_every, fingerprint, dict(init_params or {}), auto_from, callback,
-                    callback_every)  # fmt: skip
+                    checkpoint_every, fingerprint, dict(init_params or {}), auto_from, callback, callback_every,
+                    positive_transform)  # fmt: skip
 
 
 def _fit(
@@ -153,9 +160,11 @@ def _fit(
     auto_from: int | None,
     callback: Callable[[int, np.ndarray, dict[str, Array]], None] | None,
     callback_every: int,
+    positive_transform: str,
 ) -> SVIResult:
-    """:func:`fit_svi` once its arguments are checked; ``auto_from``: torch's own thread count when ``threads`` is
-    ``"auto"`` (chosen here, once the params exist), else None."""
+    """:func:`fit_svi` once its arguments are checked (``model`` and ``guide`` already under ``positive_transform``,
+    recorded in the fingerprint); ``auto_from``: torch's own thread count when ``threads`` is ``"auto"`` (chosen
+    here, once the params exist), else None."""
     args = tuple(as_data(a) for a in args)
     kwargs = {k: as_data(v) for k, v in kwargs.items()}
     elbo = loss or pyro.infer.TraceMeanField_ELBO()
@@ -189,6 +198,7 @@ def _fit(
             "loss": type(elbo).__name__,
             "optimizer": _optimizer_settings(optim),
             "init_params_sha256": _params_sha256(names, params),
+            "positive_transform": positive_transform,
         }
         expected = checkpoints.make_fingerprint(fingerprint, to_host(args), to_host(kwargs), run)
         saved = checkpoints.read(checkpoint, fingerprint=expected) if Path(checkpoint).exists() else None

@@ -135,6 +135,7 @@ REFUSED = {
     "pyro with natgrad": (("--optimizer", "natgrad", "--backend", "pyro"), ("--backend pyro", "--optimizer natgrad")),
     "pyro with a freeze": (("--freeze-steps", "2", "--backend", "pyro"), ("--backend pyro", "--freeze-steps 2")),
     "an unknown optimiser": (("--optimizer", "sgd"), ("--optimizer", "invalid choice")),
+    "an unknown positive transform": (("--positive-transform", "log"), ("--positive-transform", "invalid choice")),
 }
 
 
@@ -163,3 +164,21 @@ def test_help_documents_the_optimiser_flags(capsys, monkeypatch):
                   "default: 1 for gaussian, 0.1 for the other likelihoods", "--freeze-steps K",
                   "kernel and likelihood hyperparameters", "default: 0, no freeze", "not for robustmax"):  # fmt: skip
         assert words in text, words
+
+
+@pytest.mark.parametrize("backend", ["numpyro", "pyro"])
+def test_the_positive_transform_reaches_the_engine_and_its_checkpoint(backend, tiny, tmp_path, capsys):
+    """``--positive-transform softplus``: the fit's first Adam step moves softplus⁻¹ of each hyperparameter by the
+    learning rate (through exp it would move its log; the lengthscales have no gradient yet, q(u) being the prior),
+    and a resume through exp is refused naming the flag."""
+    out, run = tmp_path / "run", ("--positive-transform", "softplus", "--backend", backend, "--steps", "1")
+    record = _fit(out, tiny, *run)
+    assert record["options"]["positive_transform"] == "softplus"
+    fitted = _params(out)
+    for name in ("kernel.variance", "likelihood.variance"):
+        moved = np.log(np.expm1(fitted[name])) - np.log(np.expm1(INITIAL[name]))
+        np.testing.assert_allclose(abs(moved), 0.05, rtol=1e-4, err_msg=name)
+    capsys.readouterr()
+    argv = ["fit", "svgp", "--data", tiny, *SMALL, "--backend", backend, "--steps", "2", "--out", str(out)]
+    assert main([*argv, *QUIET]) == 2
+    assert "--positive-transform 'softplus' -> 'exp'" in capsys.readouterr().err

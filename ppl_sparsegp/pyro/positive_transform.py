@@ -1,0 +1,32 @@
+"""The Pyro twin of :mod:`ppl_sparsegp.numpyro.positive_transform` (its docstring says why softplus): positive params
+through exp (torch's ``constraints.positive``, the default) or softplus (Pyro's ``constraints.softplus_positive``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pyro.distributions.constraints import softplus_positive
+from pyro.poutine.messenger import Messenger
+from torch.distributions import constraints
+
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice
+
+
+class SoftplusPositive(Messenger):
+    """Every ``pyro.param`` of ``fn`` declared with ``constraints.positive`` lives on the real line through softplus
+    instead of exp, when the param store creates it; other params are left as they are. Wrap both the model and the
+    guide, ``SoftplusPositive()(model)``, with an empty param store (a param keeps the constraint it was created
+    with)."""
+
+    def _process_message(self, msg: dict[str, Any]) -> None:
+        if msg["type"] == "param" and msg["kwargs"].get("constraint") is constraints.positive:
+            msg["kwargs"] = {**msg["kwargs"], "constraint": softplus_positive}
+
+
+def with_positive_transform(fn: Callable, transform: str) -> Callable:
+    """``fn`` with its positive params through ``transform``: ``"exp"`` (``fn`` itself) or ``"softplus"``
+    (:class:`SoftplusPositive`)."""
+    if check_choice("positive_transform", transform, POSITIVE_TRANSFORMS) == "exp":
+        return fn
+    return SoftplusPositive()(fn)
