@@ -28,7 +28,7 @@ Array = Any
 _Y_LAYOUTS = {1: "1-D [N]", 2: "2-D [N, P]"}
 POSITIVE_TRANSFORMS = ("exp", "softplus")
 """How a fit keeps its positive params on the real line (``fit_svi(positive_transform=...)``, both backends;
-:mod:`ppl_sparsegp.numpyro.positive_transform`)."""
+:mod:`ppl_sparsegp.infer.positive_transform`)."""
 
 
 def _is_tracer(x: Any) -> bool:

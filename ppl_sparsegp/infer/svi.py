@@ -47,7 +47,7 @@ from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
 from ppl_sparsegp.infer.sharding import DataParallel
-from ppl_sparsegp.numpyro.positive_transform import with_positive_transform
+from ppl_sparsegp.infer.positive_transform import with_positive_transform
 from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, as_arrays, check_choice, check_count
 
 Array = Any
@@ -194,7 +194,7 @@ def fit_svi(
             not a multiple of it, raises a ValueError before anything compiles.
         positive_transform: how the params declared ``constraints.positive`` (kernel and likelihood
             hyperparameters, a diagonal q(u)'s scales) live on the real line while Adam moves them: ``"exp"``
-            (NumPyro's) or ``"softplus"`` (GPflow's, GPyTorch's; :mod:`ppl_sparsegp.numpyro.positive_transform`).
+            (NumPyro's) or ``"softplus"`` (GPflow's, GPyTorch's; :mod:`ppl_sparsegp.infer.positive_transform`).
             Softplus keeps a direction the objective barely sees from drifting geometrically: a long float32 fit of a
             robust-max classifier needs it (its kernel variance overflowed after 20,000 steps on MNIST through exp).
             Part of the checkpoint's fingerprint.

@@ -1,4 +1,4 @@
-"""The Pyro twin of :mod:`ppl_sparsegp.numpyro.positive_transform` (its docstring says why softplus): positive params
+"""The Pyro twin of :mod:`ppl_sparsegp.infer.positive_transform` (its docstring says why softplus): positive params
 through exp (torch's ``constraints.positive``, the default) or softplus (Pyro's ``constraints.softplus_positive``)."""
 
 from __future__ import annotations

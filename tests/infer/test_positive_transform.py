@@ -1,4 +1,4 @@
-"""Positive params through softplus (ppl_sparsegp.numpyro.positive_transform, ``fit_svi(positive_transform=...)``):
+"""Positive params through softplus (ppl_sparsegp.infer.positive_transform, ``fit_svi(positive_transform=...)``):
 only params declared ``constraints.positive`` change transform; a robust-max classifier's kernel variance, which the
 objective barely sees, drifts geometrically through exp until float32 overflows and only linearly through softplus;
 the transform is part of a checkpoint's fingerprint; a bad name fails first."""
@@ -18,7 +18,7 @@ from ppl_sparsegp.core.likelihoods import RobustMax
 from ppl_sparsegp.infer.checkpoint import CheckpointMismatchError
 from ppl_sparsegp.infer.svi import NonFiniteLossError, fit_svi
 from ppl_sparsegp.models.numpyro.svgp import SVGP
-from ppl_sparsegp.numpyro.positive_transform import SoftplusPositive, with_positive_transform
+from ppl_sparsegp.infer.positive_transform import SoftplusPositive, with_positive_transform
 
 
 def _three_params(y=None):
