@@ -46,8 +46,8 @@ from ppl_sparsegp.infer import compilation_cache, hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
-from ppl_sparsegp.infer.sharding import DataParallel
 from ppl_sparsegp.infer.positive_transform import with_positive_transform
+from ppl_sparsegp.infer.sharding import DataParallel
 from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, as_arrays, check_choice, check_count
 
 Array = Any
