@@ -48,7 +48,7 @@ from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
 from ppl_sparsegp.infer.positive_transform import with_positive_transform
 from ppl_sparsegp.infer.sharding import DataParallel
-from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, as_arrays, check_choice, check_count
+from ppl_sparsegp.validation import as_arrays, check_count
 
 Array = Any
 
@@ -217,7 +217,6 @@ def fit_svi(
     if early_stopping is not None and not isinstance(early_stopping, EarlyStopping):
         raise ValueError(f"early_stopping: expected an EarlyStopping, got {early_stopping!r}")
     freeze = {} if freeze is None else check_freeze(freeze)
-    check_choice("positive_transform", positive_transform, POSITIVE_TRANSFORMS)
     lbfgs = optimizer.transformation() if isinstance(optimizer, LBFGS) else None
     if natural_gradient is not None:
         if not isinstance(natural_gradient, NaturalGradient):
@@ -230,7 +229,7 @@ def fit_svi(
             raise ValueError(f"freeze: needs an optax optimizer or LBFGS, got {optimizer!r}")
         optimizer = frozen_for(optimizer, freeze)
     data, static = hot_path.split_static(args, kwargs)
-    # they take the arrays and hold the Python values
+    # they take the arrays and hold the Python values (with_positive_transform checks the name)
     model, guide = (with_positive_transform(static.bind(fn), positive_transform) for fn in (model, guide))
     svi = SVI(
         parallel.wrap(model), parallel.wrap(guide), _as_numpyro_optim(lbfgs or optimizer), loss or TraceMeanField_ELBO()

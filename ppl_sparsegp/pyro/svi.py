@@ -42,7 +42,7 @@ from ppl_sparsegp.pyro.dtype import as_data, as_tensor, auto_threads, intra_op_t
 from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
 from ppl_sparsegp.pyro.positive_transform import with_positive_transform
 from ppl_sparsegp.pyro.sites import param_store_values
-from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice, check_count
+from ppl_sparsegp.validation import check_count
 
 Array = Any
 OptimizerFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
@@ -131,10 +131,9 @@ def fit_svi(
         optimizer = partial(torch.optim.Adam, lr=LEARNING_RATE)
     if not callable(optimizer):
         raise ValueError(f"optimizer: expected a callable params -> torch.optim.Optimizer, got {optimizer!r}")
-    check_choice("positive_transform", positive_transform, POSITIVE_TRANSFORMS)
+    model, guide = (with_positive_transform(fn, positive_transform) for fn in (model, guide))  # checks the name
     if validate is not None:
         validate(*args, **kwargs)
-    model, guide = (with_positive_transform(fn, positive_transform) for fn in (model, guide))
     auto_from = torch.get_num_threads() if threads == "auto" else None
     with intra_op_threads(1 if threads == "auto" else threads):
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
