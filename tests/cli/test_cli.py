@@ -254,6 +254,7 @@ def test_help_lists_every_option_with_its_default(capsys, monkeypatch):
         "--optimizer",
         "--natgrad-step",
         "--freeze-steps",
+        "--positive-transform",
         "--active",
         "--batch",
         "--latent-dim",
