@@ -1,5 +1,6 @@
 """How a fit keeps its positive params on the real line: through exp, NumPyro's ``constraints.positive`` (the
-default), or through softplus, as GPflow, GPyTorch and GPJax keep theirs (:class:`SoftplusPositive`).
+default), or through softplus, as GPflow, GPyTorch and GPJax keep theirs (:class:`SoftplusPositive`;
+:func:`ppl_sparsegp.infer.svi.with_positive_transform` chooses).
 
 Adam moves an unconstrained value by up to about its learning rate a step whatever the size of the gradient, so a
 direction the objective barely sees drifts. Through exp, a drift of lr a step multiplies the value by e^lr a step;
@@ -11,13 +12,10 @@ collapse explained"). Near zero softplus(r) ≈ e^r, so small values (a noise va
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from numpyro.distributions import constraints
 from numpyro.primitives import Messenger
-
-from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice
 
 
 class SoftplusPositive(Messenger):
@@ -28,11 +26,3 @@ class SoftplusPositive(Messenger):
     def process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "param" and msg["kwargs"].get("constraint") is constraints.positive:
             msg["kwargs"] = {**msg["kwargs"], "constraint": constraints.softplus_positive}
-
-
-def with_positive_transform(fn: Callable, transform: str) -> Callable:
-    """``fn`` with its positive params through ``transform``: ``"exp"`` (``fn`` itself) or ``"softplus"``
-    (:class:`SoftplusPositive`)."""
-    if check_choice("positive_transform", transform, POSITIVE_TRANSFORMS) == "exp":
-        return fn
-    return SoftplusPositive(fn)

@@ -72,10 +72,15 @@ from ppl_sparsegp.infer.mcmc import (
     _leading_shape,
     default_extra_fields,
 )
-from ppl_sparsegp.infer.positive_transform import with_positive_transform
 from ppl_sparsegp.infer.sghmc import SGMCMCKernel
 from ppl_sparsegp.infer.sharding import DATA_AXIS, DataParallel, check_divisible
-from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult, _as_key, _as_numpyro_optim
+from ppl_sparsegp.infer.svi import (
+    NonFiniteLossError,
+    SVIResult,
+    _as_key,
+    _as_numpyro_optim,
+    with_positive_transform,
+)
 from ppl_sparsegp.validation import check_count
 
 Array = Any

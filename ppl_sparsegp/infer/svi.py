@@ -46,9 +46,9 @@ from ppl_sparsegp.infer import compilation_cache, hot_path
 from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.natural_gradients import NaturalGradient
 from ppl_sparsegp.infer.optimisers import LBFGS, check_freeze, frozen_for, masked_gradient
-from ppl_sparsegp.infer.positive_transform import with_positive_transform
+from ppl_sparsegp.infer.positive_transform import SoftplusPositive
 from ppl_sparsegp.infer.sharding import DataParallel
-from ppl_sparsegp.validation import as_arrays, check_count
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, as_arrays, check_choice, check_count
 
 Array = Any
 
@@ -102,6 +102,14 @@ class SVIResult:
     @property
     def steps_per_second(self) -> float:
         return self.steps_run / self.run_seconds if self.run_seconds > 0 else math.nan
+
+
+def with_positive_transform(fn: Callable, transform: str) -> Callable:
+    """``fn`` with its positive params through ``transform``: ``"exp"`` (``fn`` itself) or ``"softplus"``
+    (:class:`ppl_sparsegp.infer.positive_transform.SoftplusPositive`); another name raises a ValueError."""
+    if check_choice("positive_transform", transform, POSITIVE_TRANSFORMS) == "exp":
+        return fn
+    return SoftplusPositive(fn)
 
 
 def _as_numpyro_optim(optimizer: Any) -> _NumPyroOptim:

@@ -3,14 +3,11 @@ through exp (torch's ``constraints.positive``, the default) or softplus (Pyro's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from pyro.distributions.constraints import softplus_positive
 from pyro.poutine.messenger import Messenger
 from torch.distributions import constraints
-
-from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice
 
 
 class SoftplusPositive(Messenger):
@@ -22,11 +19,3 @@ class SoftplusPositive(Messenger):
     def _process_message(self, msg: dict[str, Any]) -> None:
         if msg["type"] == "param" and msg["kwargs"].get("constraint") is constraints.positive:
             msg["kwargs"] = {**msg["kwargs"], "constraint": softplus_positive}
-
-
-def with_positive_transform(fn: Callable, transform: str) -> Callable:
-    """``fn`` with its positive params through ``transform``: ``"exp"`` (``fn`` itself) or ``"softplus"``
-    (:class:`SoftplusPositive`)."""
-    if check_choice("positive_transform", transform, POSITIVE_TRANSFORMS) == "exp":
-        return fn
-    return SoftplusPositive()(fn)

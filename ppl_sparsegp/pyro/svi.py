@@ -40,9 +40,9 @@ from ppl_sparsegp.infer import progress as progress_bars
 from ppl_sparsegp.infer.svi import NonFiniteLossError, SVIResult
 from ppl_sparsegp.pyro.dtype import as_data, as_tensor, auto_threads, intra_op_threads, to_host
 from ppl_sparsegp.pyro.generators import generator_state, set_generator_state
-from ppl_sparsegp.pyro.positive_transform import with_positive_transform
+from ppl_sparsegp.pyro.positive_transform import SoftplusPositive
 from ppl_sparsegp.pyro.sites import param_store_values
-from ppl_sparsegp.validation import check_count
+from ppl_sparsegp.validation import POSITIVE_TRANSFORMS, check_choice, check_count
 
 Array = Any
 OptimizerFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
@@ -139,6 +139,14 @@ def fit_svi(
         return _fit(model, guide, args, kwargs, num_steps, optimizer, seed, loss, progress, label, checkpoint,
                     checkpoint_every, fingerprint, dict(init_params or {}), auto_from, callback, callback_every,
                     positive_transform)  # fmt: skip
+
+
+def with_positive_transform(fn: Callable, transform: str) -> Callable:
+    """``fn`` with its positive params through ``transform``: ``"exp"`` (``fn`` itself) or ``"softplus"``
+    (:class:`ppl_sparsegp.pyro.positive_transform.SoftplusPositive`); another name raises a ValueError."""
+    if check_choice("positive_transform", transform, POSITIVE_TRANSFORMS) == "exp":
+        return fn
+    return SoftplusPositive()(fn)
 
 
 def _fit(

@@ -16,8 +16,8 @@ from sklearn.datasets import load_digits
 from ppl_sparsegp.core.kernels import RBF, White
 from ppl_sparsegp.core.likelihoods import RobustMax
 from ppl_sparsegp.infer.checkpoint import CheckpointMismatchError
-from ppl_sparsegp.infer.positive_transform import SoftplusPositive, with_positive_transform
-from ppl_sparsegp.infer.svi import NonFiniteLossError, fit_svi
+from ppl_sparsegp.infer.positive_transform import SoftplusPositive
+from ppl_sparsegp.infer.svi import NonFiniteLossError, fit_svi, with_positive_transform
 from ppl_sparsegp.models.numpyro.svgp import SVGP
 
 
